@@ -1,0 +1,296 @@
+"""``AutoFiniteDiff``: finite differences on ``x``'s own array type, through the array API.
+
+First order follows ``scipy.optimize.approx_derivative``: per-coordinate absolute steps
+``h_i = r * sign(x_i) * max(1, |x_i|)`` with ``r = eps**(1/2)`` (forward, backward, complex) or
+``eps**(1/3)`` (central), ``eps`` that of ``x``'s dtype, or ``h_i = rel_step * sign(x_i) * |x_i|`` when
+``rel_step`` is given (falling back to the default where that step is zero); the divisor is the
+representable difference of the two points. A Jacobian costs ``n`` evaluations of ``f`` (complex),
+``n + 1`` (forward, backward) or ``2n`` (central), plus one for the value where it is asked for and
+not already computed. A pushforward along ``t`` uses one step ``k = r * max(1, max|x|) / max|t|``.
+
+Second order uses central second differences with ``r = eps**(1/4)`` whatever the first-order method:
+``H_ij = [f(x+h_i e_i+h_j e_j) - f(x+h_i e_i-h_j e_j) - f(x-h_i e_i+h_j e_j) + f(x-h_i e_i-h_j e_j)] / (4 h_i h_j)``
+(``2n^2 + 1`` evaluations), the same along ``t`` for an hvp (``4n`` per tangent).
+
+With ``method="complex"`` (``Im f(x + i h) / h``) ``f`` must be complex-analytic; the duplicates of its
+captured state, caches and output buffer are complex so that what ``f`` writes keeps its imaginary part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from diffinterface._adapter import Adapter as _Base
+from diffinterface._arrays import NUMPY, family, is_array, to_family
+from diffinterface._closure import copy_leaf, duplicate
+from diffinterface._contexts import Cache
+
+_ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
+
+
+def _complex_leaf(value: Any) -> Any:
+    value = copy_leaf(value)
+    xp = array_namespace(value)
+    if xp.isdtype(value.dtype, "real floating"):
+        return xp.astype(value, xp.complex64 if value.dtype == xp.float32 else xp.complex128)
+    return value
+
+
+class _Points:
+    """The flat point, its steps and the helpers that perturb it, for one call."""
+
+    __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev")
+
+    def __init__(self, x: Any, exponent: float, rel_step: float | None) -> None:
+        xp = self.xp = array_namespace(x)
+        self.x, self.shape, self.dev = x, tuple(x.shape), device(x)
+        flat = self.flat = xp.reshape(x, (-1,))
+        self.n = flat.shape[0]
+        self.idx = xp.arange(self.n, device=self.dev)
+        r = float(xp.finfo(x.dtype).eps) ** exponent
+        sign = xp.where(flat >= 0, xp.asarray(1.0, dtype=x.dtype, device=self.dev), xp.asarray(-1.0, dtype=x.dtype, device=self.dev))
+        default = r * sign * xp.maximum(xp.abs(flat), xp.ones_like(flat))
+        if rel_step is None:
+            h = default
+        else:
+            h = rel_step * sign * xp.abs(flat)
+            h = xp.where((flat + h) - flat == 0, default, h)
+        self.h, self.plus, self.minus = h, flat + h, flat - h
+
+    def at(self, i: int, values: Any) -> Any:
+        """The point with coordinate ``i`` taken from ``values`` (a perturbed copy of the flat point)."""
+        return self.xp.reshape(self.xp.where(self.idx == i, values, self.flat), self.shape)
+
+    def point(self, flat: Any) -> Any:
+        return self.xp.reshape(flat, self.shape)
+
+
+class Adapter(_Base):
+    """Finite differences; see the module docstring for steps and evaluation counts."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.method, self.rel_step = backend.method, backend.rel_step
+
+    # -- evaluations ---------------------------------------------------------------------------
+
+    def _evaluator(self, target: Any, contexts: tuple, x: Any, complex_step: bool = False):
+        """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
+        xp = array_namespace(x)
+        dtype, dev = x.dtype, device(x)
+        leaf = _complex_leaf if complex_step else copy_leaf
+        has_cache = any(type(c) is Cache for c in contexts)
+        const = target.closure == "const"
+
+        fam = family(x)
+
+        def as_array(y: Any) -> Any:
+            if not is_array(y):  # a Python number
+                return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
+            if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
+                return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
+            return copy_leaf(y) if const else y  # under "const", f may return a buffer it reuses
+
+        if target.stateless and not has_cache and not complex_step:
+            f, values = target.f, [c.value for c in contexts]
+            return lambda point: as_array(f(point, *values))
+
+        def evaluate(point: Any) -> Any:
+            values = [duplicate(c.value, leaf) if type(c) is Cache else c.value for c in contexts]
+            return as_array(target.instance(leaf)(point, *values))
+
+        return evaluate
+
+    def evaluate(self, target, x, contexts):
+        return self._evaluator(target, contexts, x)(x)
+
+    def _exponent(self, order: str) -> float:
+        return _ORDER_EXPONENT[order if order == "second" else self.method]
+
+    # -- first order -----------------------------------------------------------------------------
+
+    def _jacobian(self, data: Any, target: Any, x: Any, contexts: tuple, want_value: bool) -> tuple:
+        """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
+        method = self.method
+        p = _Points(x, self._exponent("first"), self.rel_step)
+        xp, n = p.xp, p.n
+        y0 = data.take_value()
+        if method == "complex":
+            ev = self._evaluator(target, contexts, x, complex_step=True)
+            cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
+            cflat = xp.astype(p.flat, cdtype)
+            shifted = cflat + xp.astype(p.h, cdtype) * 1j
+            cols = []
+            for i in range(n):
+                y = ev(xp.reshape(xp.where(p.idx == i, shifted, cflat), p.shape))
+                if not xp.isdtype(y.dtype, "complex floating"):
+                    raise TypeError(
+                        f"jacobian({self.backend!r}, f, x): method='complex' needs f to compute in complex "
+                        f"arithmetic, but f returned {y.dtype} for a complex x; use method='central'"
+                    )
+                cols.append(xp.imag(y) / p.h[i])
+            if want_value and y0 is None:
+                y0 = self.evaluate(target, x, contexts)
+        else:
+            ev = self._evaluator(target, contexts, x)
+            if method != "central" or want_value:
+                y0 = ev(x) if y0 is None else y0
+            cols = []
+            for i in range(n):
+                if method == "central":
+                    yp, ym = ev(p.at(i, p.plus)), ev(p.at(i, p.minus))
+                    cols.append((yp - ym) / (p.plus[i] - p.minus[i]))
+                elif method == "forward":
+                    cols.append((ev(p.at(i, p.plus)) - y0) / (p.plus[i] - p.flat[i]))
+                else:
+                    cols.append((y0 - ev(p.at(i, p.minus))) / (p.flat[i] - p.minus[i]))
+        y_shape, x_shape = data.y_shape, data.x_shape
+        if n == 0:
+            return y0, xp.zeros(y_shape + x_shape, dtype=x.dtype, device=p.dev)
+        jac = xp.reshape(xp.stack([xp.reshape(c, (-1,)) for c in cols], axis=1), y_shape + x_shape)
+        return y0, jac
+
+    def prepare_jacobian(self, target, x, contexts, info):
+        return info
+
+    def value_and_jacobian(self, data, target, x, contexts):
+        return self._jacobian(data, target, x, contexts, True)
+
+    def jacobian(self, data, target, x, contexts):
+        return self._jacobian(data, target, x, contexts, False)[1]
+
+    # gradient and derivative are Jacobians of shape x.shape and f(x).shape: same code, same counts.
+    prepare_gradient = prepare_derivative = prepare_jacobian
+    value_and_gradient = value_and_derivative = value_and_jacobian
+    gradient = derivative = jacobian
+
+    def _pushforward(self, data, target, x, tangents, contexts, want_value):
+        xp = array_namespace(x)
+        r = float(xp.finfo(x.dtype).eps) ** self._exponent("first")
+        scale = r * max(1.0, float(xp.max(xp.abs(x)))) if x.size else r
+        y0 = data.take_value()
+        complex_step = self.method == "complex"
+        ev = self._evaluator(target, contexts, x, complex_step=complex_step)
+        if (want_value or self.method in ("forward", "backward")) and y0 is None:
+            y0 = self.evaluate(target, x, contexts)
+        results = []
+        for t in tangents:
+            tmax = float(xp.max(xp.abs(t))) if t.size else 0.0
+            if tmax == 0.0:
+                results.append(xp.zeros(data.y_shape, dtype=x.dtype, device=device(x)))
+                continue
+            k = scale / tmax
+            if complex_step:
+                cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
+                results.append(xp.imag(ev(xp.astype(x, cdtype) + (1j * k) * xp.astype(t, cdtype))) / k)
+            elif self.method == "central":
+                results.append((ev(x + k * t) - ev(x - k * t)) / (2 * k))
+            elif self.method == "forward":
+                results.append((ev(x + k * t) - y0) / k)
+            else:
+                results.append((y0 - ev(x - k * t)) / k)
+        return y0, tuple(results)
+
+    def prepare_pushforward(self, target, x, tangents, contexts, info):
+        return info
+
+    def value_and_pushforward(self, data, target, x, tangents, contexts):
+        return self._pushforward(data, target, x, tangents, contexts, True)
+
+    def pushforward(self, data, target, x, tangents, contexts):
+        return self._pushforward(data, target, x, tangents, contexts, False)[1]
+
+    # -- second order: central second differences ------------------------------------------------
+
+    def prepare_second_derivative(self, target, x, contexts, info):
+        return info
+
+    prepare_hessian = prepare_second_derivative
+
+    def prepare_hvp(self, target, x, tangents, contexts, info):
+        return info
+
+    def _hessian(self, data, target, x, contexts, y0):
+        p = _Points(x, self._exponent("second"), self.rel_step)
+        xp, n, h = p.xp, p.n, p.h
+        ev = self._evaluator(target, contexts, x)
+        flat = p.flat
+        rows = [[None] * n for _ in range(n)]
+        for i in range(n):
+            ei = xp.where(p.idx == i, h, xp.zeros_like(h))
+            for j in range(i, n):
+                ej = xp.where(p.idx == j, h, xp.zeros_like(h))
+                if i == j:
+                    value = (ev(p.point(flat + 2 * ei)) - 2 * y0 + ev(p.point(flat - 2 * ei))) / (4 * h[i] * h[i])
+                else:
+                    value = (
+                        ev(p.point(flat + ei + ej)) - ev(p.point(flat + ei - ej))
+                        - ev(p.point(flat - ei + ej)) + ev(p.point(flat - ei - ej))
+                    ) / (4 * h[i] * h[j])
+                rows[i][j] = rows[j][i] = xp.reshape(xp.asarray(value), ())
+        if n == 0:
+            return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
+        return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
+
+    def _hvp(self, data, target, x, tangents, contexts):
+        p = _Points(x, self._exponent("second"), self.rel_step)
+        xp, n, h, flat = p.xp, p.n, p.h, p.flat
+        ev = self._evaluator(target, contexts, x)
+        r = float(xp.finfo(x.dtype).eps) ** self._exponent("second")
+        scale = r * max(1.0, float(xp.max(xp.abs(x)))) if n else r
+        results = []
+        for t in tangents:
+            tmax = float(xp.max(xp.abs(t))) if n else 0.0
+            if tmax == 0.0:
+                results.append(xp.zeros(p.shape, dtype=x.dtype, device=p.dev))
+                continue
+            k = scale / tmax
+            tk = k * xp.reshape(t, (-1,))
+            out = []
+            for i in range(n):
+                ei = xp.where(p.idx == i, h, xp.zeros_like(h))
+                value = (
+                    ev(p.point(flat + ei + tk)) - ev(p.point(flat + ei - tk))
+                    - ev(p.point(flat - ei + tk)) + ev(p.point(flat - ei - tk))
+                ) / (4 * h[i] * k)
+                out.append(xp.reshape(xp.asarray(value), ()))
+            results.append(xp.reshape(xp.stack(out), p.shape))
+        return tuple(results)
+
+    def _value(self, data, target, x, contexts):
+        y0 = data.take_value()
+        return self.evaluate(target, x, contexts) if y0 is None else y0
+
+    def hessian(self, data, target, x, contexts):
+        return self._hessian(data, target, x, contexts, self._value(data, target, x, contexts))
+
+    def value_gradient_and_hessian(self, data, target, x, contexts):
+        y0 = self._value(data, target, x, contexts)
+        grad = self._jacobian(data, target, x, contexts, False)[1]
+        return y0, grad, self._hessian(data, target, x, contexts, y0)
+
+    def hvp(self, data, target, x, tangents, contexts):
+        return self._hvp(data, target, x, tangents, contexts)
+
+    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+        grad = self._jacobian(data, target, x, contexts, False)[1]
+        return grad, self._hvp(data, target, x, tangents, contexts)
+
+    def _second_derivative(self, x, y0, ev):
+        p = _Points(x, self._exponent("second"), self.rel_step)
+        xp = p.xp
+        plus, minus = xp.reshape(p.plus, ()), xp.reshape(p.minus, ())
+        step = (plus - minus) / 2
+        return (ev(plus) - 2 * y0 + ev(minus)) / (step * step)
+
+    def second_derivative(self, data, target, x, contexts):
+        ev = self._evaluator(target, contexts, x)
+        return self._second_derivative(x, self._value(data, target, x, contexts), ev)
+
+    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+        y0 = self._value(data, target, x, contexts)
+        der = self._jacobian(data, target, x, contexts, False)[1]
+        return y0, der, self._second_derivative(x, y0, self._evaluator(target, contexts, x))

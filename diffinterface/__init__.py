@@ -1,0 +1,42 @@
+"""diffinterface: one API for derivatives across automatic-differentiation engines.
+
+``gradient(backend, f, x)`` and the other operators take a backend config (``AutoFiniteDiff()``,
+``AutoJAX()``, ``AutoTorch()``, ``AutoAutograd()``) first; switching engines is a one-word change.
+Importing this package imports no engine: an adapter is loaded the first time its backend is used.
+"""
+
+from ._backends import AutoAutograd as AutoAutograd
+from ._backends import AutoFiniteDiff as AutoFiniteDiff
+from ._backends import AutoJAX as AutoJAX
+from ._backends import AutoTorch as AutoTorch
+from ._backends import SecondOrder as SecondOrder
+from ._backends import check_available as check_available
+from ._contexts import Cache as Cache
+from ._contexts import Constant as Constant
+from ._errors import BackendNotAvailableError as BackendNotAvailableError
+from ._errors import PreparationMismatchError as PreparationMismatchError
+from ._prep import Prep as Prep
+from .first_order import (
+    derivative, gradient, jacobian, prepare_derivative, prepare_gradient, prepare_jacobian,
+    prepare_pullback, prepare_pushforward, pullback, pushforward, value_and_derivative,
+    value_and_gradient, value_and_jacobian, value_and_pullback, value_and_pushforward,
+)
+from .second_order import (
+    gradient_and_hvp, hessian, hvp, prepare_hessian, prepare_hvp, prepare_second_derivative,
+    second_derivative, value_derivative_and_second_derivative, value_gradient_and_hessian,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutoAutograd", "AutoFiniteDiff", "AutoJAX", "AutoTorch", "SecondOrder", "check_available",
+    "Cache", "Constant", "BackendNotAvailableError", "PreparationMismatchError", "Prep",
+    "derivative", "value_and_derivative", "prepare_derivative",
+    "second_derivative", "value_derivative_and_second_derivative", "prepare_second_derivative",
+    "gradient", "value_and_gradient", "prepare_gradient",
+    "jacobian", "value_and_jacobian", "prepare_jacobian",
+    "hessian", "value_gradient_and_hessian", "prepare_hessian",
+    "pushforward", "value_and_pushforward", "prepare_pushforward",
+    "pullback", "value_and_pullback", "prepare_pullback",
+    "hvp", "gradient_and_hvp", "prepare_hvp",
+]

@@ -1,0 +1,268 @@
+"""The adapter contract, and the generic fallbacks that derive every operator from a small core.
+
+An adapter subclasses :class:`Adapter` and implements at least ``value_and_pushforward`` or
+``value_and_pullback``; everything else has a fallback here, and an adapter overrides whatever its
+engine does better natively (a vmapped Jacobian, a jitted gradient).
+
+Every operator ``op`` has ``prepare_op(target, x, [tangents,] contexts, info) -> data`` and
+``value_and_op(data, target, x, [tangents,] contexts)`` (or its ``value_gradient_and_hessian``-style
+name), plus a plain form that defaults to dropping the value. Conventions at this boundary:
+
+- ``x``, tangents and context values arrive in the user's array family (a Python float already
+  turned into a 0-d numpy array); results may be in the engine's family: the frontend converts them.
+- tangents are always a tuple (a batch), results of tangent operators a tuple of the same length.
+- ``info`` (:class:`Info`) carries what the frontend learnt at preparation: the output's shape and
+  dtype, and for one-shot (unprepared) calls the value of ``f`` at ``x`` if it was computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from ._arrays import NUMPY, family, size, to_family
+from ._backends import adapter_for
+from ._contexts import context_values
+from ._second_order import Nested
+
+
+class Info:
+    """What preparation learnt about ``f`` at ``x``."""
+
+    __slots__ = ("y_shape", "y_dtype", "value", "x_shape")
+
+    def __init__(self, y_shape: tuple, y_dtype: Any, value: Any, x_shape: tuple) -> None:
+        self.y_shape, self.y_dtype, self.value, self.x_shape = y_shape, y_dtype, value, x_shape
+
+    def take_value(self) -> Any:
+        """The value of ``f`` computed at preparation, once (one-shot calls only), else None."""
+        value, self.value = self.value, None
+        return value
+
+
+def _xp(x: Any) -> Any:
+    return array_namespace(x)
+
+
+def basis(like: Any, shape: tuple, dtype: Any) -> tuple:
+    """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
+    xp = _xp(like)
+    n = int(np.prod(shape, dtype=np.int64))
+    eye = xp.eye(n, dtype=dtype, device=device(like))
+    return tuple(xp.reshape(eye[i, ...], shape) for i in range(n))
+
+
+def ones(like: Any, shape: tuple, dtype: Any) -> Any:
+    xp = _xp(like)
+    return xp.ones(shape, dtype=dtype, device=device(like))
+
+
+def stack_jacobian(parts: tuple, y_shape: tuple, x_shape: tuple, forward: bool, like: Any) -> Any:
+    """A Jacobian of shape ``y_shape + x_shape`` from columns (forward) or rows (reverse)."""
+    if not parts:
+        xp = _xp(like)
+        return xp.zeros(y_shape + x_shape, dtype=like.dtype, device=device(like))
+    xp = _xp(parts[0])
+    if forward:
+        flat = xp.stack([xp.reshape(p, (-1,)) for p in parts], axis=1)
+    else:
+        flat = xp.stack([xp.reshape(p, (-1,)) for p in parts], axis=0)
+    return xp.reshape(flat, y_shape + x_shape)
+
+
+def _contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
+    """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
+    xp = _xp(jac)
+    x_ndim = len(getattr(x, "shape", ()))
+    y_ndim = jac.ndim - x_ndim
+    out = []
+    for t in tangents:
+        t = to_family(t, family(jac) or NUMPY, like=jac)
+        if forward:
+            out.append(xp.tensordot(jac, t, axes=(list(range(y_ndim, jac.ndim)), list(range(x_ndim)))))
+        else:
+            out.append(xp.tensordot(t, jac, axes=(list(range(y_ndim)), list(range(y_ndim)))))
+    return tuple(out)
+
+
+class _Derived:
+    """Preparation data of a fallback: the seeds it passes and the data of the operator it calls."""
+
+    __slots__ = ("seeds", "inner", "forward", "info")
+
+    def __init__(self, seeds: tuple, inner: Any, forward: bool, info: Info) -> None:
+        self.seeds, self.inner, self.forward, self.info = seeds, inner, forward, info
+
+
+class Adapter:
+    """Base of every adapter; see the module docstring for the contract."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _native(self, name: str) -> bool:
+        return getattr(type(self), name) is not getattr(Adapter, name)
+
+    def evaluate(self, target: Any, x: Any, contexts: tuple) -> Any:
+        """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
+        return target.instance()(x, *context_values(contexts, _copy_value))
+
+    def output_info(self, target: Any, x: Any, contexts: tuple, oneshot: bool) -> Info:
+        """Shape and dtype of ``f(x)``; the default evaluates ``f`` once (kept for a one-shot call)."""
+        y = self.evaluate(target, x, contexts)
+        if not hasattr(y, "shape"):
+            y = np.asarray(y)
+        return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())))
+
+    def jacobian_forward(self, x_size: int, y_size: int) -> bool:
+        """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""
+        has_pf, has_pb = self._native("value_and_pushforward"), self._native("value_and_pullback")
+        if has_pf != has_pb:
+            return has_pf
+        mode = getattr(self.backend, "mode", None)
+        if mode is not None:
+            return mode == "forward"
+        return x_size <= y_size
+
+    def _missing_core(self) -> TypeError:
+        return TypeError(
+            f"{type(self).__module__}.{type(self).__name__} implements neither value_and_pushforward "
+            f"nor value_and_pullback; an adapter must implement at least one"
+        )
+
+    # -- pushforward -----------------------------------------------------------------------------
+
+    def prepare_pushforward(self, target, x, tangents, contexts, info):
+        if self._native("value_and_pushforward"):
+            return info
+        return self.prepare_jacobian(target, x, contexts, info)
+
+    def value_and_pushforward(self, data, target, x, tangents, contexts):
+        if not self._native("value_and_pullback"):
+            raise self._missing_core()
+        y, jac = self.value_and_jacobian(data, target, x, contexts)
+        return y, _contract_all(jac, tangents, x, True)
+
+    def pushforward(self, data, target, x, tangents, contexts):
+        if self._native("value_and_pushforward"):
+            return self.value_and_pushforward(data, target, x, tangents, contexts)[1]
+        return _contract_all(self.jacobian(data, target, x, contexts), tangents, x, True)
+
+    # -- pullback --------------------------------------------------------------------------------
+
+    def prepare_pullback(self, target, x, tangents, contexts, info):
+        if self._native("value_and_pullback"):
+            return info
+        return self.prepare_jacobian(target, x, contexts, info)
+
+    def value_and_pullback(self, data, target, x, tangents, contexts):
+        if not self._native("value_and_pushforward"):
+            raise self._missing_core()
+        y, jac = self.value_and_jacobian(data, target, x, contexts)
+        return y, _contract_all(jac, tangents, x, False)
+
+    def pullback(self, data, target, x, tangents, contexts):
+        if self._native("value_and_pullback"):
+            return self.value_and_pullback(data, target, x, tangents, contexts)[1]
+        return _contract_all(self.jacobian(data, target, x, contexts), tangents, x, False)
+
+    # -- derivative: a pushforward along 1 -------------------------------------------------------
+
+    def prepare_derivative(self, target, x, contexts, info):
+        seeds = (ones(x, (), x.dtype),)
+        return _Derived(seeds, self.prepare_pushforward(target, x, seeds, contexts, info), True, info)
+
+    def value_and_derivative(self, data, target, x, contexts):
+        y, (der,) = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
+        return y, der
+
+    def derivative(self, data, target, x, contexts):
+        return self.value_and_derivative(data, target, x, contexts)[1]
+
+    # -- gradient: a pullback of 1 ---------------------------------------------------------------
+
+    def prepare_gradient(self, target, x, contexts, info):
+        seeds = (ones(x, (), x.dtype),)
+        return _Derived(seeds, self.prepare_pullback(target, x, seeds, contexts, info), False, info)
+
+    def value_and_gradient(self, data, target, x, contexts):
+        y, (grad,) = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
+        return y, grad
+
+    def gradient(self, data, target, x, contexts):
+        return self.value_and_gradient(data, target, x, contexts)[1]
+
+    # -- jacobian: batched pushforwards of the basis of x, or pullbacks of the basis of y --------
+
+    def prepare_jacobian(self, target, x, contexts, info):
+        forward = self.jacobian_forward(size(x), int(np.prod(info.y_shape, dtype=np.int64)))
+        if forward:
+            seeds = basis(x, info.x_shape, x.dtype)
+            inner = self.prepare_pushforward(target, x, seeds, contexts, info)
+        else:
+            seeds = basis(x, info.y_shape, x.dtype)
+            inner = self.prepare_pullback(target, x, seeds, contexts, info)
+        return _Derived(seeds, inner, forward, info)
+
+    def value_and_jacobian(self, data, target, x, contexts):
+        if data.forward:
+            y, parts = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
+        else:
+            y, parts = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
+        return y, stack_jacobian(parts, data.info.y_shape, data.info.x_shape, data.forward, x)
+
+    def jacobian(self, data, target, x, contexts):
+        return self.value_and_jacobian(data, target, x, contexts)[1]
+
+    # -- second order: one first-order operator over another (see _second_order) ----------------
+
+    def outer_inner(self) -> tuple:
+        """The backends that nest in the second-order fallbacks: the engine over itself."""
+        return self.backend, self.backend
+
+    def prepare_second_derivative(self, target, x, contexts, info):
+        return Nested("second_derivative", *self.outer_inner(), target, x, (), contexts)
+
+    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+        return data.run_value_derivative_and_second_derivative(x, contexts)
+
+    def second_derivative(self, data, target, x, contexts):
+        return data.run_second(x, (), contexts)
+
+    def prepare_hvp(self, target, x, tangents, contexts, info):
+        return Nested("hvp", *self.outer_inner(), target, x, tangents, contexts)
+
+    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+        return data.run_gradient_and_hvp(x, tangents, contexts)
+
+    def hvp(self, data, target, x, tangents, contexts):
+        return data.run_second(x, tangents, contexts)
+
+    def prepare_hessian(self, target, x, contexts, info):
+        return Nested("hessian", *self.outer_inner(), target, x, (), contexts)
+
+    def value_gradient_and_hessian(self, data, target, x, contexts):
+        return data.run_value_gradient_and_hessian(x, contexts)
+
+    def hessian(self, data, target, x, contexts):
+        return data.run_second(x, (), contexts)
+
+
+class SecondOrderAdapter(Adapter):
+    """The adapter of ``SecondOrder(outer, inner)``: ``outer`` differentiates what ``inner`` computes."""
+
+    def outer_inner(self) -> tuple:
+        return self.backend.outer, self.backend.inner
+
+    def output_info(self, target, x, contexts, oneshot):
+        return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)
+
+
+def _copy_value(value: Any) -> Any:
+    from ._closure import copy_leaf, duplicate
+
+    return duplicate(value, copy_leaf)

@@ -1,0 +1,311 @@
+"""The state a function captures, found once and rebuilt over duplicates for every call (SPEC section 7).
+
+``StatePlan(f)`` walks what ``f`` captures: closure cells (following captured user functions and
+nested closures), default argument values, ``functools.partial`` arguments, attributes of a
+callable object or of a bound method's ``self``, and module globals that the code of ``f`` (and of
+the user functions it reaches) names. The captured values that are state (arrays, Python scalars,
+and lists, tuples and dicts of them) are the plan's *leaves*.
+
+``plan.read()`` returns the user's current leaf values; ``plan.rebuild(values)`` returns a copy of
+``f`` whose leaves are ``values``, with the user's objects untouched. An adapter passes duplicates
+of its own kind (numpy copies, fresh tensors, writable stand-ins) so that ``f`` may write into them.
+
+Library code (modules installed in the interpreter's stdlib or site-packages) is never walked:
+its functions, and modules, classes and other objects, are left as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+import sysconfig
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from ._arrays import is_array
+
+_LIBRARY_DIRS = tuple(
+    {p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))}
+)
+
+
+def _is_user_module(name: str | None) -> bool:
+    module = sys.modules.get(name or "")
+    if module is None:
+        return False
+    if getattr(module, "__diffinterface_user_code__", False):
+        return True
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return name == "__main__"
+    return not path.startswith(_LIBRARY_DIRS) and not name.startswith("diffinterface")
+
+
+def _is_user_function(value: Any) -> bool:
+    return isinstance(value, types.FunctionType) and _is_user_module(value.__module__)
+
+
+def is_state(value: Any) -> bool:
+    """Whether a captured value is state to duplicate: an array, a number, or a container of them."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float, complex)) or is_array(value):
+        return True
+    if isinstance(value, (list, dict)):
+        return True
+    if isinstance(value, tuple):
+        return any(is_state(v) for v in value)
+    return False
+
+
+def duplicate(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with its containers copied and ``leaf`` applied to every array in it."""
+    if is_array(value):
+        return leaf(value)
+    if isinstance(value, list):
+        return [duplicate(v, leaf) for v in value]
+    if isinstance(value, tuple):
+        items = [duplicate(v, leaf) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        out = copy.copy(value)
+        for k, v in value.items():
+            out[k] = duplicate(v, leaf)
+        return out
+    return value
+
+
+def copy_leaf(value: Any) -> Any:
+    """The duplicate of an array on its own engine: a numpy copy, a detached torch clone; jax arrays are immutable."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    return value
+
+
+def _code_names(code: types.CodeType) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+class _Leaf:
+    __slots__ = ("get", "where")
+
+    def __init__(self, get: Callable[[], Any], where: str) -> None:
+        self.get, self.where = get, where
+
+
+class _Walker:
+    """Discovery: builds, for each captured object that holds state, a rebuild function."""
+
+    def __init__(self) -> None:
+        self.leaves: list[_Leaf] = []
+        self._seen: dict[int, Any] = {}
+
+    def leaf(self, get: Callable[[], Any], where: str) -> int:
+        self.leaves.append(_Leaf(get, where))
+        return len(self.leaves) - 1
+
+    # Each visit_* returns None when the object holds no state, or build(values, memo) -> new object.
+    def visit(self, obj: Any, where: str) -> Any:
+        if id(obj) in self._seen:
+            return self._seen[id(obj)]
+        self._seen[id(obj)] = None  # cycles (recursive functions) are left as they are
+        if _is_user_function(obj):
+            build = self._function(obj, where)
+        elif isinstance(obj, functools.partial):
+            build = self._partial(obj, where)
+        elif isinstance(obj, types.MethodType):
+            build = self._method(obj, where)
+        elif callable(obj) and hasattr(obj, "__dict__") and _is_user_module(type(obj).__module__):
+            build = self._object(obj, where)
+        elif callable(obj) and _is_torch_module(obj):
+            build = self._object(obj, where)
+        else:
+            build = None
+        self._seen[id(obj)] = build
+        return build
+
+    def _part(self, value: Any, get: Callable[[], Any], where: str) -> Any:
+        """A rebuild for one captured slot: a leaf index, a nested rebuild, or None."""
+        if is_state(value):
+            index = self.leaf(get, where)
+            return lambda values, memo: values[index]
+        return self.visit(value, where)
+
+    def _function(self, fn: types.FunctionType, where: str) -> Any:
+        name = fn.__qualname__
+        cells: dict[int, Any] = {}
+        for i, (var, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            part = self._part(value, (lambda c=cell: c.cell_contents), f"{var!r} captured by {name}")
+            if part is not None:
+                cells[i] = part
+        defaults = {}
+        for i, value in enumerate(fn.__defaults__ or ()):
+            part = self._part(value, (lambda f=fn, i=i: f.__defaults__[i]), f"default argument {i} of {name}")
+            if part is not None:
+                defaults[i] = part
+        kwdefaults = {}
+        for k, value in (fn.__kwdefaults__ or {}).items():
+            part = self._part(value, (lambda f=fn, k=k: f.__kwdefaults__[k]), f"default argument {k!r} of {name}")
+            if part is not None:
+                kwdefaults[k] = part
+        module_globals = fn.__globals__
+        global_parts = {}
+        for var in sorted(_code_names(fn.__code__)):
+            if var not in module_globals:
+                continue
+            value = module_globals[var]
+            if isinstance(value, (types.ModuleType, type)):
+                continue
+            part = self._part(value, (lambda g=module_globals, v=var: g[v]), f"global {var!r} of {fn.__module__}")
+            if part is not None:
+                global_parts[var] = part
+        if not (cells or defaults or kwdefaults or global_parts):
+            return None
+
+        def build(values: list, memo: dict) -> types.FunctionType:
+            if id(fn) in memo:
+                return memo[id(fn)]
+            if global_parts:
+                key = ("globals", id(module_globals))
+                new_globals = memo.get(key)
+                if new_globals is None:
+                    new_globals = memo[key] = dict(module_globals)
+            else:
+                new_globals = module_globals
+            closure = fn.__closure__
+            if cells:
+                closure = tuple(
+                    types.CellType(cells[i](values, memo)) if i in cells else c for i, c in enumerate(closure)
+                )
+            new_fn = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
+            memo[id(fn)] = new_fn
+            new_fn.__kwdefaults__ = fn.__kwdefaults__
+            new_fn.__dict__.update(fn.__dict__)
+            new_fn.__qualname__, new_fn.__module__, new_fn.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+            if defaults:
+                new_fn.__defaults__ = tuple(
+                    defaults[i](values, memo) if i in defaults else d for i, d in enumerate(fn.__defaults__)
+                )
+            if kwdefaults:
+                new_fn.__kwdefaults__ = {
+                    k: kwdefaults[k](values, memo) if k in kwdefaults else d for k, d in fn.__kwdefaults__.items()
+                }
+            for var, part in global_parts.items():
+                new_globals[var] = part(values, memo)
+            return new_fn
+
+        return build
+
+    def _partial(self, p: functools.partial, where: str) -> Any:
+        func = self.visit(p.func, where)
+        args = {}
+        for i, value in enumerate(p.args):
+            part = self._part(value, (lambda p=p, i=i: p.args[i]), f"argument {i} of {where}")
+            if part is not None:
+                args[i] = part
+        keywords = {}
+        for k, value in p.keywords.items():
+            part = self._part(value, (lambda p=p, k=k: p.keywords[k]), f"keyword {k!r} of {where}")
+            if part is not None:
+                keywords[k] = part
+        if func is None and not args and not keywords:
+            return None
+
+        def build(values: list, memo: dict) -> functools.partial:
+            new_func = func(values, memo) if func is not None else p.func
+            new_args = [args[i](values, memo) if i in args else a for i, a in enumerate(p.args)]
+            new_kw = {k: keywords[k](values, memo) if k in keywords else v for k, v in p.keywords.items()}
+            return functools.partial(new_func, *new_args, **new_kw)
+
+        return build
+
+    def _method(self, m: types.MethodType, where: str) -> Any:
+        func = self.visit(m.__func__, where)
+        owner = m.__self__
+        obj = self._object(owner, f"{where}.__self__") if hasattr(owner, "__dict__") and not isinstance(owner, type) else None
+        if func is None and obj is None:
+            return None
+
+        def build(values: list, memo: dict) -> types.MethodType:
+            new_func = func(values, memo) if func is not None else m.__func__
+            new_self = obj(values, memo) if obj is not None else owner
+            return types.MethodType(new_func, new_self)
+
+        return build
+
+    def _object(self, obj: Any, where: str) -> Any:
+        attrs = {}
+        for name, value in vars(obj).items():
+            part = self._part(value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}")
+            if part is not None:
+                attrs[name] = part
+        if not attrs:
+            return None
+
+        def build(values: list, memo: dict) -> Any:
+            if id(obj) in memo:
+                return memo[id(obj)]
+            new = copy.copy(obj)
+            memo[id(obj)] = new
+            new_vars = vars(new)
+            for name, part in attrs.items():
+                new_vars[name] = part(values, memo)
+            return new
+
+        return build
+
+
+def _is_torch_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+class StatePlan:
+    """The state ``f`` captures, discovered once; see the module docstring."""
+
+    __slots__ = ("f", "leaves", "_build")
+
+    def __init__(self, f: Callable) -> None:
+        walker = _Walker()
+        self.f = f
+        self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
+        self.leaves = walker.leaves if self._build is not None else []
+
+    @property
+    def empty(self) -> bool:
+        return self._build is None
+
+    def where(self) -> list[str]:
+        """Where each leaf lives, for error messages: ``'a' captured by f``."""
+        return [leaf.where for leaf in self.leaves]
+
+    def read(self) -> list:
+        """The user's current leaf values (read at every call: updates between calls are seen)."""
+        return [leaf.get() for leaf in self.leaves]
+
+    def rebuild(self, values: list) -> Callable:
+        """``f`` over ``values`` in place of its captured leaves; the user's objects are not touched."""
+        if self._build is None:
+            return self.f
+        return self._build(values, {})
+
+    def duplicated(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable:
+        """``f`` over fresh duplicates of its state, each array passed through ``leaf``."""
+        if self._build is None:
+            return self.f
+        return self._build([duplicate(v, leaf) for v in self.read()], {})

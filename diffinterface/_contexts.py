@@ -1,0 +1,51 @@
+"""Contexts: the extra arguments after ``x`` (and the tangent) that ``f`` receives, in order."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Context(Generic[T]):
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class Constant(Context[T]):
+    """Read-only data passed to ``f``; not differentiated.
+
+    A prep made with ``Constant(a)`` runs correctly with ``Constant(b)`` of the same shape.
+    ``value`` may be an array, a Python scalar, or a tuple, list or dict of them.
+    """
+
+    __slots__ = ()
+
+
+class Cache(Context[T]):
+    """Scratch space whose initial content does not matter; ``f`` may write into it.
+
+    Every call (and, for finite differences, every evaluation of ``f``) gets a fresh working copy,
+    so the object passed in is never modified and nothing leaks from one call into the next.
+    """
+
+    __slots__ = ()
+
+
+def check_contexts(contexts: tuple, call: str) -> None:
+    for i, c in enumerate(contexts):
+        if not isinstance(c, Context):
+            raise TypeError(
+                f"{call}: extra argument {i} after x is a {type(c).__name__}; wrap it as Constant(value) "
+                f"for read-only data or Cache(value) for scratch space f writes into"
+            )
+
+
+def context_values(contexts: tuple, duplicate: Any) -> list:
+    """What ``f`` receives for ``contexts``: Constant values as they are, Cache values duplicated."""
+    return [duplicate(c.value) if type(c) is Cache else c.value for c in contexts]

@@ -1,0 +1,173 @@
+"""What every operator does around its adapter call: validation, preparation, conversion, ``out=``.
+
+The operator modules (``first_order/``, ``second_order/``) are thin: each public function calls
+:func:`resolve` (prepare, or check the given prep), runs one adapter method, and calls :func:`finish`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._adapter import SecondOrderAdapter
+from ._arrays import JAX, TORCH, as_input, describe, family, is_real_floating, output_like, shape, to_family
+from ._backends import SecondOrder, adapter_for
+from ._contexts import check_contexts
+from ._errors import call_repr
+from ._prep import Prep
+from ._target import Target
+
+SECOND_ORDER = ("hvp", "hessian", "second_derivative")
+SCALAR_INPUT = ("derivative", "second_derivative")
+SCALAR_OUTPUT = ("gradient", "hvp", "hessian")
+IN_PLACE = ("pushforward", "pullback", "derivative", "jacobian")
+TANGENT_NAME = {"pushforward": "tx", "pullback": "ty", "hvp": "tx"}
+
+
+def _call(operator: str, backend: Any, y: Any) -> str:
+    tangent = TANGENT_NAME.get(operator)
+    args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
+    return call_repr(operator, backend, args)
+
+
+def _adapter(operator: str, backend: Any, call: str) -> Any:
+    if isinstance(backend, SecondOrder):
+        if operator not in SECOND_ORDER:
+            raise TypeError(
+                f"{call}: SecondOrder backends serve the second-order operators (hvp, hessian, "
+                f"second_derivative); for {operator} pass one engine config such as {backend.inner!r}"
+            )
+        return SecondOrderAdapter(backend)
+    return adapter_for(backend, call)
+
+
+def _check_x(x: Any, call: str, name: str = "x") -> Any:
+    if family(x) is None:
+        raise TypeError(
+            f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
+        )
+    if not is_real_floating(x):
+        raise TypeError(
+            f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a real "
+            f"floating {name}: pass floats (e.g. x.astype(float) or 1.0 instead of 1)"
+        )
+    return as_input(x)
+
+
+def _tangents(tangent: Any, x: Any, expected: tuple, what: str, call: str, name: str) -> tuple:
+    batched = isinstance(tangent, tuple)
+    items = tangent if batched else (tangent,)
+    out = []
+    for i, t in enumerate(items):
+        label = f"{name}[{i}]" if batched else name
+        if family(t) is None:
+            raise TypeError(
+                f"{call}: {label} must be an array shaped like {what} {expected} (or a tuple of such arrays "
+                f"for a batch), got {type(t).__name__}"
+            )
+        if shape(t) != expected:
+            raise ValueError(f"{call}: {label} has shape {shape(t)}, expected {what} shape {expected}")
+        out.append(to_family(as_input(t), family(x), like=x))
+    return tuple(out), batched
+
+
+def _check_output(operator: str, info: Any, call: str) -> None:
+    if operator in SCALAR_OUTPUT and info.y_shape != ():
+        hint = "jacobian" if operator == "gradient" else "jacobian of the gradient, or hvp of a scalar function"
+        raise ValueError(
+            f"{call}: {operator} needs f(x) to be a scalar, but f(x) has shape {info.y_shape}; "
+            f"for a vector output use {hint}"
+        )
+
+
+def prepare(
+    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, strict: bool,
+    oneshot: bool = False,
+) -> Prep:
+    call = _call(operator, backend, y)
+    adapter = _adapter(operator, backend, call)
+    if not callable(f):
+        raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
+    x_in = _check_x(x, call)
+    check_contexts(contexts, call)
+    if operator in SCALAR_INPUT and shape(x_in) != ():
+        raise ValueError(
+            f"{call}: {operator} needs a scalar x (a float or 0-d array), got x of shape {shape(x_in)}; "
+            f"for array inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
+        )
+    if y is not None:
+        if operator not in IN_PLACE:
+            raise TypeError(f"{call}: y= (a two-argument f(y, x)) is accepted by {', '.join(IN_PLACE)} only")
+        y = _check_x(y, call, "y")
+    tangent_name = TANGENT_NAME.get(operator)
+    tangents = ()
+    if tangent_name == "tx":
+        tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
+    closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
+    target = Target(f, y, closure)
+    info = adapter.output_info(target, x_in, contexts, oneshot)
+    _check_output(operator, info, call)
+    if tangent_name == "ty":
+        tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
+    method = getattr(adapter, "prepare_" + operator)
+    data = method(target, x_in, tangents, contexts, info) if tangent_name else method(target, x_in, contexts, info)
+    names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
+    names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
+    args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
+    return Prep(operator, backend, f, adapter, data, target, names, args, strict)
+
+
+def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, prep: Any) -> Prep:
+    """The prep to run: a fresh one-shot prep, or the given one once checked against the arguments."""
+    if prep is None:
+        return prepare(operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True)
+    if not isinstance(prep, Prep):
+        raise TypeError(
+            f"{_call(operator, backend, y)}: prep must come from prepare_{operator}, got {type(prep).__name__}"
+        )
+    if TANGENT_NAME.get(operator):
+        args = (x, tangent) + ((y,) if y is not None else ()) + contexts
+    else:
+        args = (x,) + ((y,) if y is not None else ()) + contexts
+    prep.check(operator, _call(operator, backend, y), backend, f, args)
+    return prep
+
+
+def tangents_of(tangent: Any, x: Any) -> tuple:
+    """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
+    items = tangent if isinstance(tangent, tuple) else (tangent,)
+    fam = family(x)
+    return tuple(to_family(as_input(t), fam, like=x) for t in items)
+
+
+def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: Any = None) -> Any:
+    """``result`` in the family of the user's ``x``; written into ``out`` when given."""
+    result = output_like(result, x)
+    if out is None:
+        return result
+
+    def call() -> str:
+        return _call(operator, backend, None)
+
+    fam = family(out)
+    if fam == JAX:
+        raise TypeError(
+            f"{call()}: out= is a jax array, and jax arrays are immutable; drop out= and use the returned array"
+        )
+    if fam is None:
+        raise TypeError(f"{call()}: out= must be a numpy array or a torch tensor, got {type(out).__name__}")
+    if shape(out) != shape(result):
+        raise ValueError(f"{call()}: out= has shape {shape(out)}, expected {shape(result)} (got {describe(out)})")
+    if fam == TORCH:
+        out.copy_(to_family(result, TORCH, like=out))
+    else:
+        np.copyto(out, to_family(result, fam), casting="same_kind")
+    return out
+
+
+def tangent_result(results: tuple, tangent: Any, x: Any) -> Any:
+    """A batch of results as a tuple (tangent was a tuple), else the single result."""
+    if isinstance(tangent, tuple):
+        return tuple(output_like(r, x) for r in results)
+    return output_like(results[0], x)

@@ -1,0 +1,102 @@
+"""``Prep``: what ``prepare_*`` computed once, and the strict check of the arguments it meets later."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from ._arrays import describe
+from ._contexts import Context
+from ._errors import PreparationMismatchError
+
+
+def signature(value: Any) -> Any:
+    """What a prep depends on in an argument: its type, shape and dtype (never its values)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return (type(value), tuple(shape), value.dtype)
+    if isinstance(value, Context):
+        return (type(value), signature(value.value))
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(signature(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple((k, signature(v)) for k, v in value.items()))
+    return type(value)
+
+
+def describe_arg(value: Any) -> str:
+    if isinstance(value, Context):
+        return f"{type(value).__name__}({describe_arg(value.value)})"
+    if isinstance(value, (tuple, list)) and not hasattr(value, "shape"):
+        inner = ", ".join(describe_arg(v) for v in value)
+        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else f"{type(value).__name__}[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {describe_arg(v)}" for k, v in value.items()) + "}"
+    return describe(value)
+
+
+def same_function(f: Any, g: Any) -> bool:
+    """Identity, except that bound methods (a new object at every attribute access) compare by value."""
+    return f is g or (isinstance(f, types.MethodType) and f == g)
+
+
+class Prep:
+    """The result of ``prepare_<operator>``: pass it as ``prep=`` to run only the fast path.
+
+    Valid for the same ``f`` and backend and for arguments of the same family, shape and dtype;
+    with ``strict=True`` a call whose arguments differ raises :class:`PreparationMismatchError`.
+    """
+
+    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict")
+
+    def __init__(self, operator, backend, f, adapter, data, target, names, args, strict) -> None:
+        self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
+        self.data, self.target, self.names, self.strict = data, target, names, strict
+        self.args = tuple(describe_arg(a) for a in args)
+        self.signature = tuple(signature(a) for a in args)
+
+    def __repr__(self) -> str:
+        made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
+        return f"Prep({self.operator}, {self.backend!r}, made for {made})"
+
+    def check(self, operator: str, call: str, backend: Any, f: Any, args: tuple) -> None:
+        """Raise if this prep cannot serve ``call``; with ``strict`` also compare every argument."""
+        if self.operator != operator:
+            raise PreparationMismatchError(
+                f"{call}: prep was made by prepare_{self.operator}; use prepare_{operator} for {operator}"
+            )
+        if backend != self.backend:
+            raise PreparationMismatchError(
+                f"{call}: prep was made for backend {self.backend!r}, got {backend!r}; prepare again for this backend"
+            )
+        if not same_function(f, self.f):
+            raise PreparationMismatchError(
+                f"{call}: prep was made for function {_fname(self.f)}, got {_fname(f)}; a prep serves the "
+                f"function object it was made for: pass that object, or prepare again"
+            )
+        if self.strict and len(args) == len(self.signature):
+            for a, s in zip(args, self.signature):
+                if signature(a) != s:
+                    break
+            else:
+                return
+        elif not self.strict:
+            return
+        lines = []
+        got = [describe_arg(a) for a in args]
+        for i in range(max(len(got), len(self.args))):
+            name = self.names[i] if i < len(self.names) else f"contexts[{i - len(self.names)}]"
+            made = self.args[i] if i < len(self.args) else "(nothing)"
+            now = got[i] if i < len(got) else "(nothing)"
+            mark = "" if made == now and (i < len(args) and signature(args[i]) == self.signature[i]) else "   <- differs"
+            lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
+        raise PreparationMismatchError(
+            f"{call}: the arguments differ from the ones the prep was made for:\n"
+            + "\n".join(lines)
+            + f"\nPrepare again with these arguments (prepare_{operator}), or pass strict=False to "
+            "prepare_* if you know the prep still applies."
+        )
+
+
+def _fname(f: Any) -> str:
+    return f"{getattr(f, '__qualname__', type(f).__name__)} at {id(f):#x}"

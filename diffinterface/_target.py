@@ -1,0 +1,39 @@
+"""The function as adapters call it: ``g(x, *context values) -> y``.
+
+It hides two things every adapter would otherwise repeat: the closure setting (a fresh duplicate of
+the captured state for each call, SPEC section 7) and two-argument functions ``f(y, x, *contexts)``
+that write their output into a buffer ``y`` (each call writes into a duplicate of the buffer and
+returns it; the user's ``y`` is only a template and is never modified).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._closure import StatePlan, copy_leaf, duplicate
+
+
+class Target:
+    __slots__ = ("f", "y", "plan", "closure")
+
+    def __init__(self, f: Callable, y: Any, closure: str) -> None:
+        self.f, self.y, self.closure = f, y, closure
+        self.plan = StatePlan(f) if closure == "duplicated" else None
+
+    @property
+    def stateless(self) -> bool:
+        return self.y is None and (self.plan is None or self.plan.empty)
+
+    def instance(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable:
+        """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``)."""
+        fn = self.plan.duplicated(leaf) if self.plan is not None else self.f
+        y = self.y
+        if y is None:
+            return fn
+
+        def out_of_place(x: Any, *contexts: Any) -> Any:
+            buffer = duplicate(y, leaf)
+            fn(buffer, x, *contexts)
+            return buffer
+
+        return out_of_place

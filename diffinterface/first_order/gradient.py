@@ -1,0 +1,27 @@
+"""gradient: ``df/dx`` for a scalar-valued ``f``, shaped like ``x``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .._arrays import as_input, output_like
+from .._frontend import finish, prepare, resolve
+from .._prep import Prep
+
+
+def prepare_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, strict: bool = True) -> Prep:
+    """Prepare :func:`gradient` and :func:`value_and_gradient` for arguments shaped like these."""
+    return prepare("gradient", backend, f, x, None, contexts, None, strict)
+
+
+def value_and_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> tuple:
+    """``(f(x), grad)``; ``out=`` receives the gradient."""
+    p = resolve("gradient", backend, f, x, None, contexts, None, prep)
+    value, grad = p.adapter.value_and_gradient(p.data, p.target, as_input(x), contexts)
+    return output_like(value, x), finish(grad, x, out, "value_and_gradient", backend)
+
+
+def gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
+    """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given."""
+    p = resolve("gradient", backend, f, x, None, contexts, None, prep)
+    return finish(p.adapter.gradient(p.data, p.target, as_input(x), contexts), x, out, "gradient", backend)

@@ -1,0 +1,30 @@
+"""pushforward (JVP): ``J(x) @ tx`` for a tangent ``tx`` shaped like ``x``, or a tuple of them (a batch)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .._arrays import as_input, output_like
+from .._frontend import prepare, resolve, tangent_result, tangents_of
+from .._prep import Prep
+
+
+def prepare_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True) -> Prep:
+    """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these."""
+    return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
+
+
+def value_and_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> tuple:
+    """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
+
+    ``f(x, *contexts)`` returns its output, or with ``y=`` is ``f(y, x, *contexts)`` writing it into ``y``.
+    """
+    p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
+    value, results = p.adapter.value_and_pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts)
+    return output_like(value, x), tangent_result(results, tx, x)
+
+
+def pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
+    """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
+    p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
+    return tangent_result(p.adapter.pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)

@@ -1,0 +1,27 @@
+"""hvp: the Hessian-vector product ``H(x) @ tx`` of a scalar-valued ``f``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .._arrays import as_input, output_like
+from .._frontend import prepare, resolve, tangent_result, tangents_of
+from .._prep import Prep
+
+
+def prepare_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, strict: bool = True) -> Prep:
+    """Prepare :func:`hvp` and :func:`gradient_and_hvp` for arguments shaped like these."""
+    return prepare("hvp", backend, f, x, tx, contexts, None, strict)
+
+
+def gradient_and_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> tuple:
+    """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products."""
+    p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
+    grad, results = p.adapter.gradient_and_hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts)
+    return output_like(grad, x), tangent_result(results, tx, x)
+
+
+def hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
+    """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
+    p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
+    return tangent_result(p.adapter.hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)

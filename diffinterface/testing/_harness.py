@@ -1,0 +1,216 @@
+"""``test_differentiation``: every scenario on every backend, prepared and unprepared, twice each."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .. import first_order as fo
+from .. import second_order as so
+from .._arrays import JAX, NUMPY, family, to_family
+from .._backends import AutoFiniteDiff, SecondOrder
+from .._contexts import Context
+from ._scenarios import Scenario, default_scenarios
+
+# operator -> (plain, value form, prepare, accepts out=, takes a tangent)
+OPERATORS: dict[str, tuple] = {
+    "pushforward": (fo.pushforward, fo.value_and_pushforward, fo.prepare_pushforward, False, True),
+    "pullback": (fo.pullback, fo.value_and_pullback, fo.prepare_pullback, False, True),
+    "derivative": (fo.derivative, fo.value_and_derivative, fo.prepare_derivative, False, False),
+    "gradient": (fo.gradient, fo.value_and_gradient, fo.prepare_gradient, True, False),
+    "jacobian": (fo.jacobian, fo.value_and_jacobian, fo.prepare_jacobian, True, False),
+    "second_derivative": (so.second_derivative, so.value_derivative_and_second_derivative, so.prepare_second_derivative, False, False),
+    "hvp": (so.hvp, so.gradient_and_hvp, so.prepare_hvp, False, True),
+    "hessian": (so.hessian, so.value_gradient_and_hessian, so.prepare_hessian, True, False),
+}
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One scenario on one backend: passed, or the first failure met."""
+
+    scenario: Scenario
+    backend: Any
+    error: str | None
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None
+
+
+def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
+    """Scaled tolerance: ``max|result - reference| <= tol * max(1, max|reference|)``."""
+    single = np.dtype(dtype) == np.float32
+    fd = isinstance(backend, AutoFiniteDiff) or (
+        isinstance(backend, SecondOrder) and AutoFiniteDiff in (type(backend.outer), type(backend.inner))
+    )
+    if not fd:
+        return 1e-5 if single else 1e-10
+    if second_order:
+        return 3e-2 if single else 1e-5
+    if backend.method == "complex" and not single:
+        return 1e-10
+    if backend.method in ("forward", "backward") or single:
+        return 1e-2 if single else 1e-5
+    return 1e-7
+
+
+def _snapshot(value: Any) -> tuple:
+    """A tagged deep copy of ``value`` that :func:`_same` compares exactly (NaN equal to NaN)."""
+    if isinstance(value, Context):
+        return ("context", type(value), _snapshot(value.value))
+    if isinstance(value, (list, tuple)):
+        return ("sequence", type(value), [_snapshot(v) for v in value])
+    if isinstance(value, dict):
+        return ("mapping", type(value), {k: _snapshot(v) for k, v in value.items()})
+    if family(value) is not None and not isinstance(value, (float, int)):
+        return ("array", type(value), np.array(to_family(value, NUMPY), copy=True))
+    return ("object", type(value), copy.deepcopy(value))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0] or a[1] is not b[1]:
+        return False
+    kind, _, u = a
+    v = b[2]
+    if kind == "context":
+        return _same(u, v)
+    if kind == "sequence":
+        return len(u) == len(v) and all(_same(p, q) for p, q in zip(u, v))
+    if kind == "mapping":
+        return u.keys() == v.keys() and all(_same(u[k], v[k]) for k in u)
+    if kind == "array":
+        return u.shape == v.shape and u.dtype == v.dtype and np.array_equal(u, v, equal_nan=True)
+    return bool(u == v)
+
+
+class _Check:
+    def __init__(self, scenario: Scenario, backend: Any, tol: float) -> None:
+        self.s, self.backend, self.tol = scenario, backend, tol
+        x = scenario.x
+        self.family = family(x)
+        self.dtype = np.float64 if isinstance(x, float) else (to_family(x, NUMPY).dtype if self.family != NUMPY else x.dtype)
+
+    def close(self, what: str, actual: Any, expected: Any) -> None:
+        if isinstance(expected, tuple):
+            if not isinstance(actual, tuple) or len(actual) != len(expected):
+                raise AssertionError(f"{what}: expected a tuple of {len(expected)} results, got {type(actual).__name__}")
+            for i, (a, e) in enumerate(zip(actual, expected)):
+                self.close(f"{what}[{i}]", a, e)
+            return
+        if family(actual) != self.family:
+            raise AssertionError(f"{what}: expected a {self.family} result (the family of x), got {type(actual).__name__}")
+        a = np.asarray(to_family(actual, NUMPY))
+        e = np.asarray(expected, dtype=np.float64)
+        if a.shape != e.shape:
+            raise AssertionError(f"{what}: shape {a.shape}, expected {e.shape}")
+        if a.dtype != self.dtype:
+            raise AssertionError(f"{what}: dtype {a.dtype}, expected {np.dtype(self.dtype)} (the dtype of x)")
+        err = float(np.max(np.abs(a.astype(np.float64) - e))) if e.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(e)))) if e.size else 1.0
+        if not err <= self.tol * scale:
+            raise AssertionError(
+                f"{what}: max error {err:.3g} exceeds {self.tol:.1g} x {scale:.3g}\n got      {a.ravel()[:8]}\n expected {e.ravel()[:8]}"
+            )
+
+    def unchanged(self, before: list, label: str) -> None:
+        after = self.inputs()
+        names = ["x", "tangent", "contexts", "y", "captured state"]
+        for name, b, a in zip(names, before, after):
+            if not _same(b, a):
+                raise AssertionError(f"{label}: {name} was modified by the call")
+
+    def inputs(self) -> list:
+        s = self.s
+        return [_snapshot(s.x), _snapshot(s.tangent), _snapshot(s.contexts), _snapshot(s.y), _snapshot(s.state)]
+
+    def run(self) -> None:
+        s, backend = self.s, self.backend
+        plain, valued, prepare, takes_out, takes_tangent = OPERATORS[s.operator]
+        kwargs = {"y": s.y} if s.y is not None else {}
+        lead = (s.tangent,) if takes_tangent else ()
+        for prepared in (False, True):
+            prep = None
+            if prepared:
+                prep_x = s.prep_x if s.prep_x is not None else s.x
+                prep_lead = (s.prep_tangent if s.prep_tangent is not None else s.tangent,) if takes_tangent else ()
+                prep_ctx = s.prep_contexts if s.prep_contexts is not None else s.contexts
+                before = self.inputs()
+                prep = prepare(backend, s.f, prep_x, *prep_lead, *prep_ctx, **kwargs)
+                self.unchanged(before, "preparation")
+            mode = "prepared" if prepared else "unprepared"
+            for call in (1, 2):
+                label = f"{mode} call {call}"
+                before = self.inputs()
+                result = plain(backend, s.f, s.x, *lead, *s.contexts, prep=prep, **kwargs)
+                self.unchanged(before, f"{s.operator} ({label})")
+                expected = s.second if s.operator in ("second_derivative", "hvp", "hessian") else s.first
+                self.close(f"{s.operator} ({label})", result, expected)
+                before = self.inputs()
+                outs = valued(backend, s.f, s.x, *lead, *s.contexts, prep=prep, **kwargs)
+                self.unchanged(before, f"{valued.__name__} ({label})")
+                refs = {
+                    "second_derivative": (s.value, s.first, s.second),
+                    "hessian": (s.value, s.first, s.second),
+                    "hvp": (s.first, s.second),
+                }.get(s.operator, (s.value, s.first))
+                for i, (got, ref) in enumerate(zip(outs, refs)):
+                    self.close(f"{valued.__name__}[{i}] ({label})", got, ref)
+                if takes_out and self.family != JAX and not isinstance(s.x, float):
+                    out = to_family(np.zeros(np.shape(expected), dtype=self.dtype), self.family)
+                    got = plain(backend, s.f, s.x, *lead, *s.contexts, prep=prep, out=out, **kwargs)
+                    if got is not out:
+                        raise AssertionError(f"{s.operator}(out=...) ({label}) did not return the out array")
+                    self.close(f"{s.operator}(out=...) ({label})", out, expected)
+
+
+def check_scenario(backend: Any, scenario: Scenario, tol: float | None = None) -> None:
+    """Run one scenario on one backend; raise ``AssertionError`` naming the first failed check."""
+    if tol is None:
+        dtype = np.float64 if isinstance(scenario.x, float) else to_family(scenario.x, NUMPY).dtype
+        tol = default_tolerance(backend, dtype, scenario.operator in ("second_derivative", "hvp", "hessian"))
+    _Check(scenario, backend, tol).run()
+
+
+def test_differentiation(
+    backends: Iterable[Any] | Any,
+    scenarios: Iterable[Scenario] | None = None,
+    *,
+    tol: float | None = None,
+    raise_on_failure: bool = True,
+    progress: Callable[[int, int, Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Run every scenario on every backend: unprepared, then prepared at another point, each called
+    twice; checks results, ``value_and_`` agreement, ``out=`` identity, and that the inputs and the
+    captured state are unchanged. Returns one :class:`Outcome` per pair; with ``raise_on_failure``
+    raises ``AssertionError`` listing the failures.
+    """
+    if not isinstance(backends, (list, tuple)):
+        backends = [backends]
+    scenarios = list(default_scenarios() if scenarios is None else scenarios)
+    outcomes = []
+    total = len(backends) * len(scenarios)
+    for backend in backends:
+        for scenario in scenarios:
+            start = time.perf_counter()
+            try:
+                check_scenario(backend, scenario, tol)
+                error = None
+            except Exception as e:  # every failure is reported, not only assertion errors
+                error = f"{type(e).__name__}: {e}" if not isinstance(e, AssertionError) else str(e)
+            outcomes.append(Outcome(scenario, backend, error, time.perf_counter() - start))
+            if progress is not None:
+                progress(len(outcomes), total, outcomes[-1])
+    failures = [o for o in outcomes if not o.passed]
+    if failures and raise_on_failure:
+        lines = [f"{o.scenario.name} on {o.backend!r}: {o.error}" for o in failures[:20]]
+        raise AssertionError(f"{len(failures)} of {len(outcomes)} scenario runs failed:\n" + "\n".join(lines))
+    return outcomes
+
+
+test_differentiation.__test__ = False  # type: ignore[attr-defined]  # not a pytest test itself

@@ -1,0 +1,408 @@
+"""The scenario catalogue: reference functions with analytic derivatives (after DifferentiationInterfaceTest).
+
+Each reference function is written once with the array API (``xp = array_namespace(x)``) and comes
+with its value and its Jacobian (and, for scalar outputs, its Hessian) in closed form. The scenarios
+derive every reference result from those by linear algebra: a pushforward is ``J @ t``, a pullback
+``t @ J``, an hvp ``H @ t``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from .._contexts import Cache, Constant
+
+# The closure machinery walks user code only; these functions are user code (see _closure.py).
+__diffinterface_user_code__ = True
+
+FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
+SECOND_ORDER = ("second_derivative", "hvp", "hessian")
+OPERATORS = FIRST_ORDER + SECOND_ORDER
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One operator on one function at one point, with its reference results.
+
+    ``value`` is ``f(x)``; ``first`` the first-order result of the operator (the derivative, gradient,
+    Jacobian, pushforward or pullback; the gradient for ``hvp`` and ``hessian``); ``second`` the
+    second-order result (second derivative, hvp, Hessian). A tuple ``tangent`` is a batch and its
+    results are tuples. ``y`` is the output buffer of a two-argument ``f(y, x, *contexts)``.
+    The harness prepares at ``prep_x`` with ``prep_tangent`` and ``prep_contexts`` and checks that
+    ``x``, the tangent, the contexts and the objects in ``state`` are unchanged by every call.
+    """
+
+    operator: str
+    f: Callable
+    x: Any
+    tangent: Any = None
+    contexts: tuple = ()
+    y: Any = None
+    value: Any = None
+    first: Any = None
+    second: Any = None
+    name: str = ""
+    prep_x: Any = None
+    prep_tangent: Any = None
+    prep_contexts: tuple | None = None
+    state: tuple = ()
+
+    def __repr__(self) -> str:
+        return f"Scenario({self.name})"
+
+
+# -- reference functions ----------------------------------------------------------------------
+
+def _const(x: Any, value: np.ndarray) -> Any:
+    """A constant array in the family, dtype and device of ``x``."""
+    xp = array_namespace(x)
+    return xp.asarray(np.asarray(value), dtype=x.dtype, device=device(x))
+
+
+_MULT_VEC = np.array([1.0, 2.0])
+_MULT_MAT = np.array([[1.0, 3.0], [2.0, 4.0]])
+
+
+def num_to_num(x):
+    return array_namespace(x).sin(x)
+
+
+def num_to_vec(x):
+    return array_namespace(x).sin(_const(x, _MULT_VEC) * x)
+
+
+def num_to_mat(x):
+    return array_namespace(x).sin(_const(x, _MULT_MAT) * x)
+
+
+def arr_to_num(x):
+    xp = array_namespace(x)
+    return xp.sum(x**4) * xp.sum(x**6)
+
+
+def vec_to_vec(x):
+    xp = array_namespace(x)
+    return xp.concat([xp.sin(x), xp.cos(x)])
+
+
+def vec_to_mat(x):
+    xp = array_namespace(x)
+    return xp.stack([xp.sin(x), xp.cos(x)], axis=1)
+
+
+def mat_to_vec(x):
+    xp = array_namespace(x)
+    return xp.concat([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))])
+
+
+def mat_to_mat(x):
+    xp = array_namespace(x)
+    return xp.stack([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))], axis=1)
+
+
+def diff_square(x):
+    return (x[1:] - x[:-1]) ** 2
+
+
+def diff_cube(x):
+    return (x[1:] - x[:-1]) ** 3
+
+
+def sum_diff_cube(x):
+    return array_namespace(x).sum((x[1:] - x[:-1]) ** 3)
+
+
+_BANDED = np.diag(np.arange(1.0, 7.0)) + np.diag(np.full(5, 0.5), 1) - np.diag(np.full(5, 0.25), -1) + np.diag(np.full(4, 0.1), 2)
+
+
+def banded_times_square(x):
+    return _const(x, _BANDED) @ (x * x)
+
+
+def quadratic_form(x):
+    u = x * x
+    return array_namespace(x).sum(u * (_const(x, _BANDED) @ u))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A function with closed-form value, Jacobian (flat: ``(y.size, x.size)``) and Hessian."""
+
+    name: str
+    f: Callable
+    x: Any
+    value: Callable
+    jac: Callable
+    hess: Callable | None = None       # (x.size, x.size), scalar outputs only
+    der2: Callable | None = None       # d2f/dx2 shaped like f(x), scalar inputs only
+
+
+def _references() -> list[Reference]:
+    xs = 0.7
+    xv = np.array([0.6, 1.1, -0.4, 0.9, 1.3, -0.8])
+    xm = np.array([[0.6, 1.1, -0.4], [0.9, 1.3, -0.8]])
+
+    def diffs(x, k):
+        d = np.diff(x)
+        jac = np.zeros((d.size, x.size))
+        i = np.arange(d.size)
+        jac[i, i], jac[i, i + 1] = -k * d ** (k - 1), k * d ** (k - 1)
+        return d, jac
+
+    def sincos_jac(x, interleave):
+        xf = np.ravel(x)
+        n = xf.size
+        jac = np.zeros((2 * n, n))
+        i = np.arange(n)
+        rows_sin, rows_cos = (2 * i, 2 * i + 1) if interleave else (i, n + i)
+        jac[rows_sin, i], jac[rows_cos, i] = np.cos(xf), -np.sin(xf)
+        return jac
+
+    def arr_hess(x):
+        xf = np.ravel(x)
+        s4, s6 = np.sum(xf**4), np.sum(xf**6)
+        return (
+            np.diag(12 * xf**2 * s6 + 30 * xf**4 * s4)
+            + 24 * np.outer(xf**3, xf**5)
+            + 24 * np.outer(xf**5, xf**3)
+        )
+
+    def arr_grad(x):
+        xf = np.ravel(x)
+        return (4 * xf**3 * np.sum(xf**6) + 6 * xf**5 * np.sum(xf**4))[None, :]
+
+    sym = _BANDED + _BANDED.T
+    refs = [
+        Reference("num_to_num", num_to_num, xs, np.sin, lambda x: np.reshape(np.cos(x), (1, 1)),
+                  hess=lambda x: np.reshape(-np.sin(x), (1, 1)), der2=lambda x: -np.sin(x)),
+        Reference("num_to_vec", num_to_vec, xs, lambda x: np.sin(_MULT_VEC * x),
+                  lambda x: np.reshape(_MULT_VEC * np.cos(_MULT_VEC * x), (-1, 1)),
+                  der2=lambda x: -(_MULT_VEC**2) * np.sin(_MULT_VEC * x)),
+        Reference("num_to_mat", num_to_mat, xs, lambda x: np.sin(_MULT_MAT * x),
+                  lambda x: np.reshape(_MULT_MAT * np.cos(_MULT_MAT * x), (-1, 1)),
+                  der2=lambda x: -(_MULT_MAT**2) * np.sin(_MULT_MAT * x)),
+        Reference("vec_to_num", arr_to_num, xv, lambda x: np.sum(x**4) * np.sum(x**6), arr_grad, hess=arr_hess),
+        Reference("mat_to_num", arr_to_num, xm, lambda x: np.sum(x**4) * np.sum(x**6), arr_grad, hess=arr_hess),
+        Reference("vec_to_vec", vec_to_vec, xv, lambda x: np.concatenate([np.sin(x), np.cos(x)]),
+                  lambda x: sincos_jac(x, False)),
+        Reference("vec_to_mat", vec_to_mat, xv, lambda x: np.stack([np.sin(x), np.cos(x)], axis=1),
+                  lambda x: sincos_jac(x, True)),
+        Reference("mat_to_vec", mat_to_vec, xm, lambda x: np.concatenate([np.sin(x).ravel(), np.cos(x).ravel()]),
+                  lambda x: sincos_jac(x, False)),
+        Reference("mat_to_mat", mat_to_mat, xm, lambda x: np.stack([np.sin(x).ravel(), np.cos(x).ravel()], axis=1),
+                  lambda x: sincos_jac(x, True)),
+        Reference("diff_square", diff_square, xv, lambda x: np.diff(x) ** 2, lambda x: diffs(x, 2)[1]),
+        Reference("diff_cube", diff_cube, xv, lambda x: np.diff(x) ** 3, lambda x: diffs(x, 3)[1]),
+        Reference("sum_diff_cube", sum_diff_cube, xv, lambda x: np.sum(np.diff(x) ** 3),
+                  lambda x: np.sum(diffs(x, 3)[1], axis=0)[None, :],
+                  hess=lambda x: sum(6 * d * np.outer(v, v) for d, v in zip(np.diff(x), np.diff(np.eye(x.size), axis=0)))),
+        Reference("banded_times_square", banded_times_square, xv, lambda x: _BANDED @ x**2, lambda x: _BANDED * (2 * x)),
+        Reference("quadratic_form", quadratic_form, xv, lambda x: (x**2) @ _BANDED @ (x**2),
+                  lambda x: (2 * x * (sym @ x**2))[None, :],
+                  hess=lambda x: np.diag(2 * sym @ x**2) + 4 * np.outer(x, x) * sym),
+    ]
+    return refs
+
+
+# -- variants: contexts, caches, closures, two-argument functions ------------------------------
+
+def _with_constant(f):
+    def with_constant(x, c):
+        return c[0] * f(x) + c[1]
+    return with_constant
+
+
+def _with_cache(f):
+    def with_cache(x, cache):
+        xp = array_namespace(x)
+        cache[...] = x
+        return f(xp.asarray(cache))
+    return with_cache
+
+
+def _closure_over_buffer(f, buffer):
+    def over_buffer(x):
+        xp = array_namespace(x)
+        buffer[...] = x
+        return f(xp.asarray(buffer))
+    return over_buffer
+
+
+def _closure_scalar(buffer):
+    # The example of SPEC section 7: derivative 2 (1 + x) on every call, with the buffer unchanged.
+    def accumulate(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+    return accumulate
+
+
+def _in_place(f):
+    def in_place(y, x):
+        y[...] = f(x)
+    return in_place
+
+
+# -- families and dtypes ------------------------------------------------------------------------
+
+def convert(value: Any, family: str, dtype: Any) -> Any:
+    """A numpy value as an array of ``family`` with ``dtype`` (Python floats stay floats for numpy)."""
+    if isinstance(value, float) and family == "numpy" and np.dtype(dtype) == np.float64:
+        return value
+    arr = np.asarray(value, dtype=dtype)
+    if family == "numpy":
+        return arr
+    if family == "torch":
+        import torch
+
+        return torch.from_numpy(arr.copy())
+    if family == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(arr)
+    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax' or 'torch'")
+
+
+def _mutable_family(family: str) -> str:
+    """The family of buffers f writes into: jax arrays are immutable, so a jax user's buffer is numpy."""
+    return "numpy" if family == "jax" else family
+
+
+def _tangent(shape: tuple, k: int) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    t = np.linspace(0.5, 1.5, n) * (-1.0) ** np.arange(n) + 0.25 * k
+    return np.reshape(t, shape) if shape else np.asarray(t[0])
+
+
+def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include: tuple = OPERATORS) -> list[Scenario]:
+    """The reference catalogue: every applicable operator on every reference function, with variants.
+
+    Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
+    into a captured buffer, and a two-argument ``f(y, x)``. Arrays are of ``family`` ("numpy", "jax"
+    or "torch") and ``dtype``; references are numpy.
+    """
+    if family == "jax" and np.dtype(dtype) == np.float64:
+        import jax
+
+        if not jax.config.jax_enable_x64:
+            dtype = np.float32  # jax arrays are float32 unless the user enabled x64
+    dtype = np.dtype(dtype)
+    scenarios: list[Scenario] = []
+    for ref in _references():
+        scenarios += _scenarios_of(ref, family, dtype, include)
+    scenarios.append(_closure_scalar_scenarios(family, dtype, include))
+    return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
+
+
+def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple) -> list[Scenario]:
+    x = np.asarray(ref.x, dtype=np.float64)
+    y_value = np.asarray(ref.value(x))
+    jac = np.asarray(ref.jac(x))
+    scalar_in, scalar_out = x.shape == (), y_value.shape == ()
+    out: list[Scenario] = []
+
+    def conv(v):
+        return convert(v, family, dtype)
+
+    def refs(op, scale=1.0, shift=0.0, tangent=None):
+        """References for ``op`` at x, for ``scale * f + shift``."""
+        value = scale * y_value + shift
+        jac_full = scale * np.reshape(jac, y_value.shape + x.shape)
+        if op in ("derivative", "jacobian"):
+            return value, jac_full, None
+        if op == "gradient":
+            return value, np.reshape(scale * jac, x.shape), None
+        if op == "pushforward":
+            res = tuple(np.reshape(scale * jac @ np.ravel(t), y_value.shape) for t in tangent)
+            return value, res, None
+        if op == "pullback":
+            res = tuple(np.reshape(scale * np.ravel(t) @ jac, x.shape) for t in tangent)
+            return value, res, None
+        if op == "second_derivative":
+            return value, jac_full, scale * np.asarray(ref.der2(x))
+        grad = np.reshape(scale * jac, x.shape)
+        hess = scale * np.asarray(ref.hess(x))
+        if op == "hessian":
+            return value, grad, np.reshape(hess, x.shape + x.shape)
+        res = tuple(np.reshape(hess @ np.ravel(t), x.shape) for t in tangent)
+        return None, grad, res
+
+    applicable = ["pushforward", "pullback", "jacobian"]
+    if scalar_in:
+        applicable += ["derivative", "second_derivative"]
+    if scalar_out:
+        applicable += ["gradient", "hessian", "hvp"]
+    for op in [o for o in OPERATORS if o in applicable and o in include]:
+        tshape = y_value.shape if op == "pullback" else x.shape
+        for batched in ((False, True) if op in ("pushforward", "pullback", "hvp") else (False,)):
+            ts = (_tangent(tshape, 0), _tangent(tshape, 1)) if batched else (_tangent(tshape, 0),)
+            tangent = tuple(conv(t) for t in ts) if batched else conv(ts[0]) if op in ("pushforward", "pullback", "hvp") else None
+            prep_tangent = None if tangent is None else (tuple(conv(np.ones(tshape)) for _ in ts) if batched else conv(np.ones(tshape)))
+
+            def unbatch(res):
+                return res if batched or not isinstance(res, tuple) else res[0]
+
+            value, first, second = refs(op, tangent=ts)
+            tag = f"{op}/{ref.name}" + ("/batched" if batched else "")
+            base = dict(operator=op, x=conv(x) if not scalar_in or family != "numpy" else convert(float(x), family, dtype),
+                        tangent=tangent, prep_tangent=prep_tangent)
+            base["prep_x"] = conv(np.zeros(x.shape)) if not isinstance(base["x"], float) else 0.0
+            out.append(Scenario(f=ref.f, value=value, first=unbatch(first), second=unbatch(second), name=tag, **base))
+            if batched:
+                continue
+            # a Constant context: 3 f(x) + 0.5, prepared with 1 f(x) + 0
+            value, first, second = refs(op, 3.0, 0.5, tangent=ts)
+            out.append(Scenario(
+                f=_with_constant(ref.f), contexts=(Constant((3.0, 0.5)),), prep_contexts=(Constant((1.0, 0.0)),),
+                value=value, first=unbatch(first), second=unbatch(second), name=tag + "/constant", **base))
+            # a Cache context that f writes x into before computing from it
+            value, first, second = refs(op, tangent=ts)
+            cache = convert(np.full(x.shape, 7.0), _mutable_family(family), dtype)
+            out.append(Scenario(
+                f=_with_cache(ref.f), contexts=(Cache(cache),), value=value, first=unbatch(first),
+                second=unbatch(second), name=tag + "/cache", **base))
+            # a closure writing into a captured numpy buffer (the user's buffer must stay as it was)
+            buffer = np.full(x.shape, 5.0, dtype=dtype)
+            out.append(Scenario(
+                f=_closure_over_buffer(ref.f, buffer), value=value, first=unbatch(first), second=unbatch(second),
+                name=tag + "/closure", state=(buffer,), **base))
+            # a two-argument f(y, x) writing its output into y
+            if op in ("pushforward", "pullback", "derivative", "jacobian") and not scalar_out:
+                y = convert(np.full(y_value.shape, 3.0), _mutable_family(family), dtype)
+                out.append(Scenario(
+                    f=_in_place(ref.f), y=y, value=value, first=unbatch(first), second=unbatch(second),
+                    name=tag + "/in_place", **base))
+    return out
+
+
+def _closure_scalar_scenarios(family: str, dtype: Any, include: tuple) -> list[Scenario]:
+    x = 0.3
+    value, der = (1 + x) ** 2, 2 * (1 + x)
+    out = []
+    for op in ("derivative", "second_derivative", "gradient", "hessian", "pushforward", "pullback", "hvp"):
+        if op not in include:
+            continue
+        buffer = np.full(3, 9.0, dtype=dtype)
+        xin = convert(x, family, dtype)
+        t = 0.5
+        tangent = convert(t, family, dtype) if op in ("pushforward", "pullback", "hvp") else None
+        first = {"pushforward": der * t, "pullback": der * t}.get(op, der)
+        second = {"hvp": 2.0 * t}.get(op, 2.0)
+        out.append(Scenario(
+            operator=op, f=_closure_scalar(buffer), x=xin, tangent=tangent, value=None if op == "hvp" else value,
+            first=np.asarray(first), second=np.asarray(second) if op in SECOND_ORDER else None,
+            name=f"{op}/closure_accumulate", prep_x=convert(0.0, family, dtype),
+            prep_tangent=None if tangent is None else convert(1.0, family, dtype), state=(buffer,)))
+    return out
+
+
+def available_families() -> list[str]:
+    """The array families whose library is importable here (numpy always)."""
+    import importlib.util
+
+    return ["numpy"] + [f for f in ("jax", "torch") if f in sys.modules or importlib.util.find_spec(f) is not None]
