@@ -42,7 +42,7 @@ def _complex_leaf(value: Any) -> Any:
 class _Points:
     """The flat point, its steps and the helpers that perturb it, for one call."""
 
-    __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev")
+    __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev", "finite")
 
     def __init__(self, x: Any, exponent: float, rel_step: float | None) -> None:
         xp = self.xp = array_namespace(x)
@@ -58,7 +58,21 @@ class _Points:
         else:
             h = rel_step * sign * xp.abs(flat)
             h = xp.where((flat + h) - flat == 0, default, h)
+        # A NaN or inf coordinate gets a finite step and the nominal divisor, so that it makes its own
+        # entries NaN without poisoning the derivatives with respect to the other coordinates.
+        finite = xp.isfinite(flat)
+        h = xp.where(finite, h, r * xp.ones_like(flat))
         self.h, self.plus, self.minus = h, flat + h, flat - h
+        self.finite = finite
+
+    def divisor(self, method: str) -> Any:
+        """The representable distance between the two points of each coordinate's difference."""
+        xp = self.xp
+        if method == "central":
+            return xp.where(self.finite, self.plus - self.minus, 2 * self.h)
+        if method == "forward":
+            return xp.where(self.finite, self.plus - self.flat, self.h)
+        return xp.where(self.finite, self.flat - self.minus, self.h)
 
     def at(self, i: int, values: Any) -> Any:
         """The point with coordinate ``i`` taken from ``values`` (a perturbed copy of the flat point)."""
@@ -138,15 +152,15 @@ class Adapter(_Base):
             ev = self._evaluator(target, contexts, x)
             if method != "central" or want_value:
                 y0 = ev(x) if y0 is None else y0
+            dx = p.divisor(method)
             cols = []
             for i in range(n):
                 if method == "central":
-                    yp, ym = ev(p.at(i, p.plus)), ev(p.at(i, p.minus))
-                    cols.append((yp - ym) / (p.plus[i] - p.minus[i]))
+                    cols.append((ev(p.at(i, p.plus)) - ev(p.at(i, p.minus))) / dx[i])
                 elif method == "forward":
-                    cols.append((ev(p.at(i, p.plus)) - y0) / (p.plus[i] - p.flat[i]))
+                    cols.append((ev(p.at(i, p.plus)) - y0) / dx[i])
                 else:
-                    cols.append((y0 - ev(p.at(i, p.minus))) / (p.flat[i] - p.minus[i]))
+                    cols.append((y0 - ev(p.at(i, p.minus))) / dx[i])
         y_shape, x_shape = data.y_shape, data.x_shape
         if n == 0:
             return y0, xp.zeros(y_shape + x_shape, dtype=x.dtype, device=p.dev)
@@ -282,9 +296,8 @@ class Adapter(_Base):
     def _second_derivative(self, x, y0, ev):
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
-        plus, minus = xp.reshape(p.plus, ()), xp.reshape(p.minus, ())
-        step = (plus - minus) / 2
-        return (ev(plus) - 2 * y0 + ev(minus)) / (step * step)
+        step = xp.reshape(p.divisor("central"), ()) / 2
+        return (ev(xp.reshape(p.plus, ())) - 2 * y0 + ev(xp.reshape(p.minus, ()))) / (step * step)
 
     def second_derivative(self, data, target, x, contexts):
         ev = self._evaluator(target, contexts, x)

@@ -152,6 +152,11 @@ def check_available(backend: AbstractBackend | SecondOrder) -> bool:
     return backend.engine is None or importlib.util.find_spec(backend.engine) is not None
 
 
+def has_adapter(backend: AbstractBackend) -> bool:
+    """Whether this installation ships the adapter module of ``backend`` (imports nothing)."""
+    return importlib.util.find_spec(f"diffinterface.backends.{backend.adapter_module}") is not None
+
+
 _adapters: dict = {}
 _adapters_lock = threading.Lock()
 
@@ -176,6 +181,11 @@ def adapter_for(backend: AbstractBackend, call: str) -> Any:
         raise BackendNotAvailableError(
             f"{call}: {type(backend).__name__} needs {backend.engine}, which is not installed; "
             f'install it with: pip install "diffinterface[{backend.extra}]"'
+        )
+    if not has_adapter(backend):
+        raise BackendNotAvailableError(
+            f"{call}: this version of diffinterface has no adapter for {type(backend).__name__} yet "
+            f"(diffinterface.backends.{backend.adapter_module}); use AutoFiniteDiff() meanwhile"
         )
     module = importlib.import_module(f"diffinterface.backends.{backend.adapter_module}")
     with _adapters_lock:

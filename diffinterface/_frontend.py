@@ -21,7 +21,6 @@ from ._target import Target
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
 SCALAR_INPUT = ("derivative", "second_derivative")
 SCALAR_OUTPUT = ("gradient", "hvp", "hessian")
-IN_PLACE = ("pushforward", "pullback", "derivative", "jacobian")
 TANGENT_NAME = {"pushforward": "tx", "pullback": "ty", "hvp": "tx"}
 
 
@@ -97,8 +96,6 @@ def prepare(
             f"for array inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
         )
     if y is not None:
-        if operator not in IN_PLACE:
-            raise TypeError(f"{call}: y= (a two-argument f(y, x)) is accepted by {', '.join(IN_PLACE)} only")
         y = _check_x(y, call, "y")
     tangent_name = TANGENT_NAME.get(operator)
     tangents = ()

@@ -1,0 +1,21 @@
+"""Shared parametrisation: array families, skipped with a reason (and the install line) when missing."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def family_params(families=("numpy", "jax", "torch")) -> list:
+    out = []
+    for fam in families:
+        marks = ()
+        if fam != "numpy" and not installed(fam):
+            marks = pytest.mark.skip(reason=f"{fam} is not installed: pip install \"diffinterface[{fam}]\"")
+        out.append(pytest.param(fam, marks=marks, id=fam))
+    return out

@@ -1,0 +1,82 @@
+"""Backend configs (frozen, hashable, validated, terse repr) and lazy adapters (no engine imported)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+import diffinterface as di
+
+
+def test_configs_are_frozen_hashable_values():
+    assert di.AutoJAX() == di.AutoJAX() and hash(di.AutoJAX()) == hash(di.AutoJAX())
+    assert di.AutoJAX(mode="forward") != di.AutoJAX()
+    assert len({di.AutoFiniteDiff(), di.AutoFiniteDiff(), di.AutoTorch(), di.AutoAutograd()}) == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        di.AutoJAX().jit = False
+
+
+def test_repr_shows_only_non_default_fields():
+    assert repr(di.AutoJAX()) == "AutoJAX()"
+    assert repr(di.AutoJAX(mode="reverse", jit=False)) == "AutoJAX(mode='reverse', jit=False)"
+    assert repr(di.AutoFiniteDiff(method="forward", rel_step=1e-6)) == "AutoFiniteDiff(method='forward', rel_step=1e-06)"
+    assert repr(di.AutoTorch(closure="const")) == "AutoTorch(closure='const')"
+    assert repr(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())) == "SecondOrder(outer=AutoFiniteDiff(), inner=AutoJAX())"
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: di.AutoJAX(mode="backward"), r"AutoJAX\(mode='backward'\): mode must be one of None, 'forward', 'reverse'"),
+        (lambda: di.AutoTorch(compile="yes"), r"compile must be one of True, False"),
+        (lambda: di.AutoAutograd(closure="copy"), r"closure must be one of 'duplicated', 'const'"),
+        (lambda: di.AutoFiniteDiff(method="five-point"), r"method must be one of 'central', 'forward', 'backward', 'complex'"),
+        (lambda: di.AutoFiniteDiff(rel_step=-1.0), r"rel_step must be a positive float or None"),
+    ],
+)
+def test_configs_validate_their_fields(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_second_order_takes_configs():
+    with pytest.raises(TypeError, match=r"SecondOrder\(outer='jax'\): expected a backend config"):
+        di.SecondOrder("jax", di.AutoJAX())
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_import_and_finite_differences_import_no_engine():
+    out = _run(
+        "import sys, numpy as np, diffinterface as di\n"
+        "assert di.check_available(di.AutoFiniteDiff())\n"
+        "di.check_available(di.AutoJAX()); di.check_available(di.AutoTorch()); di.check_available(di.AutoAutograd())\n"
+        "g = di.gradient(di.AutoFiniteDiff(), lambda x: np.sum(x**2), np.arange(3.0))\n"
+        "assert np.allclose(g, [0, 2, 4])\n"
+        "print(sorted(m for m in ('jax', 'torch', 'autograd') if m in sys.modules))"
+    )
+    assert out == "[]"
+
+
+def test_check_available_reports_a_missing_engine_without_importing(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    assert di.check_available(di.AutoJAX()) is False
+    assert di.check_available(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())) is False
+    with pytest.raises(di.BackendNotAvailableError, match=r'gradient\(AutoJAX\(\), f, x\): AutoJAX needs jax, which is not installed; install it with: pip install "diffinterface\[jax\]"'):
+        di.gradient(di.AutoJAX(), sum, 1.0)
+    with pytest.raises(ImportError):  # BackendNotAvailableError is an ImportError
+        di.gradient(di.AutoJAX(), sum, 1.0)
+
+
+def test_backends_package_is_installed_as_diffinterface_backends():
+    import diffinterface.backends.finitediff as fd
+
+    assert fd.Adapter.__module__ == "diffinterface.backends.finitediff"
