@@ -17,13 +17,32 @@ from ._errors import BackendNotAvailableError as BackendNotAvailableError
 from ._errors import PreparationMismatchError as PreparationMismatchError
 from ._prep import Prep as Prep
 from .first_order import (
-    derivative, gradient, jacobian, prepare_derivative, prepare_gradient, prepare_jacobian,
-    prepare_pullback, prepare_pushforward, pullback, pushforward, value_and_derivative,
-    value_and_gradient, value_and_jacobian, value_and_pullback, value_and_pushforward,
+    derivative,
+    gradient,
+    jacobian,
+    prepare_derivative,
+    prepare_gradient,
+    prepare_jacobian,
+    prepare_pullback,
+    prepare_pushforward,
+    pullback,
+    pushforward,
+    value_and_derivative,
+    value_and_gradient,
+    value_and_jacobian,
+    value_and_pullback,
+    value_and_pushforward,
 )
 from .second_order import (
-    gradient_and_hvp, hessian, hvp, prepare_hessian, prepare_hvp, prepare_second_derivative,
-    second_derivative, value_derivative_and_second_derivative, value_gradient_and_hessian,
+    gradient_and_hvp,
+    hessian,
+    hvp,
+    prepare_hessian,
+    prepare_hvp,
+    prepare_second_derivative,
+    second_derivative,
+    value_derivative_and_second_derivative,
+    value_gradient_and_hessian,
 )
 
 __version__ = "0.1.0"

@@ -10,7 +10,7 @@ import dataclasses
 import importlib
 import importlib.util
 import threading
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from ._errors import BackendNotAvailableError
 
@@ -41,7 +41,7 @@ class _Repr:
 class AbstractBackend(_Repr):
     """Base of the engine configs; ``engine`` is the module the adapter needs, ``adapter`` its module."""
 
-    engine: ClassVar[Optional[str]] = None
+    engine: ClassVar[str | None] = None
     adapter_module: ClassVar[str] = ""
     extra: ClassVar[str] = ""
     closure: str
@@ -60,7 +60,7 @@ class AutoFiniteDiff(AbstractBackend):
     """
 
     method: str = "central"
-    rel_step: Optional[float] = None
+    rel_step: float | None = None
     closure: str = "duplicated"
     adapter_module: ClassVar[str] = "finitediff"
     mode: ClassVar[str] = "forward"
@@ -78,10 +78,10 @@ class AutoFiniteDiff(AbstractBackend):
 class AutoJAX(AbstractBackend):
     """JAX: ``jax.jvp``/``jax.vjp``, ``jacfwd``/``jacrev``, ``vmap``; jitted when ``jit=True``."""
 
-    mode: Optional[str] = None
+    mode: str | None = None
     jit: bool = True
     closure: str = "duplicated"
-    engine: ClassVar[Optional[str]] = "jax"
+    engine: ClassVar[str | None] = "jax"
     adapter_module: ClassVar[str] = "jax"
     extra: ClassVar[str] = "jax"
 
@@ -95,10 +95,10 @@ class AutoJAX(AbstractBackend):
 class AutoTorch(AbstractBackend):
     """PyTorch: ``torch.func`` transforms and eager ``torch.autograd``; ``compile=True`` uses ``torch.compile``."""
 
-    mode: Optional[str] = None
+    mode: str | None = None
     compile: bool = False
     closure: str = "duplicated"
-    engine: ClassVar[Optional[str]] = "torch"
+    engine: ClassVar[str | None] = "torch"
     adapter_module: ClassVar[str] = "torch"
     extra: ClassVar[str] = "torch"
 
@@ -112,9 +112,9 @@ class AutoTorch(AbstractBackend):
 class AutoAutograd(AbstractBackend):
     """HIPS autograd: ``make_vjp`` for reverse mode, its JVPs for forward mode."""
 
-    mode: Optional[str] = None
+    mode: str | None = None
     closure: str = "duplicated"
-    engine: ClassVar[Optional[str]] = "autograd"
+    engine: ClassVar[str | None] = "autograd"
     adapter_module: ClassVar[str] = "autograd"
     extra: ClassVar[str] = "autograd"
 

@@ -21,7 +21,8 @@ import functools
 import sys
 import sysconfig
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -27,9 +27,10 @@ def signature(value: Any) -> Any:
 def describe_arg(value: Any) -> str:
     if isinstance(value, Context):
         return f"{type(value).__name__}({describe_arg(value.value)})"
-    if isinstance(value, (tuple, list)) and not hasattr(value, "shape"):
-        inner = ", ".join(describe_arg(v) for v in value)
-        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else f"{type(value).__name__}[{inner}]"
+    if isinstance(value, list):
+        return "[" + ", ".join(describe_arg(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(describe_arg(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {describe_arg(v)}" for k, v in value.items()) + "}"
     return describe(value)

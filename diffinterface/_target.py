@@ -8,7 +8,8 @@ returns it; the user's ``y`` is only a template and is never modified).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._closure import StatePlan, copy_leaf, duplicate
 

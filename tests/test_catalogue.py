@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import family_params, installed
 
 import diffinterface as di
+from conftest import family_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 SECOND = ("second_derivative", "hvp", "hessian")

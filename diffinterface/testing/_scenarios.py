@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace, device

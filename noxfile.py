@@ -1,0 +1,74 @@
+"""nox sessions: the whole suite, one per engine (only that engine installed), the wheel, lint.
+
+torch is installed as ``torch==2.13.0`` first: on these machines that pin takes a local CPU build,
+while an unpinned ``torch`` would download a CUDA build of several GB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+TORCH = "torch==2.13.0"
+nox.options.sessions = ["tests", "lint"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every backend installed."""
+    session.install(TORCH)
+    session.install("-e", ".[all,test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="tests-numpy")
+def tests_numpy(session: nox.Session) -> None:
+    """No engine at all: finite differences on numpy; engine tests are skipped with their reason."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="tests-jax")
+def tests_jax(session: nox.Session) -> None:
+    session.install("-e", ".[jax,test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="tests-torch")
+def tests_torch(session: nox.Session) -> None:
+    session.install(TORCH)
+    session.install("-e", ".[torch,test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="tests-autograd")
+def tests_autograd(session: nox.Session) -> None:
+    session.install("-e", ".[autograd,test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """Build the wheel, install it, and run the tests from outside the source tree against it."""
+    tmp = Path(session.create_tmp())
+    for old in tmp.glob("*.whl"):
+        old.unlink()
+    session.install(TORCH)
+    session.run("pip", "wheel", "--no-deps", "-w", str(tmp), str(ROOT))
+    (built,) = tmp.glob("diffinterface-*.whl")
+    session.install(f"{built}[all,test]")
+    session.chdir(tmp)
+    session.run(
+        "python", "-c",
+        "import diffinterface.backends.finitediff as m, diffinterface.testing as t; "
+        "assert 'site-packages' in m.__file__ and 'site-packages' in t.__file__, m.__file__; print(m.__file__)",
+    )
+    session.run("pytest", str(ROOT / "tests"), "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", str(ROOT))

@@ -1,0 +1,207 @@
+"""Closures duplicated by default (SPEC section 7), on the finite-difference backend.
+
+The mechanism lives in the frontend; these tests pin down what any adapter inherits from it:
+captured state is found in closure cells, partial arguments, callable objects, bound methods,
+defaults and module globals; each evaluation gets a duplicate; the user's objects never change.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+import pytest
+from scipy.optimize._numdiff import approx_derivative
+
+import diffinterface as di
+from conftest import installed
+
+FD = di.AutoFiniteDiff()
+
+
+def accumulating(buffer):
+    def f(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+
+    return f
+
+
+def buffers():
+    out = [("numpy", np.full(3, 9.0)), ("list", [9.0, 9.0, 9.0])]
+    if installed("torch"):
+        import torch
+
+        out.append(("torch", torch.full((3,), 9.0, dtype=torch.float64)))
+    return out
+
+
+@pytest.mark.parametrize("kind, buffer", buffers(), ids=[k for k, _ in buffers()])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_the_accumulating_buffer_gives_2_1_plus_x_on_every_call(kind, buffer, prepared):
+    f = accumulating(buffer)
+    before = [float(v) for v in buffer]
+    prep = di.prepare_derivative(FD, f, 0.0) if prepared else None
+    for x in (0.3, 0.3, -1.2, 2.5):
+        assert di.derivative(FD, f, x, prep=prep) == pytest.approx(2 * (1 + x), rel=1e-9)
+        assert [float(v) for v in buffer] == before and type(buffer[0]) is type(buffer[0])
+
+
+def test_partial_callable_object_nested_and_bound_method():
+    buf = np.zeros(2)
+
+    def base(x, w, work):
+        work[...] = w * x
+        return np.sum(work**2)
+
+    class Loss:
+        def __init__(self):
+            self.w, self.work = np.array([1.0, 2.0]), np.zeros(2)
+
+        def __call__(self, x):
+            self.work[...] = self.w * x
+            return np.sum(self.work**2)
+
+        def method(self, x):
+            return self(x)
+
+    def outer():
+        work = np.zeros(2)
+
+        def inner(x):
+            work[...] = np.array([1.0, 2.0]) * x
+            return np.sum(work**2)
+
+        return lambda x: inner(x)
+
+    loss = Loss()
+    x = np.array([0.5, -0.25])
+    expected = 2 * np.array([1.0, 4.0]) * x
+    for f in (functools.partial(base, w=np.array([1.0, 2.0]), work=buf), loss, loss.method, outer()):
+        for _ in range(2):
+            assert np.allclose(di.gradient(FD, f, x), expected, rtol=1e-8)
+    assert not buf.any() and not loss.work.any()
+
+
+def test_default_argument_buffers_are_duplicated():
+    def f(x, work=np.zeros(3)):  # noqa: B008 - the pattern under test
+        work[...] = x * x
+        return np.sum(work)
+
+    x = np.array([1.0, 2.0, 3.0])
+    assert np.allclose(di.gradient(FD, f, x), 2 * x, rtol=1e-8)
+    assert not f.__defaults__[0].any()
+
+
+# -- module globals as work buffers: a Gierer-Meinhardt right-hand side ------------------------
+
+N = 4
+Ax = np.diag(np.full(N, -2.0)) + np.diag(np.ones(N - 1), 1) + np.diag(np.ones(N - 1), -1)
+Ay = Ax.copy()
+Ayu, uAx, Ayv, vAx = (np.zeros((N, N)) for _ in range(4))
+D = 0.3
+
+
+def _kinetics(u, v):
+    return u * u / v - u, u * u - v
+
+
+def gierer_meinhardt(x):
+    u, v = x[0], x[1]
+    Ayu[...] = Ay @ u
+    uAx[...] = u @ Ax
+    Ayv[...] = Ay @ v
+    vAx[...] = v @ Ax
+    ku, kv = _kinetics(u, v)
+    return np.stack([D * (Ayu + uAx) + ku, Ayv + vAx + kv])
+
+
+def gierer_meinhardt_pure(x):
+    u, v = x[0], x[1]
+    ku, kv = _kinetics(u, v)
+    return np.stack([D * (Ay @ u + u @ Ax) + ku, Ay @ v + v @ Ax + kv])
+
+
+def test_module_global_work_buffers():
+    x = 1.0 + 0.1 * np.arange(2 * N * N, dtype=float).reshape(2, N, N)
+    reference = approx_derivative(lambda z: gierer_meinhardt_pure(z.reshape(x.shape)).ravel(), x.ravel(), method="3-point")
+    before = [a.copy() for a in (Ayu, uAx, Ayv, vAx)]
+    prep = di.prepare_jacobian(FD, gierer_meinhardt, np.ones_like(x))
+    for p in (None, prep, prep):
+        jac = di.jacobian(FD, gierer_meinhardt, x, prep=p)
+        assert np.allclose(jac.reshape(reference.shape), reference, rtol=1e-7, atol=1e-9)
+    assert all(np.array_equal(a, b) for a, b in zip((Ayu, uAx, Ayv, vAx), before))
+
+
+def test_a_captured_array_updated_between_prepared_calls_is_seen():
+    w = np.array([1.0, 2.0])
+
+    def f(x):
+        return np.sum(w * x**2)
+
+    x = np.array([1.0, 1.0])
+    prep = di.prepare_gradient(FD, f, x)
+    assert np.allclose(di.gradient(FD, f, x, prep=prep), 2 * w)
+    w[...] = [3.0, -1.0]
+    assert np.allclose(di.gradient(FD, f, x, prep=prep), [6.0, -2.0])
+
+
+def test_an_exception_inside_f_leaves_the_state_untouched():
+    state = {"buf": np.zeros(2), "calls": [0]}
+
+    def f(x):
+        state["buf"][...] = x
+        state["calls"].append(1)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        di.gradient(FD, f, np.ones(2))
+    assert not state["buf"].any() and state["calls"] == [0]
+
+
+def test_two_threads_share_a_function_and_a_prep():
+    buf = np.zeros(50)
+
+    def f(x):
+        buf[...] = x
+        for _ in range(20):  # give the other thread time to interleave
+            buf[...] = buf * 1.0
+        return np.sum(buf**2)
+
+    prep = di.prepare_gradient(FD, f, np.zeros(50))
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            x = np.full(50, float(k))
+            results[k] = [di.gradient(FD, f, x, prep=prep) for _ in range(3)]
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for k in (1, 2):
+        for g in results[k]:
+            assert np.allclose(g, 2.0 * k, rtol=1e-8)
+    assert not buf.any()
+
+
+def test_const_uses_the_captured_state_as_it_is():
+    seen = []
+    w = np.array([1.0, 2.0])
+
+    def f(x):
+        seen.append(w)
+        return np.sum(w * x)
+
+    assert np.allclose(di.gradient(di.AutoFiniteDiff(closure="const"), f, np.zeros(2)), w)
+    assert all(s is w for s in seen)  # no copies
+    seen.clear()
+    di.gradient(FD, f, np.zeros(2))
+    assert seen == []  # under "duplicated", the list the user captured is not appended to

@@ -1,0 +1,124 @@
+"""AutoFiniteDiff against SciPy: closed-form Rosenbrock derivatives, approx_derivative's steps and counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import rosen, rosen_der, rosen_hess, rosen_hess_prod
+from scipy.optimize._numdiff import approx_derivative
+
+import diffinterface as di
+from conftest import family_params
+
+X = np.array([1.3, 0.7, 0.8, 1.9, 1.2, -0.6, 2.1])
+SCIPY_METHOD = {"forward": "2-point", "central": "3-point", "complex": "cs"}
+
+
+def rel_err(a, b):
+    return np.max(np.abs(np.asarray(a) - b)) / np.max(np.abs(b))
+
+
+def test_rosenbrock_gradient_hessian_and_hvp_match_scipy_closed_forms():
+    fd = di.AutoFiniteDiff()
+    assert rel_err(di.gradient(fd, rosen, X), rosen_der(X)) < 1e-8  # central differences, float64
+    assert rel_err(di.hessian(fd, rosen, X), rosen_hess(X)) < 1e-6
+    t = np.linspace(-1.0, 1.0, X.size)
+    assert rel_err(di.hvp(fd, rosen, X, t), rosen_hess_prod(X, t)) < 1e-6
+    y, g, h = di.value_gradient_and_hessian(fd, rosen, X)
+    assert y == rosen(X) and rel_err(g, rosen_der(X)) < 1e-8 and rel_err(h, rosen_hess(X)) < 1e-6
+    assert rel_err(di.gradient(di.AutoFiniteDiff(method="complex"), rosen, X), rosen_der(X)) < 1e-13
+
+
+@pytest.mark.parametrize("method", ["forward", "central", "complex"])
+def test_jacobian_equals_approx_derivative_with_the_same_steps(method):
+    def f(x):
+        return np.array([np.sin(x[0]) * x[1] ** 3, np.exp(x[2] / 3) - x[0] * x[3], np.sum(x**2)])
+
+    x = np.array([0.3, -2.5, 40.0, 1e-3])  # steps scale with |x_i| as in SciPy
+    ours = di.jacobian(di.AutoFiniteDiff(method=method), f, x)
+    theirs = approx_derivative(f, x, method=SCIPY_METHOD[method])
+    assert np.allclose(ours, theirs, rtol=1e-13, atol=1e-13)
+    ours = di.jacobian(di.AutoFiniteDiff(method=method, rel_step=1e-5), f, x)
+    theirs = approx_derivative(f, x, method=SCIPY_METHOD[method], rel_step=1e-5)
+    assert np.allclose(ours, theirs, rtol=1e-13, atol=1e-13)
+
+
+class Counted:
+    def __init__(self, f):
+        self.f, self.calls = f, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return self.f(x)
+
+
+@pytest.mark.parametrize("method", ["forward", "central", "complex"])
+@pytest.mark.parametrize("operator", ["jacobian", "gradient", "value_and_gradient", "value_and_jacobian"])
+def test_never_more_evaluations_than_approx_derivative(method, operator):
+    n = X.size
+    f = Counted(rosen if "gradient" in operator else lambda x: np.sin(x) * x[0])
+    approx_derivative(f, X, method=SCIPY_METHOD[method])
+    scipy_calls, f.calls = f.calls, 0
+    backend = di.AutoFiniteDiff(method=method, closure="const")
+    op = getattr(di, operator)
+    op(backend, f, X)  # unprepared: preparation evaluates f once and the call reuses that value
+    unprepared, f.calls = f.calls, 0
+    assert unprepared <= scipy_calls == {"forward": n + 1, "central": 2 * n + 1, "complex": n + 1}[method]
+    prep = getattr(di, "prepare_" + operator.replace("value_and_", ""))(backend, f, X)
+    f.calls = 0
+    op(backend, f, X, prep=prep)
+    expected = {"forward": n + 1, "central": 2 * n, "complex": n}[method]
+    if operator.startswith("value_and_") and method != "forward":
+        expected += 1  # the value itself
+    assert f.calls == expected
+
+
+def test_second_order_evaluation_counts():
+    # closure="const": the counter is state of the callable object, which "duplicated" would copy
+    n, f, fd = X.size, Counted(rosen), di.AutoFiniteDiff(closure="const")
+    prep = di.prepare_hessian(fd, f, X)
+    f.calls = 0
+    di.hessian(fd, f, X, prep=prep)
+    assert f.calls == 2 * n * n + 1
+    prep = di.prepare_hvp(fd, f, X, (X, X))
+    f.calls = 0
+    di.hvp(fd, f, X, (X, X), prep=prep)
+    assert f.calls == 2 * 4 * n
+
+
+def test_duplicated_closure_leaves_a_counting_object_untouched():
+    f = Counted(rosen)
+    di.gradient(di.AutoFiniteDiff(), f, X)
+    assert f.calls == 0  # every evaluation counted into its own duplicate of the object
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_float32_stays_float32_with_float32_steps(family):
+    from diffinterface.testing._scenarios import convert
+
+    x = convert(X, family, np.float32)
+    xp = __import__("array_api_compat").array_namespace(x)
+    g = di.gradient(di.AutoFiniteDiff(), lambda x: xp.sum(x**2 * 0.5), x)
+    assert type(g) is type(x) and g.dtype == x.dtype
+    assert np.allclose(np.asarray(g), X, rtol=1e-3)  # eps32**(2/3) ~ 2e-5 relative steps
+
+
+def test_the_step_is_relative_to_x_as_in_scipy():
+    # far from the origin a fixed absolute step would cancel catastrophically; relative steps do not
+    x = np.array([1e8, -3e7])
+    g = di.gradient(di.AutoFiniteDiff(), lambda x: np.sum(x**2), x)
+    assert rel_err(g, 2 * x) < 1e-8
+
+
+def test_pushforward_is_a_directional_difference():
+    t = np.linspace(-1.0, 2.0, X.size)
+    for method in ("central", "forward", "backward", "complex"):
+        got = di.pushforward(di.AutoFiniteDiff(method=method), rosen, X, t)
+        assert rel_err(got, rosen_der(X) @ t) < (1e-7 if method in ("central", "complex") else 1e-5)
+    assert di.pushforward(di.AutoFiniteDiff(), rosen, X, np.zeros_like(X)) == 0.0
+
+
+def test_second_derivative_and_derivative():
+    y, d, d2 = di.value_derivative_and_second_derivative(di.AutoFiniteDiff(), np.sin, 0.7)
+    assert isinstance(y, float) and isinstance(d, float) and isinstance(d2, float)
+    assert y == np.sin(0.7) and abs(d - np.cos(0.7)) < 1e-10 and abs(d2 + np.sin(0.7)) < 1e-7
