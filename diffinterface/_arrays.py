@@ -6,6 +6,7 @@ computed them. Python floats count as numpy.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -114,7 +115,7 @@ def to_family(value: Any, fam: str, like: Any = None) -> Any:
             out = out.to(like.device)
         return out
     if fam == JAX:
-        jnp = sys.modules["jax.numpy"] if "jax.numpy" in sys.modules else __import__("jax.numpy").numpy
+        jnp = importlib.import_module("jax.numpy")  # jax is imported already: value is a jax or torch array
         if src == TORCH:
             value = value.detach()
             if value.device.type == "cpu":

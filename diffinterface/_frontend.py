@@ -112,7 +112,7 @@ def prepare(
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
     names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
-    return Prep(operator, backend, f, adapter, data, target, names, args, strict)
+    return Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot)
 
 
 def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, prep: Any) -> Prep:

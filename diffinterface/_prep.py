@@ -50,11 +50,12 @@ class Prep:
 
     __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict")
 
-    def __init__(self, operator, backend, f, adapter, data, target, names, args, strict) -> None:
+    def __init__(self, operator, backend, f, adapter, data, target, names, args, strict, oneshot=False) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
         self.data, self.target, self.names, self.strict = data, target, names, strict
-        self.args = tuple(describe_arg(a) for a in args)
-        self.signature = tuple(signature(a) for a in args)
+        # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
+        self.args = () if oneshot else tuple(describe_arg(a) for a in args)
+        self.signature = () if oneshot else tuple(signature(a) for a in args)
 
     def __repr__(self) -> str:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))

@@ -285,7 +285,8 @@ def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include
 
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
     into a captured buffer, and a two-argument ``f(y, x)``. Arrays are of ``family`` ("numpy", "jax"
-    or "torch") and ``dtype``; references are numpy.
+    or "torch") and ``dtype``; references are numpy. jax arrays are float32 unless the user enabled
+    ``jax_enable_x64``, so the jax family is float32 then, as a jax user's arrays would be.
     """
     if family == "jax" and np.dtype(dtype) == np.float64:
         import jax
