@@ -31,10 +31,11 @@ from ._second_order import Nested
 class Info:
     """What preparation learnt about ``f`` at ``x``."""
 
-    __slots__ = ("y_shape", "y_dtype", "value", "x_shape")
+    __slots__ = ("y_shape", "y_dtype", "value", "x_shape", "oneshot")
 
-    def __init__(self, y_shape: tuple, y_dtype: Any, value: Any, x_shape: tuple) -> None:
+    def __init__(self, y_shape: tuple, y_dtype: Any, value: Any, x_shape: tuple, oneshot: bool = False) -> None:
         self.y_shape, self.y_dtype, self.value, self.x_shape = y_shape, y_dtype, value, x_shape
+        self.oneshot = oneshot  # prepared inside an unprepared call: used once, at the same point
 
     def take_value(self) -> Any:
         """The value of ``f`` computed at preparation, once (one-shot calls only), else None."""
@@ -116,7 +117,7 @@ class Adapter:
         y = self.evaluate(target, x, contexts)
         if not hasattr(y, "shape"):
             y = np.asarray(y)
-        return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())))
+        return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
     def jacobian_forward(self, x_size: int, y_size: int) -> bool:
         """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""

@@ -23,11 +23,24 @@ class Target:
 
     @property
     def stateless(self) -> bool:
-        return self.y is None and (self.plan is None or self.plan.empty)
+        return self.y is None and not self.has_state
 
-    def instance(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable:
-        """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``)."""
-        fn = self.plan.duplicated(leaf) if self.plan is not None else self.f
+    @property
+    def has_state(self) -> bool:
+        return self.plan is not None and not self.plan.empty
+
+    def instance(self, leaf: Callable[[Any], Any] = copy_leaf, values: list | None = None) -> Callable:
+        """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``).
+
+        ``values`` replaces the user's current state (``plan.read()``): a compiling engine passes the
+        state as arguments of the compiled function, so that it is read at every call, not baked in.
+        """
+        if not self.has_state:
+            fn = self.f
+        elif values is None:
+            fn = self.plan.duplicated(leaf)
+        else:
+            fn = self.plan.rebuild([duplicate(v, leaf) for v in values])
         y = self.y
         if y is None:
             return fn
