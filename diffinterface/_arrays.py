@@ -25,15 +25,26 @@ def _is_torch(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+_FAMILY_OF_TYPE: dict = {}  # type -> family, filled as types are met (on the prepared fast path)
+
+
 def family(value: Any) -> str | None:
     """The family of an array (or Python float), or None for anything else."""
+    kind = type(value)
+    try:
+        return _FAMILY_OF_TYPE[kind]
+    except KeyError:
+        pass
     if isinstance(value, (np.ndarray, np.generic, float, int, complex)):
-        return NUMPY
-    if _is_torch(value):
-        return TORCH
-    if _is_jax(value):
-        return JAX
-    return None
+        fam = NUMPY
+    elif _is_torch(value):
+        fam = TORCH
+    elif _is_jax(value):
+        fam = JAX
+    else:
+        return None  # not cached: jax or torch may be imported later and make this type an array
+    _FAMILY_OF_TYPE[kind] = fam
+    return fam
 
 
 def is_array(value: Any) -> bool:
@@ -127,6 +138,8 @@ def to_family(value: Any, fam: str, like: Any = None) -> Any:
 
 def output_like(value: Any, x: Any) -> Any:
     """A result of an operator, in the family of the user's ``x`` (a Python float ``x`` gives numpy)."""
+    if type(value) is type(x):  # the fast path: the engine computed in the user's own array type
+        return value
     fam = family(x)
     value = to_family(value, fam, like=x if fam == TORCH else None)
     if isinstance(x, float) and isinstance(value, np.ndarray) and value.ndim == 0:

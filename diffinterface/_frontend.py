@@ -125,15 +125,24 @@ def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts:
         )
     if TANGENT_NAME.get(operator):
         args = (x, tangent) + ((y,) if y is not None else ()) + contexts
+    elif y is None and not contexts:
+        args = (x,)
     else:
         args = (x,) + ((y,) if y is not None else ()) + contexts
-    prep.check(operator, _call(operator, backend, y), backend, f, args)
+    prep.check(operator, backend, f, args)
     return prep
 
 
 def tangents_of(tangent: Any, x: Any) -> tuple:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
-    items = tangent if isinstance(tangent, tuple) else (tangent,)
+    items = tangent if type(tangent) is tuple else (tangent,)
+    kind = type(x)
+    if kind is not float:
+        for t in items:
+            if type(t) is not kind:
+                break
+        else:
+            return items  # the fast path: tangents already of x's own array type
     fam = family(x)
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
@@ -165,6 +174,6 @@ def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: An
 
 def tangent_result(results: tuple, tangent: Any, x: Any) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
-    if isinstance(tangent, tuple):
+    if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)
     return output_like(results[0], x)

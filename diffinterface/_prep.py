@@ -48,7 +48,7 @@ class Prep:
     with ``strict=True`` a call whose arguments differ raises :class:`PreparationMismatchError`.
     """
 
-    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict")
+    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict", "_only_x")
 
     def __init__(self, operator, backend, f, adapter, data, target, names, args, strict, oneshot=False) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
@@ -56,34 +56,56 @@ class Prep:
         # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
         self.args = () if oneshot else tuple(describe_arg(a) for a in args)
         self.signature = () if oneshot else tuple(signature(a) for a in args)
+        # (type, shape, dtype) when the only argument is an array x: checked inline on the fast path
+        self._only_x = self.signature[0] if len(self.signature) == 1 and type(self.signature[0]) is tuple else None
 
     def __repr__(self) -> str:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
         return f"Prep({self.operator}, {self.backend!r}, made for {made})"
 
-    def check(self, operator: str, call: str, backend: Any, f: Any, args: tuple) -> None:
-        """Raise if this prep cannot serve ``call``; with ``strict`` also compare every argument."""
+    def call(self, operator: str, backend: Any) -> str:
+        """The call as the user wrote it, for messages: ``pushforward(AutoJAX(), f, x, tx)``."""
+        args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
+        return f"{operator}({backend!r}, {', '.join(args)})"
+
+    def check(self, operator: str, backend: Any, f: Any, args: tuple) -> None:
+        """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
+
+        This is on the prepared fast path: messages are formatted only on failure.
+        """
+        only_x = self._only_x
+        if only_x is not None and operator is self.operator and backend is self.backend and f is self.f and len(args) == 1:
+            x = args[0]
+            if type(x) is only_x[0] and x.shape == only_x[1] and x.dtype == only_x[2]:
+                return
         if self.operator != operator:
             raise PreparationMismatchError(
-                f"{call}: prep was made by prepare_{self.operator}; use prepare_{operator} for {operator}"
+                f"{self.call(operator, backend)}: prep was made by prepare_{self.operator}; use prepare_{operator} for {operator}"
             )
-        if backend != self.backend:
+        if backend is not self.backend and backend != self.backend:
             raise PreparationMismatchError(
-                f"{call}: prep was made for backend {self.backend!r}, got {backend!r}; prepare again for this backend"
+                f"{self.call(operator, backend)}: prep was made for backend {self.backend!r}, got {backend!r}; "
+                "prepare again for this backend"
             )
-        if not same_function(f, self.f):
+        if f is not self.f and not same_function(f, self.f):
             raise PreparationMismatchError(
-                f"{call}: prep was made for function {_fname(self.f)}, got {_fname(f)}; a prep serves the "
-                f"function object it was made for: pass that object, or prepare again"
+                f"{self.call(operator, backend)}: prep was made for function {_fname(self.f)}, got {_fname(f)}; "
+                "a prep serves the function object it was made for: pass that object, or prepare again"
             )
-        if self.strict and len(args) == len(self.signature):
-            for a, s in zip(args, self.signature):
+        if not self.strict:
+            return
+        expected = self.signature
+        if len(args) == len(expected):
+            for a, s in zip(args, expected):
+                # arrays (the common case) compare field by field, without building a signature
+                if type(s) is tuple and len(s) == 3 and type(a) is s[0] and hasattr(a, "shape"):
+                    if a.shape == s[1] and a.dtype == s[2]:
+                        continue
+                    break
                 if signature(a) != s:
                     break
             else:
                 return
-        elif not self.strict:
-            return
         lines = []
         got = [describe_arg(a) for a in args]
         for i in range(max(len(got), len(self.args))):
@@ -93,7 +115,7 @@ class Prep:
             mark = "" if made == now and (i < len(args) and signature(args[i]) == self.signature[i]) else "   <- differs"
             lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
         raise PreparationMismatchError(
-            f"{call}: the arguments differ from the ones the prep was made for:\n"
+            f"{self.call(operator, backend)}: the arguments differ from the ones the prep was made for:\n"
             + "\n".join(lines)
             + f"\nPrepare again with these arguments (prepare_{operator}), or pass strict=False to "
             "prepare_* if you know the prep still applies."

@@ -66,8 +66,11 @@ def test_import_and_finite_differences_import_no_engine():
 def test_check_available_reports_a_missing_engine_without_importing(monkeypatch):
     import importlib.util
 
+    from diffinterface import _backends
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    monkeypatch.setattr(_backends, "_adapters", {})  # as in a process that has not used AutoJAX yet
     assert di.check_available(di.AutoJAX()) is False
     assert di.check_available(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())) is False
     with pytest.raises(di.BackendNotAvailableError, match=r'gradient\(AutoJAX\(\), f, x\): AutoJAX needs jax, which is not installed; install it with: pip install "diffinterface\[jax\]"'):

@@ -59,10 +59,10 @@ class Scenario:
 
 # -- reference functions ----------------------------------------------------------------------
 
-def _const(x: Any, value: np.ndarray) -> Any:
-    """A constant array in the family, dtype and device of ``x``."""
+def _const(x: Any, value: Any) -> Any:
+    """A constant array in the family, dtype and device of ``x`` (``value`` is a captured global)."""
     xp = array_namespace(x)
-    return xp.asarray(np.asarray(value), dtype=x.dtype, device=device(x))
+    return xp.asarray(value, dtype=x.dtype, device=device(x))
 
 
 _MULT_VEC = np.array([1.0, 2.0])

@@ -1,0 +1,145 @@
+"""AutoJAX: the catalogue in every mode, compiled once, float64 without touching jax_enable_x64."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import installed
+from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
+
+pytestmark = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+
+SCENARIOS = default_scenarios("numpy", np.float64)
+MODES = [None, "forward", "reverse"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["mode=None", "forward", "reverse"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_catalogue_float64_numpy_inputs(scenario, mode):
+    check_scenario(di.AutoJAX(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
+
+
+def _family_dtypes() -> list:
+    out = []
+    # jax arrays are float32 while x64 is off (float64 jax arrays: the subprocess test below)
+    for fam, dtype in [("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]:
+        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
+    return out
+
+
+@pytest.mark.parametrize("family, dtype", _family_dtypes())
+def test_catalogue_on_each_family(family, dtype):
+    # numpy float64 runs scenario by scenario above; jax arrays are float32 here (x64 is off)
+    test_differentiation([di.AutoJAX()], default_scenarios(family, dtype))
+
+
+def test_catalogue_without_jit():
+    test_differentiation([di.AutoJAX(jit=False)], [s for s in SCENARIOS if "/" in s.name][::7])
+
+
+def test_float64_is_exact_and_the_global_x64_flag_is_untouched():
+    import jax
+
+    assert not jax.config.jax_enable_x64
+    x = np.linspace(0.1, 1.0, 7)
+    g = di.gradient(di.AutoJAX(), lambda x: (x**3).sum() / 3, x)
+    assert g.dtype == np.float64 and np.array_equal(g, x**2) or np.max(np.abs(g - x**2)) < 1e-15
+    prep = di.prepare_hessian(di.AutoJAX(), lambda x: (x**3).sum() / 3, x)
+    assert np.max(np.abs(di.hessian(di.AutoJAX(), prep.f, x, prep=prep) - np.diag(2 * x))) < 1e-15
+    assert not jax.config.jax_enable_x64
+    g32 = di.gradient(di.AutoJAX(), lambda x: (x**3).sum() / 3, x.astype(np.float32))
+    assert g32.dtype == np.float32
+
+
+def test_jax_arrays_in_jax_arrays_out_and_float64_with_x64_enabled():
+    code = (
+        "import jax; jax.config.update('jax_enable_x64', True)\n"
+        "import jax.numpy as jnp, numpy as np, diffinterface as di\n"
+        "from diffinterface.testing import default_scenarios, test_differentiation\n"
+        "sc = default_scenarios('jax', np.float64)\n"
+        "assert sc[0].x.dtype == jnp.float64\n"
+        "print(len(test_differentiation([di.AutoJAX(mode='reverse')], sc[::5])))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_a_prepared_gradient_does_not_retrace():
+    traces = itertools.count()  # an iterator is not state: the closure machinery leaves it alone
+
+    def f(x, c):
+        next(traces)
+        return c[0] * (x**2).sum() + c[1]
+
+    backend = di.AutoJAX()
+    prep = di.prepare_gradient(backend, f, np.zeros(5), di.Constant((1.0, 0.0)))
+    di.gradient(backend, f, np.ones(5), di.Constant((1.0, 0.0)), prep=prep)
+    before = next(traces)
+    rng = np.random.default_rng(0)
+    for k in range(100):
+        x = rng.normal(size=5)
+        g = di.gradient(backend, f, x, di.Constant((float(k), 3.0)), prep=prep)
+        assert np.allclose(g, 2 * k * x, rtol=1e-12)
+    assert next(traces) == before + 1  # the +1 is this read of the counter
+
+
+def test_a_captured_array_updated_in_place_is_seen_without_recompiling():
+    traces = itertools.count()
+    w = np.array([1.0, 2.0, 3.0])
+
+    def f(x):
+        next(traces)
+        return (w * x**2).sum()
+
+    prep = di.prepare_gradient(di.AutoJAX(), f, np.zeros(3))
+    x = np.ones(3)
+    assert np.allclose(di.gradient(di.AutoJAX(), f, x, prep=prep), 2 * w)
+    before = next(traces)
+    w[...] = [-1.0, 0.5, 4.0]
+    assert np.allclose(di.gradient(di.AutoJAX(), f, x, prep=prep), [-2.0, 1.0, 8.0])
+    assert next(traces) == before + 1
+
+
+def test_captured_scalars_read_at_every_call():
+    scale = 2.0
+
+    def f(x):
+        return scale * (x**2).sum()
+
+    prep = di.prepare_gradient(di.AutoJAX(), f, np.zeros(2))
+    assert np.allclose(di.gradient(di.AutoJAX(), f, np.ones(2), prep=prep), 4.0)
+    scale = 5.0  # noqa: F841 - rebinding the captured variable
+    assert np.allclose(di.gradient(di.AutoJAX(), f, np.ones(2), prep=prep), 10.0)
+
+
+def test_jax_out_is_a_type_error():
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(TypeError, match=r"^gradient\(AutoJAX\(\), f, x\): out= is a jax array, and jax arrays are immutable"):
+        di.gradient(di.AutoJAX(), lambda x: (x**2).sum(), jnp.ones(3), out=jnp.zeros(3))
+
+
+def test_writable_stand_in_supports_work_buffer_patterns():
+    A = np.array([[2.0, 1.0], [0.5, 3.0]])
+    buf = np.zeros(2)
+
+    def f(x):
+        buf[...] = A @ x
+        buf[0] += x[1]
+        buf[1] *= 2.0
+        return (buf * buf).sum()
+
+    x = np.array([0.3, -0.7])
+    u = A @ x + np.array([x[1], 0.0])
+    u[1] *= 2.0
+    J = A + np.array([[0.0, 1.0], [0.0, 0.0]])
+    J[1] *= 2.0
+    for mode in MODES:
+        assert np.allclose(di.gradient(di.AutoJAX(mode=mode), f, x), 2 * J.T @ u, rtol=1e-12)
+    assert not buf.any()
