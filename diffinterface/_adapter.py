@@ -119,6 +119,17 @@ class Adapter:
             y = np.asarray(y)
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
+    def plain_runner(self, operator: str, data: Any, target: Any) -> Any:
+        """``(x, tangents, contexts) -> result`` of the plain operator, bound to its preparation.
+
+        The frontend's prepared fast path calls this; an adapter may return its compiled function's
+        own runner to save the method call (the JAX adapter does).
+        """
+        method = getattr(self, operator)
+        if operator in ("pushforward", "pullback", "hvp"):
+            return lambda x, tangents, contexts: method(data, target, x, tangents, contexts)
+        return lambda x, tangents, contexts: method(data, target, x, contexts)
+
     def jacobian_forward(self, x_size: int, y_size: int) -> bool:
         """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""
         has_pf, has_pb = self._native("value_and_pushforward"), self._native("value_and_pullback")

@@ -48,7 +48,8 @@ class Prep:
     with ``strict=True`` a call whose arguments differ raises :class:`PreparationMismatchError`.
     """
 
-    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict", "_only_x")
+    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict",
+                 "plain", "_arrays")
 
     def __init__(self, operator, backend, f, adapter, data, target, names, args, strict, oneshot=False) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
@@ -56,8 +57,11 @@ class Prep:
         # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
         self.args = () if oneshot else tuple(describe_arg(a) for a in args)
         self.signature = () if oneshot else tuple(signature(a) for a in args)
-        # (type, shape, dtype) when the only argument is an array x: checked inline on the fast path
-        self._only_x = self.signature[0] if len(self.signature) == 1 and type(self.signature[0]) is tuple else None
+        # the plain operator bound to this preparation: what the frontend's fast path calls
+        self.plain = adapter.plain_runner(operator, data, target)
+        # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
+        arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
+        self._arrays = self.signature if arrays and self.signature else None
 
     def __repr__(self) -> str:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
@@ -73,11 +77,23 @@ class Prep:
 
         This is on the prepared fast path: messages are formatted only on failure.
         """
-        only_x = self._only_x
-        if only_x is not None and operator is self.operator and backend is self.backend and f is self.f and len(args) == 1:
-            x = args[0]
-            if type(x) is only_x[0] and x.shape == only_x[1] and x.dtype == only_x[2]:
-                return
+        arrays = self._arrays
+        if arrays is not None and operator is self.operator and backend is self.backend and f is self.f:
+            if len(args) == 1 == len(arrays):  # gradient, jacobian, ...: x alone, compared inline
+                x, (kind, shape, dtype) = args[0], arrays[0]
+                if type(x) is kind and x.shape == shape and x.dtype == dtype:
+                    return
+            elif len(args) == 2 == len(arrays):  # x and one tangent, unrolled
+                x, t = args
+                (kx, sx, dx), (kt, st, dt) = arrays
+                if type(x) is kx and type(t) is kt and x.shape == sx and t.shape == st and x.dtype == dx and t.dtype == dt:
+                    return
+            elif len(args) == len(arrays):
+                for a, (kind, shape, dtype) in zip(args, arrays):
+                    if type(a) is not kind or a.shape != shape or a.dtype != dtype:
+                        break
+                else:
+                    return
         if self.operator != operator:
             raise PreparationMismatchError(
                 f"{self.call(operator, backend)}: prep was made by prepare_{self.operator}; use prepare_{operator} for {operator}"

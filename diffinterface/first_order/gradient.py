@@ -26,7 +26,7 @@ def gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | Non
     """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given."""
     if type(prep) is Prep:  # the prepared fast path: check, run, and return in x's own type
         prep.check("gradient", backend, f, (x,) + contexts)
-        grad = prep.adapter.gradient(prep.data, prep.target, x if type(x) is not float else as_input(x), contexts)
+        grad = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
         if out is None and type(grad) is type(x):
             return grad
         return finish(grad, x, out, "gradient", backend)

@@ -30,7 +30,7 @@ def jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, p
     """
     if type(prep) is Prep and y is None:  # the prepared fast path, as in gradient
         prep.check("jacobian", backend, f, (x,) + contexts)
-        jac = prep.adapter.jacobian(prep.data, prep.target, x if type(x) is not float else as_input(x), contexts)
+        jac = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
         if out is None and type(jac) is type(x):
             return jac
         return finish(jac, x, out, "jacobian", backend)

@@ -29,7 +29,7 @@ def pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: A
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:  # the prepared fast path, as in gradient
         prep.check("pushforward", backend, f, (x, tx) + contexts)
-        (result,) = prep.adapter.pushforward(prep.data, prep.target, x, (tx,), contexts)
+        (result,) = prep.plain(x, (tx,), contexts)
         return result if type(result) is type(x) else output_like(result, x)
     p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
     return tangent_result(p.adapter.pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)

@@ -26,7 +26,7 @@ def hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep |
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and type(tx) is type(x) is not float:  # the prepared fast path, as in gradient
         prep.check("hvp", backend, f, (x, tx) + contexts)
-        (result,) = prep.adapter.hvp(prep.data, prep.target, x, (tx,), contexts)
+        (result,) = prep.plain(x, (tx,), contexts)
         return result if type(result) is type(x) else output_like(result, x)
     p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
     return tangent_result(p.adapter.hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)
