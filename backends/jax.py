@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffinterface._adapter import Adapter as _Base
-from diffinterface._adapter import Info
+from diffinterface._adapter import Info, contract_all
 from diffinterface._arrays import TORCH, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
@@ -171,19 +171,12 @@ def _split(results: Any, count: int) -> tuple:
     return tuple(results[i] for i in range(count))
 
 
-def _contract(jac: Any, t: Any, x_ndim: int, forward: bool) -> Any:
-    if forward:
-        return jnp.tensordot(jac, t, axes=x_ndim)
-    y_ndim = jac.ndim - x_ndim
-    return jnp.tensordot(t, jac, axes=(list(range(y_ndim)), list(range(y_ndim))))
-
-
 def _with_value(transform: Any, f: Any) -> Any:
     """``transform`` (jacfwd, jacrev, grad) of ``f`` that also returns ``f(x)``, from the same pass."""
     return transform(lambda z: (f(z), f(z)), has_aux=True)
 
 
-def _builders(forward: bool, x_ndim: int) -> dict:
+def _builders(forward: bool) -> dict:
     """For each operator: ``(f, x, tangents, value) -> results``, traced inside the compiled function.
 
     With ``value`` the value form (a tuple, the value first); without, the plain result only, so the
@@ -193,7 +186,7 @@ def _builders(forward: bool, x_ndim: int) -> dict:
     def pushforward(f, x, ts, value):
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
-            out = tuple(_contract(jac, t, x_ndim, True) for t in ts)
+            out = contract_all(jac, ts, x, True)
         elif len(ts) == 1:
             y, out = jax.jvp(f, (x,), (ts[0],))
             out = (out,)
@@ -205,7 +198,7 @@ def _builders(forward: bool, x_ndim: int) -> dict:
     def pullback(f, x, ts, value):
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
-            out = tuple(_contract(jac, t, x_ndim, False) for t in ts)
+            out = contract_all(jac, ts, x, False)
         else:
             y, vjp = jax.vjp(f, x)
             if len(ts) == 1:
@@ -379,7 +372,7 @@ class Adapter(_Base):
             forward = operator_name in ("pushforward", "derivative")
         else:
             forward = mode == "forward"
-        body = _builders(forward, len(info.x_shape))[operator_name]
+        body = _builders(forward)[operator_name]
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
         return _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))

@@ -73,7 +73,7 @@ def stack_jacobian(parts: tuple, y_shape: tuple, x_shape: tuple, forward: bool, 
     return xp.reshape(flat, y_shape + x_shape)
 
 
-def _contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
+def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
     """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
     xp = _xp(jac)
     x_ndim = len(getattr(x, "shape", ()))
@@ -157,12 +157,12 @@ class Adapter:
         if not self._native("value_and_pullback"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
-        return y, _contract_all(jac, tangents, x, True)
+        return y, contract_all(jac, tangents, x, True)
 
     def pushforward(self, data, target, x, tangents, contexts):
         if self._native("value_and_pushforward"):
             return self.value_and_pushforward(data, target, x, tangents, contexts)[1]
-        return _contract_all(self.jacobian(data, target, x, contexts), tangents, x, True)
+        return contract_all(self.jacobian(data, target, x, contexts), tangents, x, True)
 
     # -- pullback --------------------------------------------------------------------------------
 
@@ -175,12 +175,12 @@ class Adapter:
         if not self._native("value_and_pushforward"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
-        return y, _contract_all(jac, tangents, x, False)
+        return y, contract_all(jac, tangents, x, False)
 
     def pullback(self, data, target, x, tangents, contexts):
         if self._native("value_and_pullback"):
             return self.value_and_pullback(data, target, x, tangents, contexts)[1]
-        return _contract_all(self.jacobian(data, target, x, contexts), tangents, x, False)
+        return contract_all(self.jacobian(data, target, x, contexts), tangents, x, False)
 
     # -- derivative: a pushforward along 1 -------------------------------------------------------
 
