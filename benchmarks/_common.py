@@ -21,13 +21,19 @@ def batch_size(fn: Callable[[], Any], seconds: float = 0.02) -> int:
     return max(1, int(seconds / max(once, 1e-7)))
 
 
-def ratio(ours: Callable[[], Any], native: Callable[[], Any], rounds: int = 15, seconds: float = 0.02) -> dict:
+def ratio(ours: Callable[[], Any], native: Callable[[], Any], rounds: int = 21, seconds: float = 0.03, warmup: float = 0.5) -> dict:
     """Time ``ours`` and ``native`` in alternating batches; per-round ratios, their median and spread.
 
     Interleaving makes both see the same machine state (frequency, cache, other load), so the ratio
-    is steadier than either time alone.
+    is steadier than either time alone; ``warmup`` seconds of both first.
     """
     number = max(batch_size(ours, seconds), batch_size(native, seconds))
+    warm_until = time.perf_counter() + warmup  # caches, branch predictors, clock frequency, XLA threads
+    while time.perf_counter() < warm_until:
+        for _ in range(number):
+            ours()
+        for _ in range(number):
+            native()
     times_ours, times_native, ratios = [], [], []
     for _ in range(rounds):
         start = time.perf_counter()
