@@ -15,38 +15,38 @@ TORCH = "torch==2.13.0"
 nox.options.sessions = ["tests", "lint"]
 
 
+def _tests(session: nox.Session, extras: str, torch: bool) -> None:
+    if torch:
+        session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+    session.run("pytest", *session.posargs)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every backend installed."""
-    session.install(TORCH)
-    session.install("-e", ".[all,test]")
-    session.run("pytest", *session.posargs)
+    _tests(session, "all,test", torch=True)
 
 
 @nox.session(name="tests-numpy")
 def tests_numpy(session: nox.Session) -> None:
     """No engine at all: finite differences on numpy; engine tests are skipped with their reason."""
-    session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    _tests(session, "test", torch=False)
 
 
 @nox.session(name="tests-jax")
 def tests_jax(session: nox.Session) -> None:
-    session.install("-e", ".[jax,test]")
-    session.run("pytest", *session.posargs)
+    _tests(session, "jax,test", torch=False)
 
 
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
-    session.install(TORCH)
-    session.install("-e", ".[torch,test]")
-    session.run("pytest", *session.posargs)
+    _tests(session, "torch,test", torch=True)
 
 
 @nox.session(name="tests-autograd")
 def tests_autograd(session: nox.Session) -> None:
-    session.install("-e", ".[autograd,test]")
-    session.run("pytest", *session.posargs)
+    _tests(session, "autograd,test", torch=False)
 
 
 @nox.session
