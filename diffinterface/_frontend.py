@@ -125,8 +125,6 @@ def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts:
         )
     if TANGENT_NAME.get(operator):
         args = (x, tangent) + ((y,) if y is not None else ()) + contexts
-    elif y is None and not contexts:
-        args = (x,)
     else:
         args = (x,) + ((y,) if y is not None else ()) + contexts
     prep.check(operator, backend, f, args)

@@ -88,12 +88,6 @@ class Prep:
                 (kx, sx, dx), (kt, st, dt) = arrays
                 if type(x) is kx and type(t) is kt and x.shape == sx and t.shape == st and x.dtype == dx and t.dtype == dt:
                     return
-            elif len(args) == len(arrays):
-                for a, (kind, shape, dtype) in zip(args, arrays):
-                    if type(a) is not kind or a.shape != shape or a.dtype != dtype:
-                        break
-                else:
-                    return
         if self.operator != operator:
             raise PreparationMismatchError(
                 f"{self.call(operator, backend)}: prep was made by prepare_{self.operator}; use prepare_{operator} for {operator}"
