@@ -134,9 +134,9 @@ def _compilable(target: Any) -> bool:
         return True
     what = ", ".join(target.plan.where()) if target.has_state else "the output buffer y"
     warnings.warn(
-        f"AutoTorch(compile=True): f runs eagerly, not compiled: it captures {what}, which is "
-        f"duplicated at every call (closure='duplicated'), and torch.compile would recompile for every "
-        f"new duplicate. If f only reads its captured arrays, use AutoTorch(compile=True, closure='const').",
+        f"AutoTorch(compile=True): f runs eagerly, not compiled: its state ({what}) is duplicated at "
+        f"every call (closure='duplicated'), and torch.compile would recompile for every new duplicate. "
+        f"If f only reads its captured arrays, use AutoTorch(compile=True, closure='const').",
         stacklevel=6,
     )
     return False
@@ -173,7 +173,13 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
 
 
 def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool) -> tuple:
-    """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors."""
+    """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
+
+    Run without recording a backward graph: parameters ``f`` captures may require grad, and neither
+    the results nor the user's tensors should carry a graph from a forward-mode call."""
+    if torch.is_grad_enabled():
+        with torch.no_grad():
+            return _jvps(fn, x, tangents, contexts, batched)
     x = x.detach()
     if not batched:
         with fwAD.dual_level():
@@ -196,7 +202,7 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool) 
 
 
 def _stack(tangents: tuple, x: Any) -> Any:
-    ts = [as_tensor(t, like=x) for t in tangents]
+    ts = [as_tensor(t, like=x).detach() for t in tangents]  # a tangent may be a tensor that requires grad
     ts = [t if t.dtype == x.dtype else t.to(x.dtype) for t in ts]
     return torch.stack(ts)
 
@@ -207,6 +213,15 @@ def _basis(n: int, shape: tuple, x: Any) -> Any:
 
 def _size(shape: tuple) -> int:
     return int(np.prod(shape, dtype=np.int64))
+
+
+def _outside_inference_mode(body: Any, x: Any, ts: tuple, contexts: tuple) -> Any:
+    """``body`` run where autograd records: inside ``torch.inference_mode()`` nothing is recorded (every
+    derivative would come out zero), and inference tensors cannot take part in a graph."""
+    with torch.inference_mode(False):
+        x = x.clone() if x.is_inference() else x
+        ts = tuple(t.clone() if isinstance(t, _Tensor) and t.is_inference() else t for t in ts)
+        return body(x, ts, contexts)
 
 
 class _Prepared:
@@ -303,16 +318,18 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     convert = type(x_user) is not _Tensor  # the user's x (numpy, jax) as a tensor: zero-copy
     second = operator in ("hvp", "hessian", "second_derivative")
 
-    def plain(x, ts, contexts):
+    def run(x, ts, contexts):
         if convert:
             x = as_tensor(x)
-        _, result = body(x, ts, contexts)
-        return result
+        if x.is_inference() or torch.is_inference_mode_enabled():
+            return _outside_inference_mode(body, x, ts, contexts)
+        return body(x, ts, contexts)
+
+    def plain(x, ts, contexts):
+        return run(x, ts, contexts)[1]
 
     def value(x, ts, contexts):
-        if convert:
-            x = as_tensor(x)
-        first, result = body(x, ts, contexts)
+        first, result = run(x, ts, contexts)
         if second:
             return (first[0].detach(), first[1].detach(), result)
         return first.detach(), result

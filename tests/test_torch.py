@@ -1,0 +1,279 @@
+"""AutoTorch: the catalogue in every mode, user tensors left alone, nn.Module functions, compile=True."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import installed
+from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
+
+pytestmark = pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+
+SCENARIOS = default_scenarios("numpy", np.float64)
+MODES = [None, "forward", "reverse"]
+MODE_IDS = ["mode=None", "forward", "reverse"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_catalogue_float64_numpy_inputs(scenario, mode):
+    check_scenario(di.AutoTorch(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
+
+
+def _family_dtypes() -> list:
+    out = []
+    for fam, dtype in [("torch", np.float64), ("torch", np.float32), ("numpy", np.float32), ("jax", np.float32)]:
+        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("family, dtype", _family_dtypes())
+def test_catalogue_on_each_family(family, dtype, mode):
+    # float32 at 1e-5 relative (the harness's default tolerance for float32)
+    outcomes = test_differentiation([di.AutoTorch(mode=mode)], default_scenarios(family, dtype))
+    assert len(outcomes) > 300
+
+
+# -- the user's tensors ------------------------------------------------------------------------
+
+def _snapshot(t):
+    return (t.detach().clone(), t.requires_grad, t.grad if t.grad is None else t.grad.clone(), t.grad_fn, t.is_leaf)
+
+
+def _same(before, t):
+    value, requires_grad, grad, grad_fn, is_leaf = before
+    assert torch_equal(t.detach(), value) and t.requires_grad == requires_grad and t.grad_fn is grad_fn
+    assert t.is_leaf == is_leaf
+    assert (t.grad is None) if grad is None else torch_equal(t.grad, grad)
+
+
+def torch_equal(a, b):
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+ALL_OPERATORS = [
+    ("gradient", lambda b, f, x: di.value_and_gradient(b, f, x)),
+    ("jacobian", lambda b, f, x: di.value_and_jacobian(b, lambda z: f(z) * z, x)),
+    ("pushforward", lambda b, f, x: di.value_and_pushforward(b, f, x, (x, 2 * x))),
+    ("pullback", lambda b, f, x: di.value_and_pullback(b, f, x, 1.5)),
+    ("hvp", lambda b, f, x: di.gradient_and_hvp(b, f, x, x)),
+    ("hessian", lambda b, f, x: di.value_gradient_and_hessian(b, f, x)),
+]
+
+
+@pytest.mark.parametrize("closure", ["duplicated", "const"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_user_tensors_are_left_exactly_as_they_were(mode, closure):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
+    weight = model[0].weight
+    weight.grad = torch.full_like(weight, 7.0)  # an earlier .backward() of the user's
+    params = list(model.parameters())
+    x = torch.linspace(-1.0, 1.0, 4, dtype=torch.float64, requires_grad=True)
+    x.grad = torch.ones(4, dtype=torch.float64)
+    y_user = (x * 2).sum()  # a graph the user holds: calls must not free or extend it
+    before = [_snapshot(t) for t in [x] + params]
+
+    def f(z):
+        return model(z).sum()
+
+    backend = di.AutoTorch(mode=mode, closure=closure)
+    for name, call in ALL_OPERATORS:
+        results = call(backend, f, x)
+        for r in results:
+            for t in r if isinstance(r, tuple) else (r,):
+                assert isinstance(t, torch.Tensor) and not t.requires_grad and t.grad_fn is None, name
+        for b, t in zip(before, [x] + params):
+            _same(b, t)
+    # the gradient itself: W2 diag(1 - tanh^2) W1, against torch.func
+    ref = torch.func.grad(lambda z: torch.func.functional_call(model, dict(model.named_parameters()), (z,)).sum())(x.detach())
+    assert torch.allclose(di.gradient(backend, f, x), ref, rtol=1e-12, atol=0)
+    (g,) = torch.autograd.grad(y_user, x)  # the user's own graph still works
+    assert torch.equal(g, torch.full((4,), 2.0, dtype=torch.float64))
+    assert all(p.grad is None for p in params[1:]) and torch.equal(weight.grad, torch.full_like(weight, 7.0))
+
+
+@pytest.mark.parametrize("closure", ["duplicated", "const"])
+def test_modules_and_callable_objects_as_functions(closure):
+    import torch
+
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(5, 2).double()
+    w, b = linear.weight.detach(), linear.bias.detach()
+    x = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+    backend = di.AutoTorch(closure=closure)
+    # the module itself as f: jacobian of W x + b is W
+    assert torch.allclose(di.jacobian(backend, linear, x), w, rtol=0, atol=1e-15)
+
+    class Energy:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __call__(self, z):
+            return self.scale * torch.sum(torch.tanh(linear(z)) ** 2)
+
+    energy = Energy(torch.tensor(3.0, dtype=torch.float64))
+    u = torch.tanh(w @ x + b)
+    expected = w.T @ (3.0 * 2 * u * (1 - u**2))
+    for fn in (energy, functools.partial(Energy.__call__, energy), lambda z: energy(z)):
+        prep = di.prepare_gradient(backend, fn, torch.zeros(5, dtype=torch.float64))
+        for _ in range(2):
+            assert torch.allclose(di.gradient(backend, fn, x, prep=prep), expected, rtol=1e-12, atol=1e-15)
+            assert torch.allclose(di.gradient(backend, fn, x), expected, rtol=1e-12, atol=1e-15)
+    assert linear.weight.grad is None and linear.bias.grad is None
+
+
+def test_numpy_inputs_reach_f_as_tensors_sharing_their_memory():
+    import torch
+
+    seen = []
+
+    def f(z):
+        seen.append(z)
+        return torch.sum(z**2)
+
+    x = np.linspace(0.0, 1.0, 6)
+    backend = di.AutoTorch(closure="const")  # f appends to the user's own list, not to a duplicate
+    prep = di.prepare_gradient(backend, f, x)
+    seen.clear()
+    g = di.gradient(backend, f, x, prep=prep)
+    assert type(g) is np.ndarray and g.dtype == np.float64 and np.array_equal(g, 2 * x)
+    (z,) = seen
+    assert isinstance(z, torch.Tensor) and z.data_ptr() == x.__array_interface__["data"][0]
+    x32 = x.astype(np.float32)
+    assert di.jacobian(di.AutoTorch(), lambda z: z * z, x32).dtype == np.float32
+    t32 = torch.from_numpy(x32)
+    h = di.hessian(di.AutoTorch(), lambda z: torch.sum(z**3), t32)
+    assert isinstance(h, torch.Tensor) and h.dtype == torch.float32 and torch.allclose(h, torch.diag(6 * t32))
+
+
+def test_out_writes_into_tensors_and_numpy_arrays():
+    import torch
+
+    f = lambda z: torch.sum(torch.sin(z))  # noqa: E731
+    x = torch.linspace(0.0, 1.0, 4, dtype=torch.float64)
+    out = torch.empty(4, dtype=torch.float64)
+    assert di.gradient(di.AutoTorch(), f, x, out=out) is out and torch.allclose(out, torch.cos(x), rtol=1e-15)
+    out_np = np.empty((4, 4))
+    res = di.hessian(di.AutoTorch(), f, x.numpy(), out=out_np)
+    assert res is out_np and np.allclose(out_np, np.diag(-np.sin(x.numpy())), rtol=1e-15, atol=0)
+
+
+def test_grad_mode_and_inference_mode_do_not_change_the_derivatives():
+    import torch
+
+    f = lambda z: torch.sum(z**3)  # noqa: E731
+    x = torch.linspace(0.0, 1.0, 5, dtype=torch.float64)
+    expected_g, expected_h = 3 * x**2, 6 * x * x
+    prep = di.prepare_gradient(di.AutoTorch(), f, x)
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            xi = torch.linspace(0.0, 1.0, 5, dtype=torch.float64)  # an inference tensor under inference_mode
+            assert torch.allclose(di.gradient(di.AutoTorch(), f, xi), expected_g, rtol=1e-15)
+            assert torch.allclose(di.gradient(di.AutoTorch(), f, xi, prep=prep), expected_g, rtol=1e-15)
+            assert torch.allclose(di.hvp(di.AutoTorch(), f, xi, xi), expected_h, rtol=1e-15)
+            assert torch.allclose(di.pushforward(di.AutoTorch(), f, xi, xi), torch.sum(3 * x**3), rtol=1e-15)
+        assert torch.allclose(di.gradient(di.AutoTorch(), f, xi), expected_g, rtol=1e-15)  # and outside it
+
+
+def test_a_captured_tensor_updated_in_place_is_seen():
+    import torch
+
+    a = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    f = lambda z: torch.sum(a * z**2)  # noqa: E731
+    x = torch.ones(3, dtype=torch.float64)
+    for closure in ("duplicated", "const"):
+        backend = di.AutoTorch(closure=closure)
+        prep = di.prepare_gradient(backend, f, x)
+        assert torch.equal(di.gradient(backend, f, x, prep=prep), 2 * a)
+        a[1] = 10.0
+        assert torch.equal(di.gradient(backend, f, x, prep=prep), torch.tensor([2.0, 20.0, 6.0], dtype=torch.float64))
+        a[1] = 2.0
+
+
+def test_the_captured_buffer_example_of_the_spec():
+    # a captured buffer: a[0] = 1; a[0] += x; a[0]**2 has derivative 2 (1 + x) on every call
+    import torch
+
+    for state in (np.zeros(2), torch.zeros(2, dtype=torch.float64), [0.0, 0.0]):
+        def f(x, a=state):
+            a[0] = 1.0
+            a[0] += x
+            return a[0] ** 2
+
+        before = [float(v) for v in state]
+        prep = di.prepare_derivative(di.AutoTorch(), f, 0.0)
+        for k in range(4):
+            x = 0.25 * k
+            assert abs(di.derivative(di.AutoTorch(), f, x, prep=prep) - 2 * (1 + x)) < 1e-14
+            assert abs(di.gradient(di.AutoTorch(), f, x) - 2 * (1 + x)) < 1e-14
+            assert abs(di.second_derivative(di.AutoTorch(), f, x) - 2.0) < 1e-14
+        assert [float(v) for v in state] == before
+
+
+# -- compile=True ------------------------------------------------------------------------------
+
+def test_compile_pays_at_preparation_and_matches_eager():
+    import torch
+    from torch._dynamo.utils import counters
+
+    def f(z):
+        return torch.sum(torch.sin(z) ** 2) + torch.sum(z[1:] * z[:-1])
+
+    def g(z):
+        return torch.stack([torch.sum(z**2), torch.prod(torch.cos(z))])
+
+    x = torch.linspace(0.1, 1.0, 6, dtype=torch.float64)
+    compiled, eager = di.AutoTorch(compile=True), di.AutoTorch()
+    prep = di.prepare_gradient(compiled, f, x)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1
+    for k in range(3):
+        xk = x + k
+        assert torch.allclose(di.gradient(compiled, f, xk, prep=prep), di.gradient(eager, f, xk), rtol=1e-13, atol=1e-15)
+        y, gk = di.value_and_gradient(compiled, f, xk, prep=prep)
+        assert torch.allclose(y, f(xk), rtol=1e-14)
+    assert counters["stats"]["unique_graphs"] == graphs  # no compilation after preparation
+    for op, args in [("jacobian", ()), ("pullback", ((torch.tensor([1.0, -2.0], dtype=torch.float64),),)),
+                     ("pushforward", ((x, 2 * x),)), ("hessian", ())]:
+        fn = g if op in ("jacobian", "pullback", "pushforward") else f
+        prep = getattr(di, "prepare_" + op)(compiled, fn, x, *args)
+        got = getattr(di, op)(compiled, fn, x + 0.5, *args, prep=prep)
+        ref = getattr(di, op)(eager, fn, x + 0.5, *args)
+        for a, b in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
+            assert torch.allclose(a, b, rtol=1e-13, atol=1e-15), op
+
+
+def test_compile_with_duplicated_state_warns_and_runs_eagerly():
+    import torch
+
+    buffer = np.zeros(4)
+
+    def f(z):
+        buffer[...] = z * 2
+        return torch.sum(buffer * z)  # buffer is the duplicate, a tensor holding 2 z: gradient 4 z
+
+    def h(z):
+        w = torch.zeros(4, dtype=z.dtype)
+        w[...] = z * 2  # writes into a fresh tensor: fine for compile
+        return torch.sum(w * z)
+
+    x = torch.linspace(0.0, 1.0, 4, dtype=torch.float64)
+    with pytest.warns(UserWarning, match=r"compile=True.*runs eagerly.*'buffer' captured by .*closure='const'"):
+        prep = di.prepare_gradient(di.AutoTorch(compile=True), f, x)
+    assert torch.allclose(di.gradient(di.AutoTorch(compile=True), f, x, prep=prep), 4 * x, rtol=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prep = di.prepare_gradient(di.AutoTorch(compile=True), h, x)
+    assert torch.allclose(di.gradient(di.AutoTorch(compile=True), h, x, prep=prep), 4 * x, rtol=1e-15)
