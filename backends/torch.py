@@ -55,9 +55,10 @@ def as_tensor(value: Any, like: Any = None) -> Any:
     """An input as a tensor without copying where possible (a read-only numpy array is copied)."""
     if type(value) is _Tensor:
         return value
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        out = torch.tensor(value)
-        return out if like is None else out.to(like.device)
+    if type(value) is np.ndarray:
+        flags = value.flags
+        out = torch.from_numpy(value) if flags.writeable and flags.c_contiguous else torch.tensor(value)
+        return out if like is None or like.device == out.device else out.to(like.device)
     if isinstance(value, np.generic):
         value = np.asarray(value)
     return to_family(value, TORCH, like=like)
@@ -89,26 +90,35 @@ class _Function:
     new objects at every call, which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
-    __slots__ = ("target", "kinds", "simple", "call")
+    __slots__ = ("target", "kinds", "simple", "run", "eager")
 
     def __init__(self, target: Any, contexts: tuple, compile: bool) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.stateless
-        self.call = torch.compile(target.f, dynamic=False) if compile else target.f
+        # run(x, contexts) -> tensor: compiled with compile=True; eager(x, contexts): never compiled
+        self.run = self._runner(torch.compile(target.f, dynamic=False) if compile else target.f)
+        self.eager = self._runner(target.f) if compile else self.run
 
-    def _core(self, x: Any, values: tuple, call: Any = None) -> Any:
-        target = self.target
-        if target.stateless:
-            y = (call or target.f)(x, *values)
-        else:
-            device = x.device
-            y = target.instance(lambda v: _fresh(v, device))(x, *values)
-        if type(y) is _Tensor:
-            return y
-        if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
-            return y.as_subclass(_Tensor)
-        return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
+    def _runner(self, call: Any) -> Any:
+        if self.simple:  # the common case, on the prepared fast path: one call and a type check
+            def run(x: Any, contexts: tuple) -> Any:
+                y = call(x)
+                return y if type(y) is _Tensor else _output(y, x)
+
+            return run
+        target, values = self.target, self._values
+        stateless = target.stateless
+
+        def run_with_state(x: Any, contexts: tuple) -> Any:
+            if stateless:
+                y = call(x, *values(x, contexts))
+            else:
+                device = x.device
+                y = target.instance(lambda v: _fresh(v, device))(x, *values(x, contexts))
+            return y if type(y) is _Tensor else _output(y, x)
+
+        return run_with_state
 
     def _values(self, x: Any, contexts: tuple) -> tuple:
         device = x.device
@@ -118,14 +128,12 @@ class _Function:
             for kind, c in zip(self.kinds, contexts)
         )
 
-    def eager(self, x: Any, contexts: tuple) -> Any:
-        if self.simple:
-            return self._core(x, ())
-        return self._core(x, self._values(x, contexts))
 
-    def __call__(self, x: Any, contexts: tuple) -> Any:
-        """``f`` at ``x``, compiled with ``compile=True`` (``eager`` is never compiled)."""
-        return self._core(x, self._values(x, contexts) if contexts else (), self.call)
+def _output(y: Any, x: Any) -> Any:
+    """What ``f`` returned, as a plain tensor (a Python or numpy number: a constant of x's dtype)."""
+    if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
+        return y.as_subclass(_Tensor)
+    return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
 
 
 def _compilable(target: Any) -> bool:
@@ -144,67 +152,83 @@ def _compilable(target: Any) -> bool:
 
 # -- the two directions ------------------------------------------------------------------------
 
-def _record(fn: Any, x: Any, contexts: tuple) -> tuple:
-    """``(y, xt)``: ``fn`` evaluated on ``xt``, a detached alias of ``x`` that requires grad."""
+def _record(run: Any, x: Any, contexts: tuple) -> tuple:
+    """``(y, xt)``: ``run`` evaluated on ``xt``, a detached alias of ``x`` that requires grad."""
     xt = x.detach().requires_grad_()
     if torch.is_grad_enabled():
-        return fn(xt, contexts), xt
+        return run(xt, contexts), xt
     with torch.enable_grad():
-        return fn(xt, contexts), xt
+        return run(xt, contexts), xt
+
+
+def _unused(error: RuntimeError) -> bool:
+    return "not have been used in the graph" in str(error)
 
 
 def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = False) -> Any:
-    """``ct @ J`` for one cotangent, or for each row of ``cotangents`` (``batched``, one backward pass)."""
-    if not y.requires_grad:  # f does not depend on x
-        shape = (cotangents.shape[0],) + xt.shape if batched else xt.shape
-        return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
-    if not batched:
-        return torch.autograd.grad(y, xt, cotangents, create_graph=create_graph, allow_unused=True,
-                                   materialize_grads=True)[0]
-    try:
-        return torch.autograd.grad(y, xt, cotangents, retain_graph=True, create_graph=create_graph,
-                                   is_grads_batched=True, allow_unused=True, materialize_grads=True)[0]
-    except RuntimeError:  # a backward torch cannot vmap: one backward pass per cotangent
-        return torch.stack([
-            torch.autograd.grad(y, xt, ct, retain_graph=True, create_graph=create_graph, allow_unused=True,
-                                materialize_grads=True)[0]
-            for ct in cotangents
-        ])
+    """``ct @ J`` for one cotangent, or for each row of ``cotangents`` (``batched``, one backward pass).
+
+    ``xt`` is the only input differentiated: where ``y`` does not depend on it, the result is zero
+    (checked after the fact rather than with ``allow_unused``, which costs 2 us a call)."""
+    if y.requires_grad:
+        try:
+            if not batched:
+                return torch.autograd.grad(y, xt, cotangents, create_graph=create_graph)[0]
+            try:
+                return torch.autograd.grad(y, xt, cotangents, retain_graph=True, create_graph=create_graph,
+                                           is_grads_batched=True)[0]
+            except RuntimeError as error:  # a backward torch cannot vmap: one pass per cotangent
+                if _unused(error):
+                    raise
+                return torch.stack([
+                    torch.autograd.grad(y, xt, ct, retain_graph=True, create_graph=create_graph)[0]
+                    for ct in cotangents
+                ])
+        except RuntimeError as error:
+            if not _unused(error):
+                raise
+    shape = (cotangents.shape[0],) + xt.shape if batched else xt.shape  # f does not depend on x
+    return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
+
+
+def _no_graph(t: Any) -> Any:
+    return t.detach() if t.requires_grad else t
 
 
 def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool) -> tuple:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
-    Run without recording a backward graph: parameters ``f`` captures may require grad, and neither
-    the results nor the user's tensors should carry a graph from a forward-mode call."""
-    if torch.is_grad_enabled():
-        with torch.no_grad():
-            return _jvps(fn, x, tangents, contexts, batched)
+    Parameters ``f`` captures may require grad: the results are detached from any graph they record."""
     x = x.detach()
+    eager = fn.eager  # torch.compile does not trace dual tensors
     if not batched:
         with fwAD.dual_level():
-            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x, tangents), contexts))
-        return y, (torch.zeros_like(y) if dy is None else dy)
+            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(x, tangents), contexts))
+        return _no_graph(y), (torch.zeros_like(y) if dy is None else _no_graph(dy))
     primal = []
 
     def one(t: Any) -> Any:
         with fwAD.dual_level():
-            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x, t), contexts))
-        primal[:] = [y]
-        return torch.zeros_like(y) if dy is None else dy
+            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(x, t), contexts))
+        primal[:] = [_no_graph(y)]
+        return torch.zeros_like(y) if dy is None else _no_graph(dy)
 
     try:
         out = _vmap(one)(tangents)
-        return primal[0], out
+        return primal[0], _no_graph(out)
     except RuntimeError:  # f cannot be batched (it writes a batched value into an unbatched buffer)
         out = [one(t) for t in tangents]
         return primal[0], torch.stack(out)
 
 
+def _tangent(t: Any, x: Any) -> Any:
+    """One tangent as a tensor of x's dtype, detached (it may be a tensor that requires grad)."""
+    t = as_tensor(t, like=x).detach()
+    return t if t.dtype == x.dtype else t.to(x.dtype)
+
+
 def _stack(tangents: tuple, x: Any) -> Any:
-    ts = [as_tensor(t, like=x).detach() for t in tangents]  # a tangent may be a tensor that requires grad
-    ts = [t if t.dtype == x.dtype else t.to(x.dtype) for t in ts]
-    return torch.stack(ts)
+    return torch.stack([_tangent(t, x) for t in tangents])
 
 
 def _basis(n: int, shape: tuple, x: Any) -> Any:
@@ -250,51 +274,53 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     x_basis = _basis(n, x_shape, x_like)
     y_basis = _basis(m, y_shape, x_like)
 
+    run = fn.run
+
     def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
         if forward:
             y, cols = _jvps(fn, x, x_basis, contexts, True)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
-        y, xt = _record(fn, x, contexts)
+        y, xt = _record(run, x, contexts)
         rows = _vjps(y, xt, y_basis, True)  # (m, *x_shape)
         return y, rows.reshape(y_shape + x_shape)
 
-    if operator == "pushforward":
+    def contract(ts, forward_jacobian):  # pushforward or pullback through the whole Jacobian
         def body(x, ts, contexts):
-            if forward:
-                if len(ts) == 1:
-                    y, out = _jvps(fn, x, _stack(ts, x)[0], contexts, False)
-                    return y, (out,)
-                y, out = _jvps(fn, x, _stack(ts, x), contexts, True)
-                return y, tuple(out)
             y, jac = jacobian(x, contexts)
             flat = jac.reshape((m, n))
-            return y, tuple((flat @ t.reshape(n)).reshape(y_shape) for t in _stack(ts, x))
-    elif operator == "pullback":
-        def body(x, ts, contexts):
-            if not forward:
-                y, xt = _record(fn, x, contexts)
-                if len(ts) == 1:
-                    return y, (_vjps(y, xt, _stack(ts, x)[0], False),)
-                return y, tuple(_vjps(y, xt, _stack(ts, x), True))
-            y, jac = jacobian(x, contexts)
-            flat = jac.reshape((m, n))
+            if forward_jacobian:
+                return y, tuple((flat @ t.reshape(n)).reshape(y_shape) for t in _stack(ts, x))
             return y, tuple((t.reshape(m) @ flat).reshape(x_shape) for t in _stack(ts, x))
-    elif operator == "derivative":
+        return body
+
+    if operator == "pushforward" and forward:
+        def body(x, ts, contexts):
+            if len(ts) == 1:
+                y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
+                return y, (out,)
+            y, out = _jvps(fn, x, _stack(ts, x), contexts, True)
+            return y, tuple(out)
+    elif operator == "pullback" and not forward:
+        def body(x, ts, contexts):
+            y, xt = _record(run, x, contexts)
+            if len(ts) == 1:
+                return y, (_vjps(y, xt, _tangent(ts[0], x), False),)
+            return y, tuple(_vjps(y, xt, _stack(ts, x), True))
+    elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+        body = contract((), operator == "pushforward")
+    elif operator == "derivative" and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
         def body(x, ts, contexts):
-            if forward:
-                return _jvps(fn, x, one, contexts, False)
-            return jacobian(x, contexts)
-    elif operator == "gradient":
+            return _jvps(fn, x, one, contexts, False)
+    elif operator == "gradient" and not forward:
         def body(x, ts, contexts):
-            if forward:
-                return jacobian(x, contexts)
-            y, xt = _record(fn, x, contexts)
+            y, xt = _record(run, x, contexts)
             return y, _vjps(y, xt, None, False)
-    elif operator == "jacobian":
-        body = lambda x, ts, contexts: jacobian(x, contexts)  # noqa: E731
-    elif operator == "second_derivative":
+    elif operator in ("derivative", "gradient", "jacobian"):
+        def body(x, ts, contexts):
+            return jacobian(x, contexts)
+    elif operator == "second_derivative":  # reverse over forward
         def body(x, ts, contexts):
             xt = x.detach().requires_grad_()
             with torch.enable_grad(), fwAD.dual_level():
@@ -303,33 +329,34 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                     der = torch.zeros_like(y)
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
-    elif operator in ("hvp", "hessian"):
+    elif operator in ("hvp", "hessian"):  # reverse over reverse
         def body(x, ts, contexts):
             y, xt = _record(fn.eager, x, contexts)  # compiled graphs have no double backward
             g = _vjps(y, xt, None, False, create_graph=True)
             if operator == "hessian":
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
             if len(ts) == 1:
-                return (y, g), (_vjps(g, xt, _stack(ts, x)[0], False),)
+                return (y, g), (_vjps(g, xt, _tangent(ts[0], x), False),)
             return (y, g), tuple(_vjps(g, xt, _stack(ts, x), True))
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    convert = type(x_user) is not _Tensor  # the user's x (numpy, jax) as a tensor: zero-copy
     second = operator in ("hvp", "hessian", "second_derivative")
 
-    def run(x, ts, contexts):
-        if convert:
-            x = as_tensor(x)
-        if x.is_inference() or torch.is_inference_mode_enabled():
-            return _outside_inference_mode(body, x, ts, contexts)
-        return body(x, ts, contexts)
-
     def plain(x, ts, contexts):
-        return run(x, ts, contexts)[1]
+        if type(x) is not _Tensor:
+            x = as_tensor(x)  # numpy: zero-copy
+        if x.is_inference() or torch.is_inference_mode_enabled():
+            return _outside_inference_mode(body, x, ts, contexts)[1]
+        return body(x, ts, contexts)[1]
 
     def value(x, ts, contexts):
-        first, result = run(x, ts, contexts)
+        if type(x) is not _Tensor:
+            x = as_tensor(x)
+        if x.is_inference() or torch.is_inference_mode_enabled():
+            first, result = _outside_inference_mode(body, x, ts, contexts)
+        else:
+            first, result = body(x, ts, contexts)
         if second:
             return (first[0].detach(), first[1].detach(), result)
         return first.detach(), result

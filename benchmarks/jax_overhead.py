@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, ratio, write_table  # noqa: E402
+from _common import COLUMNS, machine, measure, notes, write_table  # noqa: E402
 
 import diffinterface as di  # noqa: E402
 
@@ -75,34 +75,10 @@ def cases(quick: bool) -> list:
 
 
 def main(quick: bool = False, runs: int = 3) -> list[dict]:
-    """Each case measured ``runs`` times (whole interleaved measurements): this VM's timings drift
-    between runs at the microsecond scale, so the table gives the median over runs and their range."""
-    import statistics
-
-    measured: dict = {}
-    all_cases = cases(quick)
-    for run in range(runs):
-        for operator, size, inputs, ours, native in all_cases:
-            r = ratio(ours, native)
-            measured.setdefault((operator, size, inputs), []).append(r)
-            print(f"run {run + 1}: {operator:>14} {size!s:>9} {inputs:>14}: ours {r['ours_s'] * 1e6:9.1f} us  "
-                  f"native {r['native_s'] * 1e6:9.1f} us  ratio {r['ratio']:.3f}", flush=True)
-    rows = []
-    for (operator, size, inputs), rs in measured.items():
-        ratios = [r["ratio"] for r in rs]
-        rows.append({
-            "operator": operator, "size": size, "inputs": inputs,
-            "ours_s": statistics.median(r["ours_s"] for r in rs), "native_s": statistics.median(r["native_s"] for r in rs),
-            "ratio": statistics.median(ratios), "runs_min": min(ratios), "runs_max": max(ratios), "runs": runs,
-        })
+    rows = measure(cases(quick), runs)
     os.makedirs(RESULTS, exist_ok=True)
-    write_table(
-        os.path.join(RESULTS, "jax_overhead"), "AutoJAX prepared call / JAX's own best call", machine(), rows,
-        ["operator", "size", "inputs", "ours_s", "native_s", "ratio", "runs_min", "runs_max"],
-        notes=f"Each run: median of 21 interleaved rounds after 0.5 s of warm-up; ratio = ours / native. "
-              f"The table: median over {runs} runs, and the smallest and largest run. "
-              "Budget (SPEC section 11): 1.05 at sizes >= 1e4, 1.25 at 10.",
-    )
+    write_table(os.path.join(RESULTS, "jax_overhead"), "AutoJAX prepared call / JAX's own best call", machine(), rows,
+                COLUMNS, notes=notes(runs))
     return rows
 
 
