@@ -16,9 +16,11 @@ us against 810 us. So the adapter uses, with the direction given by ``mode`` (SP
   ``mode=None`` picks forward when ``x.size <= f(x).size``.
 - hessian, hvp: reverse over reverse (double backward) in every mode, the fastest torch offers;
   second derivative: reverse over forward.
-- ``compile=True``: prepared calls run ``f`` through ``torch.compile`` (compiled during preparation;
-  the backward pass is compiled by AOTAutograd). Forward-mode operators run ``f`` eagerly, as
-  ``torch.compile`` does not trace dual tensors. Unprepared calls never compile.
+- ``compile=True``: prepared reverse first-order calls run ``f`` through ``torch.compile``
+  (compiled during preparation; AOTAutograd compiles the backward pass). Forward mode and the
+  second order run ``f`` eagerly: ``torch.compile`` traces no dual tensors and compiled graphs have
+  no double backward. A function whose captured state is duplicated runs eagerly with a warning
+  (new duplicates at every call would recompile). Unprepared calls never compile.
 
 Arrays: numpy inputs reach ``f`` as tensors sharing their memory (``torch.from_numpy``), jax arrays
 through dlpack; results come back in the family of ``x``. Tensors keep their dtype and device. The
@@ -191,6 +193,15 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
 
 
+def _differentiable_gradient(run: Any, x: Any, contexts: tuple) -> tuple:
+    """``(f(x) detached, gradient with its graph, xt)`` for double backward.
+
+    ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
+    before the second backward pass, as in the native two-line hvp (measured: 3% at n = 1e4)."""
+    y, xt = _record(run, x, contexts)
+    return y.detach(), _vjps(y, xt, None, False, create_graph=True), xt
+
+
 def _no_graph(t: Any) -> Any:
     return t.detach() if t.requires_grad else t
 
@@ -223,7 +234,9 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool) 
 
 def _tangent(t: Any, x: Any) -> Any:
     """One tangent as a tensor of x's dtype, detached (it may be a tensor that requires grad)."""
-    t = as_tensor(t, like=x).detach()
+    t = as_tensor(t, like=x)
+    if t.requires_grad:
+        t = t.detach()
     return t if t.dtype == x.dtype else t.to(x.dtype)
 
 
@@ -271,8 +284,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     x_like = as_tensor(x_user)
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = _size(x_shape), _size(y_shape)
-    x_basis = _basis(n, x_shape, x_like)
-    y_basis = _basis(m, y_shape, x_like)
+    # the bases only where a Jacobian is built or contracted (an identity of n = 1e6 would be 8 TB)
+    through_jacobian = operator == "jacobian" or (
+        (operator in ("pushforward", "derivative") and not forward) or (operator in ("pullback", "gradient") and forward)
+    )
+    x_basis = _basis(n, x_shape, x_like) if (through_jacobian and forward) or operator == "hessian" else None
+    y_basis = _basis(m, y_shape, x_like) if (through_jacobian and not forward) or operator == "second_derivative" else None
 
     run = fn.run
 
@@ -327,12 +344,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
                 if der is None:
                     der = torch.zeros_like(y)
+                y = y.detach()
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
     elif operator in ("hvp", "hessian"):  # reverse over reverse
         def body(x, ts, contexts):
-            y, xt = _record(fn.eager, x, contexts)  # compiled graphs have no double backward
-            g = _vjps(y, xt, None, False, create_graph=True)
+            y, g, xt = _differentiable_gradient(fn.eager, x, contexts)  # compiled graphs: no double backward
             if operator == "hessian":
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
             if len(ts) == 1:

@@ -114,7 +114,12 @@ def to_family(value: Any, fam: str, like: Any = None) -> Any:
         return value
     if fam == NUMPY:
         if src == TORCH:
-            return value.detach().cpu().numpy()
+            if value.requires_grad:
+                value = value.detach()
+            try:
+                return value.numpy()  # a CPU tensor: zero-copy
+            except TypeError:  # on a GPU
+                return value.cpu().numpy()
         return np.asarray(value)
     if fam == TORCH:
         torch = sys.modules["torch"]
