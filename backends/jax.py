@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import jax
@@ -36,77 +35,27 @@ from diffinterface._adapter import Info, contract_all
 from diffinterface._arrays import TORCH, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
+from diffinterface._writable import WritableArray as _Writable
+from diffinterface._writable import unwrap as _unwrap
 
 
-class WritableArray:
+class WritableArray(_Writable):
     """A writable stand-in for an immutable jax array: ``a[i] = v`` and ``a[i] += v`` are updates.
 
     What ``f`` receives for a captured array or a cache under ``AutoJAX``. Indexing, arithmetic and
     ``@`` give jax arrays; ``jnp.asarray(a)`` (or ``xp.asarray``) gives the current value.
     """
 
-    __slots__ = ("value",)
+    __slots__ = ()
+    _namespace = jnp
+    _wrap = staticmethod(jnp.asarray)
 
-    def __init__(self, value: Any) -> None:
-        self.value = jnp.asarray(value)
+    @staticmethod
+    def _update(value: Any, index: Any, item: Any) -> Any:
+        return value.at[index].set(item)
 
     def __jax_array__(self) -> Any:
         return self.value
-
-    def __array_namespace__(self, api_version: Any = None) -> Any:
-        return jnp
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.value[_unwrap(index)]
-
-    def __setitem__(self, index: Any, item: Any) -> None:
-        self.value = self.value.at[_unwrap(index)].set(_unwrap(item))
-
-    def __getattr__(self, name: str) -> Any:  # shape, dtype, ndim, size, T, sum, reshape, astype, ...
-        return getattr(self.value, name)
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def __iter__(self) -> Any:
-        return iter(self.value)
-
-    def __repr__(self) -> str:
-        return f"WritableArray({self.value!r})"
-
-
-def _unwrap(value: Any) -> Any:
-    return value.value if isinstance(value, WritableArray) else value
-
-
-def _binary(op: Any) -> Any:
-    return lambda self, other: op(self.value, _unwrap(other))
-
-
-def _reflected(op: Any) -> Any:
-    return lambda self, other: op(_unwrap(other), self.value)
-
-
-def _inplace(op: Any) -> Any:
-    def update(self: WritableArray, other: Any) -> WritableArray:
-        self.value = op(self.value, _unwrap(other))
-        return self
-
-    return update
-
-
-for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("truediv", operator.truediv),
-                   ("floordiv", operator.floordiv), ("mod", operator.mod), ("pow", operator.pow), ("matmul", operator.matmul)]:
-    setattr(WritableArray, f"__{_name}__", _binary(_op))
-    setattr(WritableArray, f"__r{_name}__", _reflected(_op))
-    setattr(WritableArray, f"__i{_name}__", _inplace(_op))
-for _name, _op in [("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge),
-                   ("eq", operator.eq), ("ne", operator.ne)]:
-    setattr(WritableArray, f"__{_name}__", _binary(_op))
-WritableArray.__neg__ = lambda self: -self.value
-WritableArray.__pos__ = lambda self: +self.value
-WritableArray.__abs__ = lambda self: abs(self.value)
-WritableArray.__hash__ = None  # type: ignore[assignment]
 
 
 def _is_dynamic(leaf: Any) -> bool:

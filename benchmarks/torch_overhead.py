@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 

@@ -1,0 +1,407 @@
+"""``AutoAutograd``: every operator on HIPS autograd (``make_vjp``, ``make_jvp``), numpy in, numpy out.
+
+- reverse (gradient, pullback): one trace with ``make_vjp``, then one backward pass per cotangent
+  (a batch of cotangents, and the rows of a reverse Jacobian, share the trace).
+- forward (pushforward, derivative): ``make_jvp``, one trace per tangent (autograd has no ``vmap``;
+  a forward Jacobian is ``x.size`` traces over a basis built at preparation).
+- jacobian: ``mode=None`` picks forward when ``x.size <= f(x).size``, else reverse.
+- hvp: forward over reverse (``make_jvp`` of the gradient) for one tangent; for a batch, reverse
+  over reverse (one trace of the gradient, one backward pass per tangent), which is cheaper than a
+  trace per tangent. Where a primitive has no JVP (autograd defines VJPs for more functions than
+  JVPs), forward over reverse raises ``NotImplementedError`` and the prep switches to reverse over
+  reverse for good. hessian: reverse over reverse (one trace, ``x.size`` backward passes);
+  second derivative: forward over forward.
+- ``mode="forward"``/``"reverse"`` forces every first-order operator; a pushforward in reverse mode
+  or a pullback in forward mode goes through the Jacobian.
+
+Arrays: ``f`` receives numpy arrays, boxed by autograd while it traces. Inside a trace
+``array_namespace(x)`` gives autograd's numpy under the array API's names (``concat``, ``pow``,
+``permute_dims``, ``asarray``...), so array-API code runs unchanged; this adapter adds
+``__array_namespace__`` and ``device`` to autograd's ``ArrayBox`` for that. torch and jax inputs are
+converted to numpy and the results back. float32 stays float32.
+
+Captured arrays, caches and output buffers reach ``f`` as :class:`WritableArray` stand-ins over a
+copy of the user's array: writing a traced value into a numpy array would drop its derivative (or
+fail: "setting an array element with a sequence"), so item assignment is a functional update, a
+primitive with its own VJP and JVP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.core import make_jvp, make_vjp
+from autograd.extend import defjvp, defvjp, primitive, vspace
+from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.numpy.numpy_vjps import unbroadcast_f
+from autograd.tracer import Box, getval
+
+from diffinterface._adapter import Adapter as _Base
+from diffinterface._adapter import Info
+from diffinterface._arrays import NUMPY, family, to_family
+from diffinterface._closure import duplicate
+from diffinterface._contexts import Cache
+from diffinterface._frontend import _call
+from diffinterface._writable import WritableArray as _Writable
+from diffinterface._writable import unwrap
+
+# -- the functional update and the stand-in ---------------------------------------------------
+
+@primitive
+def set_item(value: Any, index: Any, item: Any) -> Any:
+    """``value`` with ``value[index] = item``, as a new array (a primitive: derivatives flow through)."""
+    out = np.array(value, copy=True)
+    out[index] = item
+    return out
+
+
+defvjp(
+    set_item,
+    lambda ans, value, index, item: lambda g: set_item(g, index, 0.0),
+    lambda ans, value, index, item: unbroadcast_f(item, lambda g: g[index]),
+    argnums=(0, 2),
+)
+defjvp(
+    set_item,
+    lambda g, ans, value, index, item: set_item(g, index, 0.0),
+    lambda g, ans, value, index, item: set_item(np.zeros(np.shape(ans), dtype=ans.dtype), index, g),
+    argnums=(0, 2),
+)
+
+
+class _Namespace:
+    """autograd's numpy under the array API's names: what ``array_namespace`` gives inside a trace."""
+
+    _RENAMED = {
+        "concat": "concatenate", "pow": "power", "permute_dims": "transpose", "acos": "arccos",
+        "asin": "arcsin", "atan": "arctan", "atan2": "arctan2", "acosh": "arccosh", "asinh": "arcsinh",
+        "atanh": "arctanh",
+    }
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(anp, self._RENAMED.get(name, name))
+
+    @staticmethod
+    def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+        obj = unwrap(obj)
+        if isinstance(obj, Box):
+            return obj if dtype is None or obj.dtype == dtype else anp._astype(obj, dtype)
+        return np.array(obj, dtype=dtype, copy=True) if copy else np.asarray(obj, dtype=dtype)
+
+    @staticmethod
+    def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
+        return anp._astype(unwrap(x), dtype)
+
+    @staticmethod
+    def reshape(x: Any, shape: tuple, copy: Any = None) -> Any:
+        return anp.reshape(unwrap(x), shape)
+
+    @staticmethod
+    def matrix_transpose(x: Any) -> Any:
+        return anp.swapaxes(unwrap(x), -1, -2)
+
+    def __repr__(self) -> str:
+        return "<the array API over autograd.numpy (diffinterface)>"
+
+
+namespace = _Namespace()
+ArrayBox.__array_namespace__ = lambda self, api_version=None: namespace
+ArrayBox.device = property(lambda self: "cpu")
+
+
+class WritableArray(_Writable):
+    """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoAutograd``."""
+
+    __slots__ = ()
+    _namespace = namespace
+
+    @staticmethod
+    def _wrap(value: Any) -> Any:
+        return value if isinstance(value, Box) else np.array(to_family(value, NUMPY), copy=True)
+
+    _update = staticmethod(set_item)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return np.asarray(getval(self.value), dtype=dtype)
+
+
+# -- f as the adapter calls it -----------------------------------------------------------------
+
+class _Function:
+    """``fn(x, contexts) -> y``: ``f`` over stand-ins for its captured state, caches and output buffer."""
+
+    __slots__ = ("target", "kinds", "simple")
+
+    def __init__(self, target: Any, contexts: tuple) -> None:
+        self.target = target
+        self.kinds = tuple(type(c) for c in contexts)
+        self.simple = not contexts and target.stateless
+
+    def __call__(self, x: Any, contexts: tuple) -> Any:
+        if self.simple:
+            return unwrap(self.target.f(x))
+        values = [duplicate(c.value, WritableArray) if kind is Cache else c.value for kind, c in zip(self.kinds, contexts)]
+        fn = self.target.f if self.target.stateless else self.target.instance(WritableArray)
+        return unwrap(fn(x, *values))
+
+
+def _numpy(value: Any, dtype: Any) -> Any:
+    out = to_family(value, NUMPY) if family(value) != NUMPY else np.asarray(value)
+    return out if dtype is None or out.dtype == dtype else out.astype(dtype)
+
+
+def _size(shape: tuple) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _basis(shape: tuple, dtype: Any) -> list:
+    n = _size(shape)
+    eye = np.eye(n, dtype=dtype)
+    return [eye[i].reshape(shape) for i in range(n)]
+
+
+def _forward(mode: Any, operator: str, info: Info) -> bool:
+    if mode is not None:
+        return mode == "forward"
+    if operator == "jacobian":
+        return _size(info.x_shape) <= _size(info.y_shape)
+    return operator in ("pushforward", "derivative")
+
+
+class _Prepared:
+    __slots__ = ("plain", "value", "reverse_hvp")
+
+    def __init__(self) -> None:
+        self.reverse_hvp = False
+
+
+def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, call: str) -> None:
+    """Sets ``data.plain`` and ``data.value``: ``(x, tangents, contexts) -> result``, x in the user's family.
+
+    ``call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
+    x_shape, y_shape = info.x_shape, info.y_shape
+    n, m = _size(x_shape), _size(y_shape)
+    dtype = _numpy(x_user, None).dtype
+    through_jacobian = operator == "jacobian" or (
+        (operator in ("pushforward", "derivative") and not forward) or (operator in ("pullback", "gradient") and forward)
+    )
+    x_basis = _basis(x_shape, dtype) if (through_jacobian and forward) or operator == "hessian" else None
+    y_basis = _basis(y_shape, dtype) if through_jacobian and not forward else None
+    one = np.ones((), dtype=dtype)
+
+    def jvp(x, t, contexts):
+        return make_jvp(lambda z: fn(z, contexts), x)(t)
+
+    def vjp(x, contexts):
+        return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
+
+    def cast(v):
+        v = np.asarray(v)
+        return v if v.dtype == dtype else v.astype(dtype)
+
+    def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
+        if forward:
+            cols = [jvp(x, e, contexts) for e in x_basis]
+            y = cols[0][0]
+            flat = np.stack([np.reshape(c[1], (m,)) for c in cols], axis=1)
+        else:
+            pull, y = vjp(x, contexts)
+            flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0)
+        return y, cast(flat.reshape(y_shape + x_shape))
+
+    def gradient_of(contexts, record=None):
+        def grad(z):
+            pull, y = make_vjp(lambda w: fn(w, contexts), z)
+            if record is not None:
+                record.append(getval(y))
+            return pull(vspace(y).ones())
+        return grad
+
+    if operator == "pushforward" and forward:
+        def body(x, ts, contexts):
+            results = [jvp(x, t, contexts) for t in ts]
+            return results[0][0], tuple(cast(r[1]) for r in results)
+    elif operator == "pullback" and not forward:
+        def body(x, ts, contexts):
+            pull, y = vjp(x, contexts)
+            return y, tuple(cast(pull(t)) for t in ts)
+    elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+        def body(x, ts, contexts):
+            y, jac = jacobian(x, contexts)
+            flat = jac.reshape((m, n))
+            if operator == "pushforward":
+                return y, tuple(cast((flat @ t.reshape(n)).reshape(y_shape)) for t in ts)
+            return y, tuple(cast((t.reshape(m) @ flat).reshape(x_shape)) for t in ts)
+    elif operator == "derivative" and forward:
+        def body(x, ts, contexts):
+            y, der = jvp(x, one, contexts)
+            return y, cast(der)
+    elif operator == "gradient" and not forward:
+        def body(x, ts, contexts):
+            pull, y = vjp(x, contexts)
+            return y, cast(pull(vspace(y).ones()))
+    elif operator in ("derivative", "gradient", "jacobian"):
+        def body(x, ts, contexts):
+            return jacobian(x, contexts)
+    elif operator == "second_derivative":  # forward over forward
+        def body(x, ts, contexts):
+            record = []
+
+            def der(z):
+                y, d = make_jvp(lambda w: fn(w, contexts), z)(vspace(z).ones())
+                record.append(getval(y))
+                return d
+
+            d, d2 = make_jvp(der, x)(one)
+            return (record[0], cast(d)), cast(d2)
+    elif operator == "hvp":
+        def body(x, ts, contexts):
+            record = []
+            grad = gradient_of(contexts, record)
+            if len(ts) == 1 and not data.reverse_hvp:
+                try:  # forward over reverse
+                    g, hv = make_jvp(grad, x)(ts[0])
+                    return (record[0], cast(g)), (cast(hv),)
+                except NotImplementedError:  # a primitive without a JVP: reverse over reverse from now on
+                    data.reverse_hvp = True
+                    record.clear()
+            pull, g = make_vjp(grad, x)
+            return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
+    elif operator == "hessian":  # reverse over reverse
+        def body(x, ts, contexts):
+            record = []
+            pull, g = make_vjp(gradient_of(contexts, record), x)
+            hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0)
+            return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
+    else:  # pragma: no cover - the frontend only passes the operators above
+        raise ValueError(operator)
+
+    second = operator in ("hvp", "hessian", "second_derivative")
+    convert = family(x_user) != NUMPY
+
+    def inputs(x, ts):
+        if convert or type(x) is not np.ndarray:
+            x = _numpy(x, dtype)
+        if ts and (convert or any(type(t) is not np.ndarray or t.dtype != dtype for t in ts)):
+            ts = tuple(_numpy(t, dtype) for t in ts)
+        return x, ts
+
+    def traced(x, ts, contexts):
+        try:
+            return body(x, ts, contexts)
+        except (TypeError, ValueError) as error:
+            if "ArrayBox" not in str(error) and "setting an array element with a sequence" not in str(error):
+                raise
+            raise type(error)(
+                f"{call}: autograd could not trace f: {str(error).rstrip('.')}. The usual cause is a numpy array that f "
+                f"creates and then writes a value depending on x into (a = np.zeros(n); a[0] = x[0]): "
+                f"autograd cannot record writes into numpy arrays. Build the array from x instead "
+                f"(np.stack, np.concatenate, expressions of x), or keep it outside f, captured or passed "
+                f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
+            ) from error
+
+    def plain(x, ts, contexts):
+        x, ts = inputs(x, ts)
+        return traced(x, ts, contexts)[1]
+
+    def value(x, ts, contexts):
+        x, ts = inputs(x, ts)
+        first, result = traced(x, ts, contexts)
+        if second:
+            return (np.asarray(first[0]), first[1], result)
+        return np.asarray(first), result
+
+    data.plain, data.value = plain, value
+
+
+class Adapter(_Base):
+    """HIPS autograd; see the module docstring."""
+
+    def output_info(self, target, x, contexts, oneshot):
+        xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
+        y = np.asarray(_Function(target, contexts)(xn, contexts))
+        return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
+
+    def plain_runner(self, operator, data, target):
+        return data.plain
+
+    def _prepare(self, operator: str, target, x, contexts, info) -> _Prepared:
+        data = _Prepared()
+        call = _call(operator, self.backend, target.y)
+        _build(operator, _Function(target, contexts), _forward(self.backend.mode, operator, info), info, x, data, call)
+        return data
+
+    def prepare_pushforward(self, target, x, tangents, contexts, info):
+        return self._prepare("pushforward", target, x, contexts, info)
+
+    def value_and_pushforward(self, data, target, x, tangents, contexts):
+        return data.value(x, tangents, contexts)
+
+    def pushforward(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_pullback(self, target, x, tangents, contexts, info):
+        return self._prepare("pullback", target, x, contexts, info)
+
+    def value_and_pullback(self, data, target, x, tangents, contexts):
+        return data.value(x, tangents, contexts)
+
+    def pullback(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_derivative(self, target, x, contexts, info):
+        return self._prepare("derivative", target, x, contexts, info)
+
+    def value_and_derivative(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def derivative(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_gradient(self, target, x, contexts, info):
+        return self._prepare("gradient", target, x, contexts, info)
+
+    def value_and_gradient(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def gradient(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_jacobian(self, target, x, contexts, info):
+        return self._prepare("jacobian", target, x, contexts, info)
+
+    def value_and_jacobian(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def jacobian(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_second_derivative(self, target, x, contexts, info):
+        return self._prepare("second_derivative", target, x, contexts, info)
+
+    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def second_derivative(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_hvp(self, target, x, tangents, contexts, info):
+        return self._prepare("hvp", target, x, contexts, info)
+
+    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+        _, g, out = data.value(x, tangents, contexts)
+        return g, out
+
+    def hvp(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_hessian(self, target, x, contexts, info):
+        return self._prepare("hessian", target, x, contexts, info)
+
+    def value_gradient_and_hessian(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def hessian(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)

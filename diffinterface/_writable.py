@@ -1,0 +1,90 @@
+"""``WritableArray``: what ``f`` writes into when its engine's arrays cannot be written (SPEC section 7).
+
+JAX arrays are immutable, and autograd traces through numpy arrays that must not be written in
+place (a boxed value written into a numpy array loses its derivative). An adapter for such an
+engine gives ``f`` a stand-in for each captured array, cache and output buffer: item assignment and
+augmented assignment replace the stand-in's value by a functional update, so that
+``buf[...] = A @ u``, ``buf[i] += x`` and ``xp.sum(buf * buf)`` differentiate; indexing, arithmetic
+and ``@`` give the engine's arrays. An adapter subclasses it with three class attributes:
+``_wrap(value)`` (the stored value), ``_update(value, index, item)`` (the functional update) and
+``_namespace`` (what ``array_namespace(stand_in)`` gives).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+
+class WritableArray:
+    """A writable stand-in: ``a[i] = v`` and ``a[i] += v`` are functional updates of ``a.value``."""
+
+    __slots__ = ("value",)
+    _namespace: Any = None
+
+    def __init__(self, value: Any) -> None:
+        self.value = self._wrap(value)
+
+    @staticmethod
+    def _wrap(value: Any) -> Any:
+        return value
+
+    @staticmethod
+    def _update(value: Any, index: Any, item: Any) -> Any:  # pragma: no cover - every subclass sets it
+        raise NotImplementedError
+
+    def __array_namespace__(self, api_version: Any = None) -> Any:
+        return self._namespace
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.value[unwrap(index)]
+
+    def __setitem__(self, index: Any, item: Any) -> None:
+        self.value = self._update(self.value, unwrap(index), unwrap(item))
+
+    def __getattr__(self, name: str) -> Any:  # shape, dtype, ndim, size, T, sum, reshape, astype, ...
+        return getattr(self.value, name)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __iter__(self) -> Any:
+        return iter(self.value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+def unwrap(value: Any) -> Any:
+    """The value of a stand-in; anything else as it is."""
+    return value.value if isinstance(value, WritableArray) else value
+
+
+def _binary(op: Any) -> Any:
+    return lambda self, other: op(self.value, unwrap(other))
+
+
+def _reflected(op: Any) -> Any:
+    return lambda self, other: op(unwrap(other), self.value)
+
+
+def _inplace(op: Any) -> Any:
+    def update(self: WritableArray, other: Any) -> WritableArray:
+        self.value = op(self.value, unwrap(other))
+        return self
+
+    return update
+
+
+for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("truediv", operator.truediv),
+                   ("floordiv", operator.floordiv), ("mod", operator.mod), ("pow", operator.pow), ("matmul", operator.matmul)]:
+    setattr(WritableArray, f"__{_name}__", _binary(_op))
+    setattr(WritableArray, f"__r{_name}__", _reflected(_op))
+    setattr(WritableArray, f"__i{_name}__", _inplace(_op))
+for _name, _op in [("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge),
+                   ("eq", operator.eq), ("ne", operator.ne)]:
+    setattr(WritableArray, f"__{_name}__", _binary(_op))
+WritableArray.__neg__ = lambda self: -self.value
+WritableArray.__pos__ = lambda self: +self.value
+WritableArray.__abs__ = lambda self: abs(self.value)
+WritableArray.__hash__ = None  # type: ignore[assignment]

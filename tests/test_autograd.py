@@ -1,0 +1,155 @@
+"""AutoAutograd: the catalogue in every mode and family, writable stand-ins, traces counted, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import installed
+from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
+
+pytestmark = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+
+SCENARIOS = default_scenarios("numpy", np.float64)
+MODES = [None, "forward", "reverse"]
+MODE_IDS = ["mode=None", "forward", "reverse"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_catalogue_float64_numpy_inputs(scenario, mode):
+    check_scenario(di.AutoAutograd(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
+
+
+def _family_dtypes() -> list:
+    out = []
+    for fam, dtype in [("numpy", np.float32), ("torch", np.float64), ("torch", np.float32), ("jax", np.float32)]:
+        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("family, dtype", _family_dtypes())
+def test_catalogue_on_each_family(family, dtype, mode):
+    outcomes = test_differentiation([di.AutoAutograd(mode=mode)], default_scenarios(family, dtype))
+    assert len(outcomes) > 300
+
+
+def _buffers():
+    out = [np.full(3, 9.0), [9.0, 9.0, 9.0]]
+    if installed("torch"):
+        import torch
+
+        out.append(torch.full((3,), 9.0, dtype=torch.float64))
+    return out
+
+
+@pytest.mark.parametrize("buffer", _buffers(), ids=["numpy", "list", "torch"][: len(_buffers())])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(buffer, prepared):
+    def f(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+
+    before = [float(v) for v in buffer]
+    backend = di.AutoAutograd()
+    preps = {op: getattr(di, "prepare_" + op)(backend, f, 0.0) if prepared else None
+             for op in ("derivative", "gradient", "second_derivative")}
+    for x in (0.3, 0.3, -1.2, 2.5):
+        assert di.derivative(backend, f, x, prep=preps["derivative"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+        assert di.gradient(backend, f, x, prep=preps["gradient"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+        assert di.second_derivative(backend, f, x, prep=preps["second_derivative"]) == pytest.approx(2.0, rel=1e-14)
+        assert [float(v) for v in buffer] == before
+
+
+def test_work_buffer_patterns_differentiate_in_every_mode():
+    # buf[...] = A @ u; buf[i] += x[i]; sum(buf * buf): gradient 2 (A^T + e_0 e_0^T...) computed by hand
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4, 4))
+    buf = np.zeros(4)
+
+    def f(u):
+        buf[...] = A @ u
+        buf[0] += u[1]
+        return np.sum(buf * buf)
+
+    u = rng.normal(size=4)
+    r = A @ u
+    r[0] += u[1]
+    J = A.copy()
+    J[0, 1] += 1.0
+    grad, hess = 2 * J.T @ r, 2 * J.T @ J
+    t = rng.normal(size=4)
+    for mode in MODES:
+        backend = di.AutoAutograd(mode=mode)
+        assert np.allclose(di.gradient(backend, f, u), grad, rtol=1e-13, atol=0)
+        assert np.allclose(di.hessian(backend, f, u), hess, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.hvp(backend, f, u, t), hess @ t, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.hvp(backend, f, u, (t, 2 * t))[1], 2 * hess @ t, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.pushforward(backend, f, u, t), grad @ t, rtol=1e-13)
+    assert np.all(buf == 0.0)
+
+
+def test_hvp_falls_back_to_reverse_over_reverse_where_a_primitive_has_no_jvp():
+    from autograd.extend import defvjp, primitive
+
+    @primitive
+    def cube(x):
+        return x**3
+
+    defvjp(cube, lambda ans, x: lambda g: 3 * g * x**2)  # a VJP, and no JVP
+    import autograd.numpy as anp
+
+    f = lambda x: anp.sum(cube(x))  # noqa: E731
+    x, t = np.array([0.5, -1.0, 2.0]), np.array([1.0, 2.0, 3.0])
+    backend = di.AutoAutograd()
+    prep = di.prepare_hvp(backend, f, x, t)
+    for _ in range(2):
+        assert np.allclose(di.hvp(backend, f, x, t, prep=prep), 6 * x * t, rtol=1e-15)
+        g, hv = di.gradient_and_hvp(backend, f, x, t)
+        assert np.allclose(g, 3 * x**2, rtol=1e-15) and np.allclose(hv, 6 * x * t, rtol=1e-15)
+    with pytest.raises(NotImplementedError, match="JVP of cube"):  # forward mode itself needs the JVP
+        di.pushforward(backend, f, x, t)
+
+
+def test_a_prepared_jacobian_traces_once_in_reverse_and_once_per_column_forward():
+    calls = []
+    A = np.arange(12.0).reshape(3, 4)
+
+    def f(x):
+        calls.append(1)
+        return np.sin(A @ x)
+
+    x = np.linspace(0.1, 0.4, 4)
+    expected = np.cos(A @ x)[:, None] * A
+    for mode, traces in [("reverse", 1), ("forward", 4), (None, 1)]:
+        backend = di.AutoAutograd(mode=mode, closure="const")  # f counts into the user's own list
+        prep = di.prepare_jacobian(backend, f, x)
+        calls.clear()
+        jac = di.jacobian(backend, f, x, prep=prep)
+        assert len(calls) == traces and np.allclose(jac, expected, rtol=1e-14)
+
+
+def test_float32_stays_float32():
+    x = np.linspace(0.1, 1.0, 5, dtype=np.float32)
+    f = lambda z: np.sum(np.sin(z) ** 2)  # noqa: E731
+    for op in ("gradient", "hessian"):
+        assert getattr(di, op)(di.AutoAutograd(), f, x).dtype == np.float32
+    assert di.jacobian(di.AutoAutograd(), np.sin, x).dtype == np.float32
+    assert di.pushforward(di.AutoAutograd(), np.sin, x, x).dtype == np.float32
+
+
+def test_writing_x_into_a_fresh_numpy_array_is_a_clear_error():
+    def f(x):
+        a = np.zeros(3)
+        a[:] = x
+        return a.sum()
+
+    with pytest.raises(ValueError, match=r"gradient\(AutoAutograd\(\), f, x\): autograd could not trace f: setting an "
+                                         r"array element with a sequence\. .*Cache\(a\)"):
+        di.gradient(di.AutoAutograd(), f, np.ones(3))
+    with pytest.raises(ValueError, match=r"^pullback\(AutoAutograd\(\), f, x, ty\): autograd could not trace f"):
+        di.pullback(di.AutoAutograd(), f, np.ones(3), 1.0)
