@@ -21,7 +21,7 @@ Arrays: ``f`` receives numpy arrays, boxed by autograd while it traces. Inside a
 converted to numpy and the results back. float32 stays float32.
 
 Captured arrays, caches and output buffers reach ``f`` as :class:`WritableArray` stand-ins over a
-copy of the user's array: writing a traced value into a numpy array would drop its derivative (or
+read-only view of the user's array (nothing is copied until ``f`` writes): writing a traced value into a numpy array would drop its derivative (or
 fail: "setting an array element with a sequence"), so item assignment is a functional update, a
 primitive with its own VJP and JVP.
 """
@@ -119,7 +119,13 @@ class WritableArray(_Writable):
 
     @staticmethod
     def _wrap(value: Any) -> Any:
-        return value if isinstance(value, Box) else np.array(to_family(value, NUMPY), copy=True)
+        """A read-only view of the user's array (no copy: every write is a functional update, and an
+        in-place method such as ``a.fill(0)`` raises instead of changing the user's array)."""
+        if isinstance(value, Box):
+            return value
+        view = np.asarray(to_family(value, NUMPY)).view()
+        view.flags.writeable = False
+        return view
 
     _update = staticmethod(set_item)
 
