@@ -1,0 +1,30 @@
+"""The README's example runs as written, on every installed backend its comment names."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from conftest import installed
+
+README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+EXAMPLE = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S).group(1)
+
+
+@pytest.mark.parametrize("backend, engine", [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"),
+                                             ("AutoAutograd()", "autograd")])
+def test_the_example_runs_on_every_backend(backend, engine):
+    if engine is not None and not installed(engine):
+        pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    assert f"# or AutoJAX(), AutoTorch(), AutoAutograd()" in EXAMPLE
+    code = EXAMPLE.replace("backend = AutoFiniteDiff()", f"import diffinterface\nbackend = diffinterface.{backend}")
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    x = namespace["x"]
+    y, g = namespace["y"], namespace["g"]
+    tol = 1e-6 if engine is None else 1e-12  # central differences against exact derivatives
+    assert np.allclose(g, 3.0 * np.sin(2 * (x + 2)), rtol=tol, atol=tol)  # d/dx 3 sin^2 = 3 sin 2x, at x + 2
+    assert np.isclose(y, 3.0 * np.sum(np.sin(x + 2) ** 2), rtol=1e-12)
