@@ -19,7 +19,7 @@ EXAMPLE = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S).group(1)
 def test_the_example_runs_on_every_backend(backend, engine):
     if engine is not None and not installed(engine):
         pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
-    assert f"# or AutoJAX(), AutoTorch(), AutoAutograd()" in EXAMPLE
+    assert "# or AutoJAX(), AutoTorch(), AutoAutograd()" in EXAMPLE
     code = EXAMPLE.replace("backend = AutoFiniteDiff()", f"import diffinterface\nbackend = diffinterface.{backend}")
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
