@@ -38,8 +38,8 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
-from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info
+from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
@@ -284,7 +284,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    second = operator in ("hvp", "hessian", "second_derivative")
+    second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
     convert = family(x_user) != NUMPY
 
     def inputs(x, ts):
@@ -315,6 +315,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     def value(x, ts, contexts):
         x, ts = inputs(x, ts)
         first, result = traced(x, ts, contexts)
+        if hvp:
+            return first[1], result  # (gradient, hvps)
         if second:
             return (np.asarray(first[0]), first[1], result)
         return np.asarray(first), result
@@ -330,84 +332,8 @@ class Adapter(_Base):
         y = np.asarray(_Function(target, contexts)(xn, contexts))
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def plain_runner(self, operator, data, target):
-        return data.plain
-
-    def _prepare(self, operator: str, target, x, contexts, info) -> _Prepared:
+    def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         data = _Prepared()
         call = _call(operator, self.backend, target.y)
         _build(operator, _Function(target, contexts), _forward(self.backend.mode, operator, info), info, x, data, call)
         return data
-
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
-        return self._prepare("pushforward", target, x, contexts, info)
-
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pushforward(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_pullback(self, target, x, tangents, contexts, info):
-        return self._prepare("pullback", target, x, contexts, info)
-
-    def value_and_pullback(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pullback(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_derivative(self, target, x, contexts, info):
-        return self._prepare("derivative", target, x, contexts, info)
-
-    def value_and_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_gradient(self, target, x, contexts, info):
-        return self._prepare("gradient", target, x, contexts, info)
-
-    def value_and_gradient(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def gradient(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_jacobian(self, target, x, contexts, info):
-        return self._prepare("jacobian", target, x, contexts, info)
-
-    def value_and_jacobian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def jacobian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_second_derivative(self, target, x, contexts, info):
-        return self._prepare("second_derivative", target, x, contexts, info)
-
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def second_derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_hvp(self, target, x, tangents, contexts, info):
-        return self._prepare("hvp", target, x, contexts, info)
-
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
-        _, g, out = data.value(x, tangents, contexts)
-        return g, out
-
-    def hvp(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_hessian(self, target, x, contexts, info):
-        return self._prepare("hessian", target, x, contexts, info)
-
-    def value_gradient_and_hessian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def hessian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)

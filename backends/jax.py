@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, contract_all
+from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import TORCH, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
@@ -342,10 +342,9 @@ class Adapter(_Base):
             out = shape()
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def plain_runner(self, operator, data, target):
-        return data.plain  # already (x, tangents, contexts) -> result: one call into the compiled function
-
-    def _prepare(self, operator_name: str, target, x, contexts, info, tangents: tuple = ()) -> _Prepared:
+    def prepare_operator(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
+        """The compiled value and plain forms of one operator (see _Prepared); the runners of
+        ``RunnerAdapter`` call them, and ``plain`` is one call into the compiled function."""
         mode = self.backend.mode
         if operator_name == "jacobian" and mode is None:
             forward = int(np.prod(info.x_shape, dtype=np.int64)) <= int(np.prod(info.y_shape, dtype=np.int64))
@@ -357,76 +356,3 @@ class Adapter(_Base):
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
         return _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))
-
-    # Each operator: compiled value and plain forms (see _Prepared); the adapter methods only pick one.
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
-        return self._prepare("pushforward", target, x, contexts, info, tangents)
-
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pushforward(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_pullback(self, target, x, tangents, contexts, info):
-        return self._prepare("pullback", target, x, contexts, info, tangents)
-
-    def value_and_pullback(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pullback(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_derivative(self, target, x, contexts, info):
-        return self._prepare("derivative", target, x, contexts, info)
-
-    def value_and_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_gradient(self, target, x, contexts, info):
-        return self._prepare("gradient", target, x, contexts, info)
-
-    def value_and_gradient(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def gradient(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_jacobian(self, target, x, contexts, info):
-        return self._prepare("jacobian", target, x, contexts, info)
-
-    def value_and_jacobian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def jacobian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_second_derivative(self, target, x, contexts, info):
-        return self._prepare("second_derivative", target, x, contexts, info)
-
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def second_derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_hvp(self, target, x, tangents, contexts, info):
-        return self._prepare("hvp", target, x, contexts, info, tangents)
-
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def hvp(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_hessian(self, target, x, contexts, info):
-        return self._prepare("hessian", target, x, contexts, info)
-
-    def value_gradient_and_hessian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def hessian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)

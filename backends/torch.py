@@ -44,8 +44,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info
+from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
@@ -358,7 +358,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    second = operator in ("hvp", "hessian", "second_derivative")
+    second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
 
     def plain(x, ts, contexts):
         if type(x) is not _Tensor:
@@ -374,6 +374,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             first, result = _outside_inference_mode(body, x, ts, contexts)
         else:
             first, result = body(x, ts, contexts)
+        if hvp:
+            return first[1].detach(), result  # (gradient, hvps)
         if second:
             return (first[0].detach(), first[1].detach(), result)
         return first.detach(), result
@@ -390,89 +392,10 @@ class Adapter(_Base):
             y = fn.eager(as_tensor(x), contexts)
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def plain_runner(self, operator, data, target):
-        return data.plain
-
-    def _prepare(self, operator: str, target, x, contexts, info) -> _Prepared:
+    def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         plain, value = _build(operator, fn, _forward(self.backend.mode, operator, info), info, x)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
-            xt = as_tensor(x)
-            tangents = (torch.zeros(info.y_shape if operator == "pullback" else info.x_shape, dtype=xt.dtype,
-                                    device=xt.device),)
             value(x, tangents, contexts)
         return _Prepared(fn, plain, value)
-
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
-        return self._prepare("pushforward", target, x, contexts, info)
-
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pushforward(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_pullback(self, target, x, tangents, contexts, info):
-        return self._prepare("pullback", target, x, contexts, info)
-
-    def value_and_pullback(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pullback(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_derivative(self, target, x, contexts, info):
-        return self._prepare("derivative", target, x, contexts, info)
-
-    def value_and_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_gradient(self, target, x, contexts, info):
-        return self._prepare("gradient", target, x, contexts, info)
-
-    def value_and_gradient(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def gradient(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_jacobian(self, target, x, contexts, info):
-        return self._prepare("jacobian", target, x, contexts, info)
-
-    def value_and_jacobian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def jacobian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_second_derivative(self, target, x, contexts, info):
-        return self._prepare("second_derivative", target, x, contexts, info)
-
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def second_derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_hvp(self, target, x, tangents, contexts, info):
-        return self._prepare("hvp", target, x, contexts, info)
-
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
-        _, g, out = data.value(x, tangents, contexts)
-        return g, out
-
-    def hvp(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_hessian(self, target, x, contexts, info):
-        return self._prepare("hessian", target, x, contexts, info)
-
-    def value_gradient_and_hessian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def hessian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)

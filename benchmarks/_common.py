@@ -133,3 +133,12 @@ def notes(runs: int) -> str:
     return (f"Each run: median of 21 interleaved rounds after 0.5 s of warm-up; ratio = ours / native. "
             f"The table: median over {runs} runs, and the smallest and largest run. "
             "Budget (SPEC section 11): 1.05 at sizes >= 1e4, 1.25 at 10.")
+
+
+def run_and_write(name: str, title: str, cases: list, runs: int) -> list[dict]:
+    """Measure ``cases`` (see :func:`measure`) and write ``benchmarks/results/<name>.{md,csv}``."""
+    rows = measure(cases, runs)
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(results, exist_ok=True)
+    write_table(os.path.join(results, name), title, machine(), rows, COLUMNS, notes=notes(runs))
+    return rows

@@ -25,11 +25,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import COLUMNS, machine, measure, notes, write_table  # noqa: E402
+from _common import run_and_write  # noqa: E402
 
 import diffinterface as di  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
 def sum_sin2(x):
@@ -119,11 +117,7 @@ def cases(quick: bool) -> list:
 
 
 def main(quick: bool = False, runs: int = 3) -> list[dict]:
-    rows = measure(cases(quick), runs)
-    os.makedirs(RESULTS, exist_ok=True)
-    write_table(os.path.join(RESULTS, "torch_overhead"), "AutoTorch prepared call / PyTorch's own call", machine(),
-                rows, COLUMNS, notes=notes(runs))
-    return rows
+    return run_and_write("torch_overhead", "AutoTorch prepared call / PyTorch's own call", cases(quick), runs)
 
 
 if __name__ == "__main__":

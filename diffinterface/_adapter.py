@@ -278,3 +278,89 @@ def _copy_value(value: Any) -> Any:
     from ._closure import copy_leaf, duplicate
 
     return duplicate(value, copy_leaf)
+
+
+class RunnerAdapter(Adapter):
+    """An adapter whose preparation builds, per operator, two runners ``(x, tangents, contexts) ->``:
+    ``data.plain`` (the result) and ``data.value`` (the value form's tuple: ``(y, result)``,
+    ``(y, der, der2)``, ``(grad, hvps)``, ``(y, grad, hess)``). The operator methods below only pick
+    one; a subclass implements :meth:`prepare_operator`. The JAX, torch and autograd adapters are such.
+    """
+
+    def prepare_operator(self, operator: str, target: Any, x: Any, tangents: tuple, contexts: tuple, info: Info) -> Any:
+        raise NotImplementedError  # pragma: no cover - every subclass implements it
+
+    def plain_runner(self, operator, data, target):
+        return data.plain  # the frontend's fast path calls the runner itself
+
+    def prepare_pushforward(self, target, x, tangents, contexts, info):
+        return self.prepare_operator("pushforward", target, x, tangents, contexts, info)
+
+    def value_and_pushforward(self, data, target, x, tangents, contexts):
+        return data.value(x, tangents, contexts)
+
+    def pushforward(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_pullback(self, target, x, tangents, contexts, info):
+        return self.prepare_operator("pullback", target, x, tangents, contexts, info)
+
+    def value_and_pullback(self, data, target, x, tangents, contexts):
+        return data.value(x, tangents, contexts)
+
+    def pullback(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_derivative(self, target, x, contexts, info):
+        return self.prepare_operator("derivative", target, x, (), contexts, info)
+
+    def value_and_derivative(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def derivative(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_gradient(self, target, x, contexts, info):
+        return self.prepare_operator("gradient", target, x, (), contexts, info)
+
+    def value_and_gradient(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def gradient(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_jacobian(self, target, x, contexts, info):
+        return self.prepare_operator("jacobian", target, x, (), contexts, info)
+
+    def value_and_jacobian(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def jacobian(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_second_derivative(self, target, x, contexts, info):
+        return self.prepare_operator("second_derivative", target, x, (), contexts, info)
+
+    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def second_derivative(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)
+
+    def prepare_hvp(self, target, x, tangents, contexts, info):
+        return self.prepare_operator("hvp", target, x, tangents, contexts, info)
+
+    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+        return data.value(x, tangents, contexts)
+
+    def hvp(self, data, target, x, tangents, contexts):
+        return data.plain(x, tangents, contexts)
+
+    def prepare_hessian(self, target, x, contexts, info):
+        return self.prepare_operator("hessian", target, x, (), contexts, info)
+
+    def value_gradient_and_hessian(self, data, target, x, contexts):
+        return data.value(x, (), contexts)
+
+    def hessian(self, data, target, x, contexts):
+        return data.plain(x, (), contexts)

@@ -19,3 +19,14 @@ def family_params(families=("numpy", "jax", "torch")) -> list:
             marks = pytest.mark.skip(reason=f"{fam} is not installed: pip install \"diffinterface[{fam}]\"")
         out.append(pytest.param(fam, marks=marks, id=fam))
     return out
+
+
+def family_dtype_params(pairs) -> list:
+    """(family, dtype) parameters, each skipped with its install line when its library is missing."""
+    import numpy as np
+
+    out = []
+    for fam, dtype in pairs:
+        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
+    return out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import installed
+from conftest import family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
@@ -22,16 +22,8 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
     check_scenario(di.AutoAutograd(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
 
 
-def _family_dtypes() -> list:
-    out = []
-    for fam, dtype in [("numpy", np.float32), ("torch", np.float64), ("torch", np.float32), ("jax", np.float32)]:
-        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
-        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
-    return out
-
-
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("family, dtype", _family_dtypes())
+@pytest.mark.parametrize("family, dtype", family_dtype_params([("numpy", np.float32), ("torch", np.float64), ("torch", np.float32), ("jax", np.float32)]))
 def test_catalogue_on_each_family(family, dtype, mode):
     outcomes = test_differentiation([di.AutoAutograd(mode=mode)], default_scenarios(family, dtype))
     assert len(outcomes) > 300

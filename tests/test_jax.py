@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import installed
+from conftest import family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
@@ -25,16 +25,7 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
     check_scenario(di.AutoJAX(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
 
 
-def _family_dtypes() -> list:
-    out = []
-    # jax arrays are float32 while x64 is off (float64 jax arrays: the subprocess test below)
-    for fam, dtype in [("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]:
-        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
-        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
-    return out
-
-
-@pytest.mark.parametrize("family, dtype", _family_dtypes())
+@pytest.mark.parametrize("family, dtype", family_dtype_params([("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]))
 def test_catalogue_on_each_family(family, dtype):
     # numpy float64 runs scenario by scenario above; jax arrays are float32 here (x64 is off)
     test_differentiation([di.AutoJAX()], default_scenarios(family, dtype))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import installed
+from conftest import family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
@@ -25,16 +25,8 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
     check_scenario(di.AutoTorch(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
 
 
-def _family_dtypes() -> list:
-    out = []
-    for fam, dtype in [("torch", np.float64), ("torch", np.float32), ("numpy", np.float32), ("jax", np.float32)]:
-        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
-        out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
-    return out
-
-
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("family, dtype", _family_dtypes())
+@pytest.mark.parametrize("family, dtype", family_dtype_params([("torch", np.float64), ("torch", np.float32), ("numpy", np.float32), ("jax", np.float32)]))
 def test_catalogue_on_each_family(family, dtype, mode):
     # float32 at 1e-5 relative (the harness's default tolerance for float32)
     outcomes = test_differentiation([di.AutoTorch(mode=mode)], default_scenarios(family, dtype))
