@@ -168,14 +168,6 @@ def _basis(shape: tuple, dtype: Any) -> list:
     return [eye[i].reshape(shape) for i in range(n)]
 
 
-def _forward(mode: Any, operator: str, info: Info) -> bool:
-    if mode is not None:
-        return mode == "forward"
-    if operator == "jacobian":
-        return _size(info.x_shape) <= _size(info.y_shape)
-    return operator in ("pushforward", "derivative")
-
-
 class _Prepared:
     __slots__ = ("plain", "value", "reverse_hvp")
 
@@ -335,5 +327,5 @@ class Adapter(_Base):
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         data = _Prepared()
         call = _call(operator, self.backend, target.y)
-        _build(operator, _Function(target, contexts), _forward(self.backend.mode, operator, info), info, x, data, call)
+        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, call)
         return data

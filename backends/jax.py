@@ -345,14 +345,7 @@ class Adapter(_Base):
     def prepare_operator(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
         """The compiled value and plain forms of one operator (see _Prepared); the runners of
         ``RunnerAdapter`` call them, and ``plain`` is one call into the compiled function."""
-        mode = self.backend.mode
-        if operator_name == "jacobian" and mode is None:
-            forward = int(np.prod(info.x_shape, dtype=np.int64)) <= int(np.prod(info.y_shape, dtype=np.int64))
-        elif mode is None:
-            forward = operator_name in ("pushforward", "derivative")
-        else:
-            forward = mode == "forward"
-        body = _builders(forward)[operator_name]
+        body = _builders(self.forward(operator_name, info))[operator_name]
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
         return _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))

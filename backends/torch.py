@@ -271,14 +271,6 @@ class _Prepared:
         self.fn, self.plain, self.value = fn, plain, value
 
 
-def _forward(mode: Any, operator: str, info: Info) -> bool:
-    if mode is not None:
-        return mode == "forward"
-    if operator == "jacobian":
-        return _size(info.x_shape) <= _size(info.y_shape)
-    return operator in ("pushforward", "derivative")
-
-
 def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple:
     """``(plain, value)`` runners of ``operator``; the bodies below work on tensors."""
     x_like = as_tensor(x_user)
@@ -395,7 +387,7 @@ class Adapter(_Base):
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
-        plain, value = _build(operator, fn, _forward(self.backend.mode, operator, info), info, x)
+        plain, value = _build(operator, fn, self.forward(operator, info), info, x)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
         return _Prepared(fn, plain, value)

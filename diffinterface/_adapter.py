@@ -290,6 +290,14 @@ class RunnerAdapter(Adapter):
     def prepare_operator(self, operator: str, target: Any, x: Any, tangents: tuple, contexts: tuple, info: Info) -> Any:
         raise NotImplementedError  # pragma: no cover - every subclass implements it
 
+    def forward(self, operator: str, info: Info) -> bool:
+        """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
+        forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
+        if operator == "jacobian":
+            return self.jacobian_forward(int(np.prod(info.x_shape, dtype=np.int64)), int(np.prod(info.y_shape, dtype=np.int64)))
+        mode = self.backend.mode
+        return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
+
     def plain_runner(self, operator, data, target):
         return data.plain  # the frontend's fast path calls the runner itself
 
