@@ -148,9 +148,14 @@ class _Function:
     def __call__(self, x: Any, contexts: tuple) -> Any:
         if self.simple:
             return unwrap(self.target.f(x))
-        values = [duplicate(c.value, WritableArray) if kind is Cache else c.value for kind, c in zip(self.kinds, contexts)]
+        values = [duplicate(c.value, WritableArray if kind is Cache else _numpy_leaf) for kind, c in zip(self.kinds, contexts)]
         fn = self.target.f if self.target.stateless else self.target.instance(WritableArray)
         return unwrap(fn(x, *values))
+
+
+def _numpy_leaf(value: Any) -> Any:
+    """A ``Constant`` array as numpy (torch and jax arrays converted without copying where possible)."""
+    return value if isinstance(value, (np.ndarray, np.generic)) else to_family(value, NUMPY)
 
 
 def _numpy(value: Any, dtype: Any) -> Any:

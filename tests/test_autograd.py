@@ -145,3 +145,14 @@ def test_writing_x_into_a_fresh_numpy_array_is_a_clear_error():
         di.gradient(di.AutoAutograd(), f, np.ones(3))
     with pytest.raises(ValueError, match=r"^pullback\(AutoAutograd\(\), f, x, ty\): autograd could not trace f"):
         di.pullback(di.AutoAutograd(), f, np.ones(3), 1.0)
+
+
+@pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+def test_torch_inputs_and_constants_reach_f_as_numpy():
+    import torch
+
+    x = torch.linspace(0.1, 1.0, 4, dtype=torch.float64)
+    c = torch.tensor([2.0, -1.0, 0.5, 3.0], dtype=torch.float64)
+    f = lambda z, w: np.sum(w * np.sin(z))  # noqa: E731
+    g = di.gradient(di.AutoAutograd(), f, x, di.Constant(c))
+    assert isinstance(g, torch.Tensor) and torch.allclose(g, c * torch.cos(x), rtol=1e-15)
