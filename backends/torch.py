@@ -87,9 +87,10 @@ class _Function:
     """``f`` as the adapter calls it: ``fn(x, contexts) -> tensor``, over fresh duplicates of its
     captured state and caches (SPEC section 7). ``simple`` when there are none: ``f`` is called as is.
 
-    With ``compile=True``, ``call`` is ``torch.compile(f)`` (its cache is keyed on the user's code, as if
-    the user had compiled ``f``), called with the context values as arguments. A function whose captured state is duplicated is not compiled: its duplicates are
-    new objects at every call, which ``torch.compile`` would recompile for (see :func:`_compilable`).
+    With ``compile=True``, ``run`` calls ``torch.compile(f)`` (its cache is keyed on the user's code,
+    as if the user had compiled ``f``) with the context values as arguments. A function whose
+    captured state is duplicated is not compiled: its duplicates are new objects at every call,
+    which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
     __slots__ = ("target", "kinds", "simple", "run", "eager")
