@@ -1,0 +1,163 @@
+"""Closures duplicated by default (SPEC section 7), on every installed backend.
+
+tests/test_closure.py pins the discovery mechanism down on finite differences; here the same user
+patterns run on every engine: the captured-buffer example, work buffers kept as module globals,
+captured arrays updated between prepared calls, partials, callable objects and nested closures,
+an exception inside f, and two threads sharing a prep.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+import pytest
+
+import _gierer_meinhardt as gm
+import diffinterface as di
+from conftest import installed
+
+
+def _backends() -> list:
+    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
+    for config, engine in [(di.AutoJAX(), "jax"), (di.AutoTorch(), "torch"), (di.AutoAutograd(), "autograd")]:
+        marks = () if installed(engine) else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+        out.append(pytest.param(config, marks=marks, id=type(config).__name__))
+    return out
+
+
+BACKENDS = _backends()
+
+
+def _tol(backend) -> float:
+    return 1e-6 if isinstance(backend, di.AutoFiniteDiff) else 1e-12
+
+
+def _states() -> list:
+    out = [pytest.param(lambda: np.full(3, 9.0), id="numpy"), pytest.param(lambda: [9.0, 9.0, 9.0], id="list")]
+    if installed("torch"):
+        import torch
+
+        out.append(pytest.param(lambda: torch.full((3,), 9.0, dtype=torch.float64), id="torch"))
+    return out
+
+
+@pytest.mark.parametrize("make_state", _states())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_captured_buffer_example(backend, make_state):
+    buffer = make_state()
+
+    def f(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+
+    before = [float(v) for v in buffer]
+    prep = di.prepare_derivative(backend, f, 0.0)
+    for x in (0.3, 0.3, -1.2, 2.5):  # four calls in a row, prepared and not
+        assert abs(di.derivative(backend, f, x, prep=prep) - 2 * (1 + x)) < 10 * _tol(backend)
+        assert abs(di.derivative(backend, f, x) - 2 * (1 + x)) < 10 * _tol(backend)
+    assert [float(v) for v in buffer] == before and type(buffer) is type(make_state())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_work_buffers_kept_as_module_globals(backend):
+    x = np.concatenate([np.linspace(0.5, 1.5, gm.N), np.linspace(1.0, 2.0, gm.N)])
+    expected = gm.jacobian(x)
+    gm.Ayu[...], gm.Ayv[...] = 7.0, -7.0
+    prep = di.prepare_jacobian(backend, gm.rhs, np.ones(2 * gm.N))
+    for _ in range(2):
+        assert np.allclose(di.jacobian(backend, gm.rhs, x), expected, rtol=_tol(backend), atol=_tol(backend))
+        assert np.allclose(di.jacobian(backend, gm.rhs, x, prep=prep), expected, rtol=_tol(backend), atol=_tol(backend))
+    assert np.all(gm.Ayu == 7.0) and np.all(gm.Ayv == -7.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_captured_array_updated_between_prepared_calls_is_seen(backend):
+    a = np.array([1.0, 2.0, 3.0])
+
+    def f(x):
+        return (a * x * x).sum()
+
+    x = np.ones(3)
+    prep = di.prepare_gradient(backend, f, x)
+    assert np.allclose(di.gradient(backend, f, x, prep=prep), 2 * a, rtol=_tol(backend))
+    a[1] = 10.0
+    assert np.allclose(di.gradient(backend, f, x, prep=prep), [2.0, 20.0, 6.0], rtol=_tol(backend))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_partials_callable_objects_and_nested_closures(backend):
+    work = np.zeros(3)
+
+    def base(x, w, buf):
+        buf[...] = w * x
+        return (buf * buf).sum()  # gradient 2 w^2 x
+
+    class Loss:
+        def __init__(self, w):
+            self.w, self.buf = w, np.zeros(3)
+
+        def __call__(self, x):
+            self.buf[...] = self.w * x
+            return (self.buf * self.buf).sum()
+
+    def outer(w):
+        buf = np.zeros(3)
+
+        def inner(x):
+            buf[...] = w * x
+            return (buf * buf).sum()
+
+        return inner
+
+    w = np.array([1.0, 2.0, 3.0])
+    loss = Loss(w)
+    x = np.array([0.5, -1.0, 2.0])
+    for fn in (functools.partial(base, w=w, buf=work), loss, loss.__call__, outer(w)):
+        prep = di.prepare_gradient(backend, fn, np.ones(3))
+        for _ in range(2):
+            assert np.allclose(di.gradient(backend, fn, x, prep=prep), 2 * w**2 * x, rtol=_tol(backend), atol=_tol(backend))
+    assert np.all(work == 0.0) and np.all(loss.buf == 0.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_exception_inside_f_leaves_the_state_untouched(backend):
+    buf = np.full(3, 4.0)
+    items = [1.0, 2.0]
+
+    def f(x):
+        buf[...] = x
+        items[0] = x[0]
+        raise RuntimeError("inside f")
+
+    with pytest.raises(RuntimeError, match="inside f"):
+        di.gradient(backend, f, np.ones(3))
+    assert np.all(buf == 4.0) and items == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_share_a_function_and_a_prep(backend):
+    buf = np.zeros(3)
+
+    def f(x):
+        buf[...] = x * 2
+        return (buf * x).sum()  # gradient 4 x
+
+    prep = di.prepare_gradient(backend, f, np.ones(3))
+    errors = []
+
+    def work(i):
+        for j in range(10):
+            x = np.full(3, float(i + j))
+            g = di.gradient(backend, f, x, prep=prep)
+            if not np.allclose(g, 4 * x, rtol=_tol(backend), atol=_tol(backend)):
+                errors.append((i, j, g))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and np.all(buf == 0.0)
