@@ -43,7 +43,6 @@ from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, to_family
 from diffinterface._closure import duplicate
 from diffinterface._contexts import Cache
-from diffinterface._frontend import _call
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
 
@@ -331,6 +330,5 @@ class Adapter(_Base):
 
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         data = _Prepared()
-        call = _call(operator, self.backend, target.y)
-        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, call)
+        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, target.call)
         return data

@@ -47,7 +47,7 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Info
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
-from diffinterface._closure import duplicate
+from diffinterface._closure import StatePlan, duplicate
 from diffinterface._contexts import Cache
 
 _Tensor = torch.Tensor
@@ -104,14 +104,14 @@ class _Function:
         self.eager = self._runner(target.f) if compile else self.run
 
     def _runner(self, call: Any) -> Any:
+        target = self.target
         if self.simple:  # the common case, on the prepared fast path: one call and a type check
             def run(x: Any, contexts: tuple) -> Any:
                 y = call(x)
-                return y if type(y) is _Tensor else _output(y, x)
+                return y if type(y) is _Tensor else _output(y, x, target)
 
             return run
-        target, values = self.target, self._values
-        stateless = target.stateless
+        values, stateless = self._values, self.target.stateless
 
         def run_with_state(x: Any, contexts: tuple) -> Any:
             if stateless:
@@ -119,7 +119,7 @@ class _Function:
             else:
                 device = x.device
                 y = target.instance(lambda v: _fresh(v, device))(x, *values(x, contexts))
-            return y if type(y) is _Tensor else _output(y, x)
+            return y if type(y) is _Tensor else _output(y, x, target)
 
         return run_with_state
 
@@ -132,10 +132,24 @@ class _Function:
         )
 
 
-def _output(y: Any, x: Any) -> Any:
-    """What ``f`` returned, as a plain tensor (a Python or numpy number: a constant of x's dtype)."""
+def _output(y: Any, x: Any, target: Any) -> Any:
+    """What ``f`` returned, as a plain tensor (a Python or numpy number: a constant of x's dtype).
+
+    Under ``closure="const"`` a number from ``f`` with numpy state captured is the mark of a write
+    into that state: numpy turns the tensor written into it into a number, and its derivative is
+    lost. That is an error, never a silent zero derivative."""
     if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
         return y.as_subclass(_Tensor)
+    if target.closure == "const":
+        plan = StatePlan(target.f)  # built only here, on the way to an error
+        captured = [where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (np.ndarray, list))]
+        if captured:
+            raise ValueError(
+                f"{target.call}: f returned a {type(y).__name__}, not a tensor computed from x. With "
+                f"closure='const' f writes into your own numpy arrays and lists ({', '.join(captured)}), "
+                f"which turn the tensors written into them into plain numbers: the derivative through them "
+                f"is lost. Use closure='duplicated' (the default), under which f writes into tensors."
+            )
     return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
 
 

@@ -102,7 +102,7 @@ def prepare(
     if tangent_name == "tx":
         tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
-    target = Target(f, y, closure)
+    target = Target(f, y, closure, call)
     info = adapter.output_info(target, x_in, contexts, oneshot)
     _check_output(operator, info, call)
     if tangent_name == "ty":

@@ -15,10 +15,12 @@ from ._closure import StatePlan, copy_leaf, duplicate
 
 
 class Target:
-    __slots__ = ("f", "y", "plan", "closure")
+    """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    def __init__(self, f: Callable, y: Any, closure: str) -> None:
-        self.f, self.y, self.closure = f, y, closure
+    __slots__ = ("f", "y", "plan", "closure", "call")
+
+    def __init__(self, f: Callable, y: Any, closure: str, call: str = "f") -> None:
+        self.f, self.y, self.closure, self.call = f, y, closure, call
         self.plan = StatePlan(f) if closure == "duplicated" else None
 
     @property

@@ -269,3 +269,20 @@ def test_compile_with_duplicated_state_warns_and_runs_eagerly():
         warnings.simplefilter("error")
         prep = di.prepare_gradient(di.AutoTorch(compile=True), h, x)
     assert torch.allclose(di.gradient(di.AutoTorch(compile=True), h, x, prep=prep), 4 * x, rtol=1e-15)
+
+
+def test_const_closure_writing_x_into_numpy_state_is_an_error_not_a_zero_derivative():
+    # numpy turns a tensor written into it into a number: without duplicates the derivative is lost
+    a = np.zeros(2)
+
+    def f(x):
+        a[0] = 1.0
+        a[0] += x
+        return a[0] ** 2
+
+    for op in ("derivative", "gradient", "second_derivative"):
+        with pytest.raises(ValueError, match=rf"^{op}\(AutoTorch\(closure='const'\), f, x\): f returned a float64, not a "
+                                             r"tensor computed from x\. With closure='const' .*'a' captured by .*closure='duplicated'"):
+            getattr(di, op)(di.AutoTorch(closure="const"), f, 0.3)
+    assert di.derivative(di.AutoTorch(), f, 0.3) == pytest.approx(2.6, rel=1e-15)  # the default duplicates
+    assert di.gradient(di.AutoTorch(closure="const"), lambda x: 3.0, 0.3) == 0.0  # no state: a constant f
