@@ -41,7 +41,7 @@ from autograd.tracer import Box, getval
 from diffinterface._adapter import Info
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, to_family
-from diffinterface._closure import duplicate
+from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import Cache
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
@@ -179,10 +179,11 @@ class _Prepared:
         self.reverse_hvp = False
 
 
-def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, call: str) -> None:
+def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, target: Any) -> None:
     """Sets ``data.plain`` and ``data.value``: ``(x, tangents, contexts) -> result``, x in the user's family.
 
-    ``call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
+    ``target.call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
+    call = target.call
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = _size(x_shape), _size(y_shape)
     dtype = _numpy(x_user, None).dtype
@@ -294,6 +295,9 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
         try:
             return body(x, ts, contexts)
         except (TypeError, ValueError) as error:
+            const = const_write_error(target, str(error), "autograd", type(error))
+            if const is not None:
+                raise const from error
             if "ArrayBox" not in str(error) and "setting an array element with a sequence" not in str(error):
                 raise
             raise type(error)(
@@ -330,5 +334,5 @@ class Adapter(_Base):
 
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         data = _Prepared()
-        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, target.call)
+        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, target)
         return data

@@ -33,7 +33,7 @@ import numpy as np
 from diffinterface._adapter import Info, contract_all
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import TORCH, family, to_family
-from diffinterface._closure import duplicate
+from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import Cache
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap as _unwrap
@@ -335,11 +335,17 @@ class Adapter(_Base):
             dyn, static = function.arguments(contexts)
             return jax.eval_shape(lambda z, d: function.pure(z, d, static), xj, dyn)
 
-        if x64 and not jax.config.jax_enable_x64:
-            with jax.enable_x64(True):
+        try:  # the first trace of f: where writes into captured state fail
+            if x64 and not jax.config.jax_enable_x64:
+                with jax.enable_x64(True):
+                    out = shape()
+            else:
                 out = shape()
-        else:
-            out = shape()
+        except (TypeError, ValueError) as error:
+            const = const_write_error(target, str(error), "JAX", TypeError if isinstance(error, TypeError) else ValueError)
+            if const is not None:
+                raise const from error
+            raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare_operator(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:

@@ -47,7 +47,7 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Info
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
-from diffinterface._closure import StatePlan, duplicate
+from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import Cache
 
 _Tensor = torch.Tensor
@@ -140,16 +140,9 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     lost. That is an error, never a silent zero derivative."""
     if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
         return y.as_subclass(_Tensor)
-    if target.closure == "const":
-        plan = StatePlan(target.f)  # built only here, on the way to an error
-        captured = [where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (np.ndarray, list))]
-        if captured:
-            raise ValueError(
-                f"{target.call}: f returned a {type(y).__name__}, not a tensor computed from x. With "
-                f"closure='const' f writes into your own numpy arrays and lists ({', '.join(captured)}), "
-                f"which turn the tensors written into them into plain numbers: the derivative through them "
-                f"is lost. Use closure='duplicated' (the default), under which f writes into tensors."
-            )
+    error = const_write_error(target, f"f returned a {type(y).__name__}, not a tensor computed from x", "numpy")
+    if error is not None:
+        raise error
     return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
 
 

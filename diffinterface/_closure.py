@@ -310,3 +310,29 @@ class StatePlan:
         if self._build is None:
             return self.f
         return self._build([duplicate(v, leaf) for v in self.read()], {})
+
+
+# What engines say when f writes a traced value into an array or list they do not track.
+_TRACED_WRITE_MARKERS = ("setting an array element with a sequence", "Tracer", "tracer", "ArrayBox",
+                         "Could not convert", "not a tensor computed from x")
+
+
+def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueError) -> Exception | None:
+    """Under ``closure="const"``, the error for ``f`` writing a value that depends on ``x`` into its
+    own captured state (SPEC section 7): it names the captured arrays, lists and dicts and points to
+    ``closure="duplicated"``. None when the closure is duplicated, when ``reason`` (the engine's own
+    message) is not such a write, or when ``f`` captures no such state. Discovery runs only here,
+    on the way to an error, so ``"const"`` costs nothing on calls that succeed."""
+    if getattr(target, "closure", None) != "const" or not any(m in reason for m in _TRACED_WRITE_MARKERS):
+        return None
+    plan = StatePlan(target.f)
+    captured = [where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (list, dict)) or is_array(value)]
+    if not captured:
+        return None
+    first_line = reason.strip().splitlines()[0].rstrip(".") if reason.strip() else reason
+    return kind(
+        f"{target.call}: with closure='const', f writes into its own captured state ({', '.join(captured)}), "
+        f"where {engine} cannot carry a value that depends on x ({first_line}); the derivative through it "
+        f"would be lost. Use closure='duplicated' (the default): f then writes into duplicates that carry "
+        f"derivatives, and your objects stay as they were."
+    )

@@ -73,8 +73,10 @@ def test_work_buffers_kept_as_module_globals(backend):
     assert np.all(gm.Ayu == 7.0) and np.all(gm.Ayv == -7.0)
 
 
+@pytest.mark.parametrize("closure", ["duplicated", "const"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_captured_array_updated_between_prepared_calls_is_seen(backend):
+def test_a_captured_array_updated_between_prepared_calls_is_seen(backend, closure):
+    backend = type(backend)(closure=closure)  # const: read-only state is no error
     a = np.array([1.0, 2.0, 3.0])
 
     def f(x):
@@ -161,3 +163,39 @@ def test_threads_share_a_function_and_a_prep(backend):
     for t in threads:
         t.join()
     assert not errors and np.all(buf == 0.0)
+
+
+def _const_cases() -> list:
+    out = []
+    for config, engine, states in [(di.AutoJAX(closure="const"), "jax", ("numpy", "torch")),
+                                   (di.AutoTorch(closure="const"), "torch", ("numpy",)),
+                                   (di.AutoAutograd(closure="const"), "autograd", ("numpy", "torch"))]:
+        for state in states:
+            skip = not installed(engine) or (state == "torch" and not installed("torch"))
+            marks = pytest.mark.skip(reason=f'{engine} or torch is not installed: pip install "diffinterface[all]"') if skip else ()
+            out.append(pytest.param(config, state, marks=marks, id=f"{type(config).__name__}-{state}"))
+    return out
+
+
+@pytest.mark.parametrize("backend, state", _const_cases())
+def test_const_closure_writing_x_into_captured_state_is_an_error_naming_it(backend, state):
+    # Where the engine cannot carry the written value, "const" raises, naming the state, instead of
+    # returning a derivative that misses the path through it.
+    if state == "torch":
+        import torch
+
+        buffer = torch.zeros(2, dtype=torch.float64)
+    else:
+        buffer = np.zeros(2)
+
+    def f(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+
+    name = type(backend).__name__
+    with pytest.raises((ValueError, TypeError), match=rf"^derivative\({name}\(closure='const'\), f, x\): with closure='const', "
+                                                      r"f writes into its own captured state \('buffer' captured by .*f\), .*"
+                                                      r"Use closure='duplicated'"):
+        di.derivative(backend, f, 0.3)
+    assert di.derivative(type(backend)(), f, 0.3) == pytest.approx(2.6, rel=1e-12)  # the default
