@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+from array_api_compat import array_namespace
 
 import _gierer_meinhardt as gm
 import diffinterface as di
@@ -76,17 +77,20 @@ def test_work_buffers_kept_as_module_globals(backend):
 @pytest.mark.parametrize("closure", ["duplicated", "const"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_captured_array_updated_between_prepared_calls_is_seen(backend, closure):
+    baked = closure == "const" and isinstance(backend, di.AutoJAX)  # jax.jit bakes it in (README)
     backend = type(backend)(closure=closure)  # const: read-only state is no error
     a = np.array([1.0, 2.0, 3.0])
 
     def f(x):
-        return (a * x * x).sum()
+        xp = array_namespace(x)
+        return xp.sum(xp.asarray(a) * x * x)  # under const, torch gets the numpy array itself
 
     x = np.ones(3)
     prep = di.prepare_gradient(backend, f, x)
     assert np.allclose(di.gradient(backend, f, x, prep=prep), 2 * a, rtol=_tol(backend))
     a[1] = 10.0
-    assert np.allclose(di.gradient(backend, f, x, prep=prep), [2.0, 20.0, 6.0], rtol=_tol(backend))
+    expected = [2.0, 4.0, 6.0] if baked else [2.0, 20.0, 6.0]
+    assert np.allclose(di.gradient(backend, f, x, prep=prep), expected, rtol=_tol(backend))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
