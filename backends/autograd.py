@@ -142,13 +142,13 @@ class _Function:
     def __init__(self, target: Any, contexts: tuple) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
-        self.simple = not contexts and target.stateless
+        self.simple = not contexts and target.plain
 
     def __call__(self, x: Any, contexts: tuple) -> Any:
         if self.simple:
             return unwrap(self.target.f(x))
         values = [duplicate(c.value, WritableArray if kind is Cache else _numpy_leaf) for kind, c in zip(self.kinds, contexts)]
-        fn = self.target.f if self.target.stateless else self.target.instance(WritableArray)
+        fn = self.target.f if self.target.plain else self.target.instance(WritableArray)
         return unwrap(fn(x, *values))
 
 

@@ -108,7 +108,7 @@ class Adapter(_Base):
                 return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
             return copy_leaf(y) if const else y  # under "const", f may return a buffer it reuses
 
-        if target.stateless and not has_cache and not complex_step:
+        if target.plain and not has_cache and not complex_step:
             f, values = target.f, [c.value for c in contexts]
             return lambda point: as_array(f(point, *values))
 

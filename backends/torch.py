@@ -98,7 +98,7 @@ class _Function:
     def __init__(self, target: Any, contexts: tuple, compile: bool) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
-        self.simple = not contexts and target.stateless
+        self.simple = not contexts and target.plain
         # run(x, contexts) -> tensor: compiled with compile=True; eager(x, contexts): never compiled
         self.run = self._runner(torch.compile(target.f, dynamic=False) if compile else target.f)
         self.eager = self._runner(target.f) if compile else self.run
@@ -111,7 +111,7 @@ class _Function:
                 return y if type(y) is _Tensor else _output(y, x, target)
 
             return run
-        values, stateless = self._values, self.target.stateless
+        values, stateless = self._values, self.target.plain
 
         def run_with_state(x: Any, contexts: tuple) -> Any:
             if stateless:
@@ -148,7 +148,7 @@ def _output(y: Any, x: Any, target: Any) -> Any:
 
 def _compilable(target: Any) -> bool:
     """Whether ``compile=True`` can compile ``f``; warns, naming the captured state, where it cannot."""
-    if target.stateless:
+    if target.plain:
         return True
     what = ", ".join(target.plan.where()) if target.has_state else "the output buffer y"
     warnings.warn(

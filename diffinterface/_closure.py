@@ -17,6 +17,7 @@ its functions, and modules, classes and other objects, are left as they are.
 from __future__ import annotations
 
 import copy
+import dis
 import functools
 import sys
 import sysconfig
@@ -90,6 +91,24 @@ def copy_leaf(value: Any) -> Any:
     return value
 
 
+def _immutable(value: Any) -> bool:
+    """A number, a numpy scalar, or a tuple of them: nothing ``f`` can write into."""
+    if isinstance(value, (bool, int, float, complex, np.generic)):
+        return True
+    return isinstance(value, tuple) and all(_immutable(v) for v in value)
+
+
+# Opcodes that rebind a captured name or write an attribute: a function with one of them may change
+# its captured state even where every captured value is immutable.
+_STORES = frozenset({"STORE_DEREF", "DELETE_DEREF", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR"})
+
+
+def _stores(code: types.CodeType) -> bool:
+    if any(ins.opname in _STORES for ins in dis.get_instructions(code)):
+        return True
+    return any(_stores(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
 def _code_names(code: types.CodeType) -> set:
     names = set(code.co_names)
     for const in code.co_consts:
@@ -111,9 +130,11 @@ class _Walker:
     def __init__(self) -> None:
         self.leaves: list[_Leaf] = []
         self._seen: dict[int, Any] = {}
+        self.writable = False  # a mutable leaf, a function that rebinds or stores, or an object
 
     def leaf(self, get: Callable[[], Any], where: str) -> int:
         self.leaves.append(_Leaf(get, where))
+        self.writable = self.writable or not _immutable(get())
         return len(self.leaves) - 1
 
     # Each visit_* returns None when the object holds no state, or build(values, memo) -> new object.
@@ -145,6 +166,7 @@ class _Walker:
 
     def _function(self, fn: types.FunctionType, where: str) -> Any:
         name = fn.__qualname__
+        self.writable = self.writable or _stores(fn.__code__)
         cells: dict[int, Any] = {}
         for i, (var, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
             try:
@@ -250,13 +272,14 @@ class _Walker:
         return build
 
     def _object(self, obj: Any, where: str) -> Any:
+        self.writable = True  # its methods may set attributes: not scanned, so duplicated
         attrs = {}
         for name, value in vars(obj).items():
             part = self._part(value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}")
             if part is not None:
                 attrs[name] = part
-        if not attrs:
-            return None
+        # Even without state attributes the object is copied: its methods may set attributes on it
+        # (``self.calls += 1`` over a class attribute), and the user's object must stay as it was.
 
         def build(values: list, memo: dict) -> Any:
             if id(obj) in memo:
@@ -279,13 +302,17 @@ def _is_torch_module(obj: Any) -> bool:
 class StatePlan:
     """The state ``f`` captures, discovered once; see the module docstring."""
 
-    __slots__ = ("f", "leaves", "_build")
+    __slots__ = ("f", "leaves", "_build", "read_only")
 
     def __init__(self, f: Callable) -> None:
         walker = _Walker()
         self.f = f
         self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
         self.leaves = walker.leaves if self._build is not None else []
+        # Only immutable values (numbers, tuples of them), in functions that rebind no captured name
+        # and set no attribute: f cannot change them, so it needs no duplicate and is called as it
+        # is (it reads the current values itself). A compiling engine still passes them as arguments.
+        self.read_only = not walker.writable
 
     @property
     def empty(self) -> bool:

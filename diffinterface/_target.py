@@ -28,6 +28,12 @@ class Target:
         return self.y is None and not self.has_state
 
     @property
+    def plain(self) -> bool:
+        """Whether ``f`` is called as it is: no output buffer, and no captured state or only state
+        it cannot change (numbers it does not rebind: ``StatePlan.read_only``)."""
+        return self.y is None and (self.plan is None or self.plan.empty or self.plan.read_only)
+
+    @property
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
 
@@ -37,7 +43,7 @@ class Target:
         ``values`` replaces the user's current state (``plan.read()``): a compiling engine passes the
         state as arguments of the compiled function, so that it is read at every call, not baked in.
         """
-        if not self.has_state:
+        if not self.has_state or (values is None and self.plan.read_only):
             fn = self.f
         elif values is None:
             fn = self.plan.duplicated(leaf)

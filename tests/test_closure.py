@@ -205,3 +205,44 @@ def test_const_uses_the_captured_state_as_it_is():
     seen.clear()
     di.gradient(FD, f, np.zeros(2))
     assert seen == []  # under "duplicated", the list the user captured is not appended to
+
+
+COUNTER = 0
+
+
+def test_numbers_f_cannot_change_need_no_duplicate_and_rebinding_ones_do():
+    from diffinterface._closure import StatePlan
+
+    scale, pair = 3.0, (1.0, 2.0)
+
+    def reads(x):
+        return scale * pair[1] * np.sum(x**2)
+
+    count = 0
+
+    def rebinds(x):
+        nonlocal count
+        count += 1
+        return scale * np.sum(x**2)
+
+    def rebinds_global(x):
+        global COUNTER
+        COUNTER += 1
+        return np.sum(x**2)
+
+    class Counting:
+        calls = 0
+
+        def __call__(self, x):
+            self.calls += 1
+            return np.sum(x**2)
+
+    assert StatePlan(reads).read_only and not StatePlan(reads).empty
+    for f in (rebinds, rebinds_global, Counting(), accumulating(np.zeros(2))):
+        assert not StatePlan(f).read_only
+    x = np.array([1.0, 2.0])
+    for f in (rebinds, rebinds_global):
+        assert np.allclose(di.gradient(FD, f, x), 2 * x * (3.0 if f is rebinds else 1.0), rtol=1e-8)
+    counting = Counting()
+    di.gradient(FD, counting, x)
+    assert count == 0 and COUNTER == 0 and counting.calls == 0  # the calls went to duplicates

@@ -203,3 +203,20 @@ def test_const_closure_writing_x_into_captured_state_is_an_error_naming_it(backe
                                                       r"Use closure='duplicated'"):
         di.derivative(backend, f, 0.3)
     assert di.derivative(type(backend)(), f, 0.3) == pytest.approx(2.6, rel=1e-12)  # the default
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_captured_number_rebound_between_prepared_calls_is_seen(backend):
+    # A captured float f only reads needs no duplicate (f is called as it is), and is still read
+    # at every call: under JAX it is an argument of the compiled function, not a constant.
+    scale = 3.0
+
+    def f(x):
+        xp = array_namespace(x)
+        return scale * xp.sum(x * x)
+
+    x = np.array([1.0, -2.0])
+    prep = di.prepare_gradient(backend, f, x)
+    assert np.allclose(di.gradient(backend, f, x, prep=prep), 6.0 * x, rtol=_tol(backend))
+    scale = 5.0
+    assert np.allclose(di.gradient(backend, f, x, prep=prep), 10.0 * x, rtol=_tol(backend))
