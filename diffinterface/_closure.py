@@ -137,7 +137,8 @@ class _Walker:
         self.writable = self.writable or not _immutable(get())
         return len(self.leaves) - 1
 
-    # Each visit_* returns None when the object holds no state, or build(values, memo) -> new object.
+    # Each visit_* returns None when the object holds no state (a user object: always a copy), or
+    # build(values, memo) -> new object.
     def visit(self, obj: Any, where: str) -> Any:
         if id(obj) in self._seen:
             return self._seen[id(obj)]
