@@ -59,6 +59,7 @@ def wheel(session: nox.Session) -> None:
     session.run("pip", "wheel", "--no-deps", "-w", str(tmp), str(ROOT))
     (built,) = tmp.glob("diffinterface-*.whl")
     session.install(f"{built}[all,test]")
+    session.install("--force-reinstall", "--no-deps", str(built))  # a reused venv (-r) keeps the same version
     session.chdir(tmp)
     session.run(
         "python", "-c",
