@@ -42,7 +42,7 @@ from diffinterface._adapter import Info
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, to_family
 from diffinterface._closure import const_write_error, duplicate
-from diffinterface._contexts import Cache
+from diffinterface._contexts import context_values
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
 
@@ -137,17 +137,16 @@ class WritableArray(_Writable):
 class _Function:
     """``fn(x, contexts) -> y``: ``f`` over stand-ins for its captured state, caches and output buffer."""
 
-    __slots__ = ("target", "kinds", "simple")
+    __slots__ = ("target", "simple")
 
     def __init__(self, target: Any, contexts: tuple) -> None:
         self.target = target
-        self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.plain
 
     def __call__(self, x: Any, contexts: tuple) -> Any:
         if self.simple:
             return unwrap(self.target.f(x))
-        values = [duplicate(c.value, WritableArray if kind is Cache else _numpy_leaf) for kind, c in zip(self.kinds, contexts)]
+        values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, _numpy_leaf))
         fn = self.target.f if self.target.plain else self.target.instance(WritableArray)
         return unwrap(fn(x, *values))
 

@@ -26,7 +26,7 @@ from array_api_compat import array_namespace, device
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._arrays import NUMPY, family, is_array, to_family
 from diffinterface._closure import copy_leaf, duplicate
-from diffinterface._contexts import Cache
+from diffinterface._contexts import Cache, context_values
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -113,7 +113,7 @@ class Adapter(_Base):
             return lambda point: as_array(f(point, *values))
 
         def evaluate(point: Any) -> Any:
-            values = [duplicate(c.value, leaf) if type(c) is Cache else c.value for c in contexts]
+            values = context_values(contexts, lambda v: duplicate(v, leaf))
             return as_array(target.instance(leaf)(point, *values))
 
         return evaluate

@@ -48,7 +48,7 @@ from diffinterface._adapter import Info
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
 from diffinterface._closure import const_write_error, duplicate
-from diffinterface._contexts import Cache
+from diffinterface._contexts import context_values
 
 _Tensor = torch.Tensor
 
@@ -93,11 +93,10 @@ class _Function:
     which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
-    __slots__ = ("target", "kinds", "simple", "run", "eager")
+    __slots__ = ("target", "simple", "run", "eager")
 
     def __init__(self, target: Any, contexts: tuple, compile: bool) -> None:
         self.target = target
-        self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.plain
         # run(x, contexts) -> tensor: compiled with compile=True; eager(x, contexts): never compiled
         self.run = self._runner(torch.compile(target.f, dynamic=False) if compile else target.f)
@@ -111,25 +110,20 @@ class _Function:
                 return y if type(y) is _Tensor else _output(y, x, target)
 
             return run
-        values, stateless = self._values, self.target.plain
+        plain = target.plain
 
         def run_with_state(x: Any, contexts: tuple) -> Any:
-            if stateless:
-                y = call(x, *values(x, contexts))
-            else:
-                device = x.device
-                y = target.instance(lambda v: _fresh(v, device))(x, *values(x, contexts))
+            device = x.device
+
+            def fresh(v: Any) -> Any:
+                return _fresh(v, device)
+
+            values = context_values(contexts, lambda v: duplicate(v, fresh),
+                                    lambda v: duplicate(v, lambda a: _constant(a, device)))
+            y = (call if plain else target.instance(fresh))(x, *values)
             return y if type(y) is _Tensor else _output(y, x, target)
 
         return run_with_state
-
-    def _values(self, x: Any, contexts: tuple) -> tuple:
-        device = x.device
-        return tuple(
-            duplicate(c.value, lambda v: _fresh(v, device)) if kind is Cache
-            else duplicate(c.value, lambda v: _constant(v, device))
-            for kind, c in zip(self.kinds, contexts)
-        )
 
 
 def _output(y: Any, x: Any, target: Any) -> Any:

@@ -46,6 +46,9 @@ def check_contexts(contexts: tuple, call: str) -> None:
             )
 
 
-def context_values(contexts: tuple, duplicate: Any) -> list:
-    """What ``f`` receives for ``contexts``: Constant values as they are, Cache values duplicated."""
-    return [duplicate(c.value) if type(c) is Cache else c.value for c in contexts]
+def context_values(contexts: tuple, duplicate: Any, constant: Any = None) -> list:
+    """What ``f`` receives for ``contexts``: Cache values duplicated, Constant values as they are or,
+    with ``constant``, converted by it (to the engine's arrays)."""
+    if constant is None:
+        return [duplicate(c.value) if type(c) is Cache else c.value for c in contexts]
+    return [duplicate(c.value) if type(c) is Cache else constant(c.value) for c in contexts]
