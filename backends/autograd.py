@@ -38,9 +38,9 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
-from diffinterface._adapter import Info
+from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
-from diffinterface._arrays import NUMPY, family, to_family
+from diffinterface._arrays import NUMPY, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import context_values
 from diffinterface._writable import WritableArray as _Writable
@@ -161,16 +161,6 @@ def _numpy(value: Any, dtype: Any) -> Any:
     return out if dtype is None or out.dtype == dtype else out.astype(dtype)
 
 
-def _size(shape: tuple) -> int:
-    return int(np.prod(shape, dtype=np.int64))
-
-
-def _basis(shape: tuple, dtype: Any) -> list:
-    n = _size(shape)
-    eye = np.eye(n, dtype=dtype)
-    return [eye[i].reshape(shape) for i in range(n)]
-
-
 class _Prepared:
     __slots__ = ("plain", "value", "reverse_hvp")
 
@@ -184,13 +174,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     ``target.call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
     call = target.call
     x_shape, y_shape = info.x_shape, info.y_shape
-    n, m = _size(x_shape), _size(y_shape)
-    dtype = _numpy(x_user, None).dtype
-    through_jacobian = operator == "jacobian" or (
-        (operator in ("pushforward", "derivative") and not forward) or (operator in ("pullback", "gradient") and forward)
-    )
-    x_basis = _basis(x_shape, dtype) if (through_jacobian and forward) or operator == "hessian" else None
-    y_basis = _basis(y_shape, dtype) if through_jacobian and not forward else None
+    n, m = shape_size(x_shape), shape_size(y_shape)
+    like = _numpy(x_user, None)
+    dtype = like.dtype
+    whole = through_jacobian(operator, forward)
+    x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator == "hessian" else None
+    y_basis = basis(like, y_shape, dtype) if whole and not forward else None
     one = np.ones((), dtype=dtype)
 
     def jvp(x, t, contexts):
@@ -232,10 +221,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
         def body(x, ts, contexts):
             y, jac = jacobian(x, contexts)
-            flat = jac.reshape((m, n))
-            if operator == "pushforward":
-                return y, tuple(cast((flat @ t.reshape(n)).reshape(y_shape)) for t in ts)
-            return y, tuple(cast((t.reshape(m) @ flat).reshape(x_shape)) for t in ts)
+            return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator == "pushforward"))
     elif operator == "derivative" and forward:
         def body(x, ts, contexts):
             y, der = jvp(x, one, contexts)

@@ -44,9 +44,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import Info
+from diffinterface._adapter import Info, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
-from diffinterface._arrays import NUMPY, TORCH, family, to_family
+from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import context_values
 
@@ -250,10 +250,6 @@ def _basis(n: int, shape: tuple, x: Any) -> Any:
     return torch.eye(n, dtype=x.dtype, device=x.device).reshape((n,) + shape)
 
 
-def _size(shape: tuple) -> int:
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _outside_inference_mode(body: Any, x: Any, ts: tuple, contexts: tuple) -> Any:
     """``body`` run where autograd records: inside ``torch.inference_mode()`` nothing is recorded (every
     derivative would come out zero), and inference tensors cannot take part in a graph."""
@@ -267,23 +263,21 @@ class _Prepared:
     """One operator prepared for one function: ``plain`` and ``value`` runners,
     ``(x, tangents, contexts) -> result`` with ``x`` and tangents in the user's family."""
 
-    __slots__ = ("plain", "value", "fn")
+    __slots__ = ("plain", "value")
 
-    def __init__(self, fn: _Function, plain: Any, value: Any) -> None:
-        self.fn, self.plain, self.value = fn, plain, value
+    def __init__(self, plain: Any, value: Any) -> None:
+        self.plain, self.value = plain, value
 
 
 def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple:
     """``(plain, value)`` runners of ``operator``; the bodies below work on tensors."""
     x_like = as_tensor(x_user)
     x_shape, y_shape = info.x_shape, info.y_shape
-    n, m = _size(x_shape), _size(y_shape)
+    n, m = shape_size(x_shape), shape_size(y_shape)
     # the bases only where a Jacobian is built or contracted (an identity of n = 1e6 would be 8 TB)
-    through_jacobian = operator == "jacobian" or (
-        (operator in ("pushforward", "derivative") and not forward) or (operator in ("pullback", "gradient") and forward)
-    )
-    x_basis = _basis(n, x_shape, x_like) if (through_jacobian and forward) or operator == "hessian" else None
-    y_basis = _basis(m, y_shape, x_like) if (through_jacobian and not forward) or operator == "second_derivative" else None
+    whole = through_jacobian(operator, forward)
+    x_basis = _basis(n, x_shape, x_like) if (whole and forward) or operator == "hessian" else None
+    y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator == "second_derivative" else None
 
     run = fn.run
 
@@ -294,15 +288,6 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         y, xt = _record(run, x, contexts)
         rows = _vjps(y, xt, y_basis, True)  # (m, *x_shape)
         return y, rows.reshape(y_shape + x_shape)
-
-    def contract(ts, forward_jacobian):  # pushforward or pullback through the whole Jacobian
-        def body(x, ts, contexts):
-            y, jac = jacobian(x, contexts)
-            flat = jac.reshape((m, n))
-            if forward_jacobian:
-                return y, tuple((flat @ t.reshape(n)).reshape(y_shape) for t in _stack(ts, x))
-            return y, tuple((t.reshape(m) @ flat).reshape(x_shape) for t in _stack(ts, x))
-        return body
 
     if operator == "pushforward" and forward:
         def body(x, ts, contexts):
@@ -318,7 +303,9 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 return y, (_vjps(y, xt, _tangent(ts[0], x), False),)
             return y, tuple(_vjps(y, xt, _stack(ts, x), True))
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
-        body = contract((), operator == "pushforward")
+        def body(x, ts, contexts):
+            y, jac = jacobian(x, contexts)
+            return y, contract_all(jac, tuple(_stack(ts, x)), x, operator == "pushforward")
     elif operator == "derivative" and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
@@ -392,4 +379,4 @@ class Adapter(_Base):
         plain, value = _build(operator, fn, self.forward(operator, info), info, x)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
-        return _Prepared(fn, plain, value)
+        return _Prepared(plain, value)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from ._arrays import NUMPY, family, size, to_family
+from ._arrays import NUMPY, family, shape_size, size, to_family
 from ._backends import adapter_for
 from ._contexts import context_values
 from ._second_order import Nested
@@ -50,7 +50,7 @@ def _xp(x: Any) -> Any:
 def basis(like: Any, shape: tuple, dtype: Any) -> tuple:
     """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
     xp = _xp(like)
-    n = int(np.prod(shape, dtype=np.int64))
+    n = shape_size(shape)
     eye = xp.eye(n, dtype=dtype, device=device(like))
     return tuple(xp.reshape(eye[i, ...], shape) for i in range(n))
 
@@ -71,6 +71,15 @@ def stack_jacobian(parts: tuple, y_shape: tuple, x_shape: tuple, forward: bool, 
     else:
         flat = xp.stack([xp.reshape(p, (-1,)) for p in parts], axis=0)
     return xp.reshape(flat, y_shape + x_shape)
+
+
+def through_jacobian(operator: str, forward: bool) -> bool:
+    """Whether a first-order operator is computed from the whole Jacobian in direction ``forward``:
+    a jacobian, a pushforward or derivative in reverse mode, a pullback or gradient in forward mode."""
+    if operator == "jacobian":
+        return True
+    return forward != (operator in ("pushforward", "derivative")) and operator in (
+        "pushforward", "derivative", "pullback", "gradient")
 
 
 def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
@@ -211,7 +220,7 @@ class Adapter:
     # -- jacobian: batched pushforwards of the basis of x, or pullbacks of the basis of y --------
 
     def prepare_jacobian(self, target, x, contexts, info):
-        forward = self.jacobian_forward(size(x), int(np.prod(info.y_shape, dtype=np.int64)))
+        forward = self.jacobian_forward(size(x), shape_size(info.y_shape))
         if forward:
             seeds = basis(x, info.x_shape, x.dtype)
             inner = self.prepare_pushforward(target, x, seeds, contexts, info)
@@ -294,7 +303,7 @@ class RunnerAdapter(Adapter):
         """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
         forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
         if operator == "jacobian":
-            return self.jacobian_forward(int(np.prod(info.x_shape, dtype=np.int64)), int(np.prod(info.y_shape, dtype=np.int64)))
+            return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
         mode = self.backend.mode
         return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
 

@@ -74,11 +74,16 @@ def shape(value: Any) -> tuple:
     return tuple(value.shape)
 
 
-def size(value: Any) -> int:
+def shape_size(dims: tuple) -> int:
+    """The number of elements of an array of shape ``dims`` (1 for ``()``)."""
     n = 1
-    for d in shape(value):
+    for d in dims:
         n *= d
     return n
+
+
+def size(value: Any) -> int:
+    return shape_size(shape(value))
 
 
 def is_real_floating(value: Any) -> bool:
