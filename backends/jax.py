@@ -137,6 +137,15 @@ def _split(results: Any, count: int) -> tuple:
     return tuple(results[i] for i in range(count))
 
 
+def _jvps(f: Any, x: Any, ts: tuple) -> tuple:
+    """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
+    if len(ts) == 1:
+        y, out = jax.jvp(f, (x,), (ts[0],))
+        return y, (out,)
+    y, lin = jax.linearize(f, x)
+    return y, _split(jax.vmap(lin)(jnp.stack(ts)), len(ts))
+
+
 def _with_value(transform: Any, f: Any) -> Any:
     """``transform`` (jacfwd, jacrev, grad) of ``f`` that also returns ``f(x)``, from the same pass."""
     return transform(lambda z: (f(z), f(z)), has_aux=True)
@@ -153,12 +162,8 @@ def _builders(forward: bool) -> dict:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
             out = contract_all(jac, ts, x, True)
-        elif len(ts) == 1:
-            y, out = jax.jvp(f, (x,), (ts[0],))
-            out = (out,)
         else:
-            y, lin = jax.linearize(f, x)
-            out = _split(jax.vmap(lin)(jnp.stack(ts)), len(ts))
+            y, out = _jvps(f, x, ts)
         return (y, out) if value else out
 
     def pullback(f, x, ts, value):
@@ -197,13 +202,7 @@ def _builders(forward: bool) -> dict:
         return (y, der, der2) if value else der2
 
     def hvp(f, x, ts, value):
-        grad = jax.grad(f)
-        if len(ts) == 1:
-            g, out = jax.jvp(grad, (x,), (ts[0],))
-            out = (out,)
-        else:
-            g, lin = jax.linearize(grad, x)
-            out = _split(jax.vmap(lin)(jnp.stack(ts)), len(ts))
+        g, out = _jvps(jax.grad(f), x, ts)
         return (g, out) if value else out
 
     def hessian(f, x, _, value):
