@@ -6,6 +6,9 @@ import importlib.util
 
 import pytest
 
+MODES = [None, "forward", "reverse"]  # the modes of the AD backends (SPEC section 2)
+MODE_IDS = ["mode=None", "forward", "reverse"]
+
 
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None

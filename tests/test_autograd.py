@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import family_dtype_params, installed
+from conftest import MODE_IDS, MODES, family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
 
 SCENARIOS = default_scenarios("numpy", np.float64)
-MODES = [None, "forward", "reverse"]
-MODE_IDS = ["mode=None", "forward", "reverse"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)

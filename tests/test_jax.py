@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import family_dtype_params, installed
+from conftest import MODE_IDS, MODES, family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
 
 SCENARIOS = default_scenarios("numpy", np.float64)
-MODES = [None, "forward", "reverse"]
 
 
-@pytest.mark.parametrize("mode", MODES, ids=["mode=None", "forward", "reverse"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_catalogue_float64_numpy_inputs(scenario, mode):
     check_scenario(di.AutoJAX(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
