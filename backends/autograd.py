@@ -41,7 +41,7 @@ from autograd.tracer import Box, getval
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, shape_size, to_family
-from diffinterface._closure import const_write_error, duplicate
+from diffinterface._closure import STANDIN_MARKER, const_write_error, duplicate, standin_error
 from diffinterface._contexts import context_values
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
@@ -129,7 +129,10 @@ class WritableArray(_Writable):
     _update = staticmethod(set_item)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        return np.asarray(getval(self.value), dtype=dtype)
+        if isinstance(self.value, Box):  # anp.sin(buf) would compute on the value and drop the derivative
+            raise TypeError(f"a {STANDIN_MARKER} holding a value that depends on x was converted to a numpy "
+                            "array, which would drop its derivative")
+        return np.asarray(self.value, dtype=dtype)
 
 
 # -- f as the adapter calls it -----------------------------------------------------------------
@@ -146,9 +149,19 @@ class _Function:
     def __call__(self, x: Any, contexts: tuple) -> Any:
         if self.simple:
             return unwrap(self.target.f(x))
-        values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, _numpy_leaf))
-        fn = self.target.f if self.target.plain else self.target.instance(WritableArray)
-        return unwrap(fn(x, *values))
+        target = self.target
+
+        def run(aliased: bool) -> Any:
+            values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, _numpy_leaf))
+            fn = target.f if target.plain else target.instance(WritableArray, guard=_read_only if aliased else None)
+            return unwrap(fn(x, *values))
+
+        # f reads its captured arrays as read-only numpy views (built once, see StatePlan.aliased)
+        # until it writes into one; from then on it gets writable stand-ins
+        return target.guarded(run)
+
+
+_read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
 
 
 def _numpy_leaf(value: Any) -> Any:
@@ -280,7 +293,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
         try:
             return body(x, ts, contexts)
         except (TypeError, ValueError) as error:
-            const = const_write_error(target, str(error), "autograd", type(error))
+            const = const_write_error(target, str(error), "autograd", type(error)) or \
+                standin_error(target, str(error), "autograd", type(error))
             if const is not None:
                 raise const from error
             if "ArrayBox" not in str(error) and "setting an array element with a sequence" not in str(error):
@@ -314,7 +328,13 @@ class Adapter(_Base):
 
     def output_info(self, target, x, contexts, oneshot):
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
-        y = np.asarray(_Function(target, contexts)(xn, contexts))
+        try:
+            y = np.asarray(_Function(target, contexts)(xn, contexts))
+        except TypeError as error:
+            standin = standin_error(target, str(error), "autograd")
+            if standin is not None:
+                raise standin from error
+            raise
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:

@@ -25,7 +25,7 @@ from array_api_compat import array_namespace, device
 
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._arrays import NUMPY, family, is_array, to_family
-from diffinterface._closure import copy_leaf, duplicate
+from diffinterface._closure import copy_leaf, duplicate, read_only_alias
 from diffinterface._contexts import Cache, context_values
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
@@ -106,15 +106,19 @@ class Adapter(_Base):
                 return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
             if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
                 return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
-            return copy_leaf(y) if const else y  # under "const", f may return a buffer it reuses
+            # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array
+            return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y
 
         if target.plain and not has_cache and not complex_step:
             f, values = target.f, [c.value for c in contexts]
             return lambda point: as_array(f(point, *values))
 
         def evaluate(point: Any) -> Any:
-            values = context_values(contexts, lambda v: duplicate(v, leaf))
-            return as_array(target.instance(leaf)(point, *values))
+            def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
+                values = context_values(contexts, lambda v: duplicate(v, leaf))
+                return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
+
+            return target.guarded(run)
 
         return evaluate
 

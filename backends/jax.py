@@ -32,8 +32,8 @@ import numpy as np
 
 from diffinterface._adapter import Info, contract_all
 from diffinterface._adapter import RunnerAdapter as _Base
-from diffinterface._arrays import TORCH, family, to_family
-from diffinterface._closure import const_write_error, duplicate
+from diffinterface._arrays import NUMPY, TORCH, family, to_family
+from diffinterface._closure import const_write_error, duplicate, standin_error
 from diffinterface._contexts import Cache
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap as _unwrap
@@ -109,7 +109,10 @@ class _Function:
 
     def _flatten(self, contexts: tuple) -> tuple:
         state = self.target.plan.read() if self.target.has_state else []
-        return jax.tree_util.tree_flatten(([c.value for c in contexts], state))
+        flat, treedef = jax.tree_util.tree_flatten(([c.value for c in contexts], state))
+        # a torch tensor is an argument too, as numpy (no copy on the CPU): as a static argument it
+        # would be baked into the compiled program, and an update by the user would not be seen
+        return [np.asarray(to_family(v, NUMPY)) if family(v) == TORCH else v for v in flat], treedef
 
     def arguments(self, contexts: tuple) -> tuple:
         """``(dyn, static)``: the current values of the contexts and of the captured state, split;
@@ -341,7 +344,8 @@ class Adapter(_Base):
             else:
                 out = shape()
         except (TypeError, ValueError) as error:
-            const = const_write_error(target, str(error), "JAX", TypeError if isinstance(error, TypeError) else ValueError)
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            const = const_write_error(target, str(error), "JAX", kind) or standin_error(target, str(error), "JAX", kind)
             if const is not None:
                 raise const from error
             raise

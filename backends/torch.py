@@ -52,6 +52,10 @@ from diffinterface._contexts import context_values
 
 _Tensor = torch.Tensor
 
+# The guarded aliases of captured arrays require grad (see _alias): torch.asarray(alias) in f, as
+# array-API code writes it, warns that it now keeps requires_grad, which is what f needs there.
+warnings.filterwarnings("ignore", message="torch.asarray: unspecified requires_grad", category=UserWarning)
+
 
 def as_tensor(value: Any, like: Any = None) -> Any:
     """An input as a tensor without copying where possible (a read-only numpy array is copied)."""
@@ -75,6 +79,24 @@ def _fresh(value: Any, device: Any) -> Any:
     if family(value) is not None and not isinstance(value, np.generic):  # a jax array
         return as_tensor(value).clone().to(device)
     return value
+
+
+def _alias(value: Any, device: Any) -> Any:
+    """The guarded alias of a captured array for a reverse-mode call (``Target.guarded``): a tensor
+    sharing the user's memory that requires grad, so that under grad mode a write into it raises ("a
+    leaf Variable that requires grad is being used in an in-place operation") and ``f`` reruns over
+    copies. ``x`` requires grad there already, so the alias adds no recording of its own; the backward
+    pass goes to ``x`` only. None where no such alias exists (another device, integers, a read-only
+    or strided numpy array): the array is copied. Not guarded: writes inside ``torch.no_grad()`` or
+    through ``.detach()`` or ``.data`` in ``f`` (documented in the README)."""
+    if isinstance(value, _Tensor):
+        if value.device == device and (value.is_floating_point() or value.is_complex()) and not value.is_inference():
+            return value.detach().requires_grad_()
+    elif type(value) is np.ndarray and device.type == "cpu" and value.dtype.kind in "fc":
+        flags = value.flags
+        if flags.writeable and flags.c_contiguous:
+            return torch.from_numpy(value).requires_grad_()
+    return None
 
 
 def _constant(value: Any, device: Any) -> Any:
@@ -118,10 +140,21 @@ class _Function:
             def fresh(v: Any) -> Any:
                 return _fresh(v, device)
 
-            values = context_values(contexts, lambda v: duplicate(v, fresh),
-                                    lambda v: duplicate(v, lambda a: _constant(a, device)))
-            y = (call if plain else target.instance(fresh))(x, *values)
-            return y if type(y) is _Tensor else _output(y, x, target)
+            def alias(v: Any) -> Any:
+                return _alias(v, device)
+
+            def run(aliased: bool) -> Any:
+                values = context_values(contexts, lambda v: duplicate(v, fresh),
+                                        lambda v: duplicate(v, lambda a: _constant(a, device)))
+                y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(x, *values)
+                return y if type(y) is _Tensor else _output(y, x, target)
+
+            # Reverse mode (x requires grad, grad mode on): the captured arrays are guarded aliases
+            # until f writes into one. Forward mode copies them: an alias that requires grad would
+            # make torch record a backward graph there (measured: 7% of a 1e4 jvp).
+            if plain or not (x.requires_grad and torch.is_grad_enabled()):
+                return run(False)
+            return target.guarded(run)
 
         return run_with_state
 

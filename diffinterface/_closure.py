@@ -10,6 +10,14 @@ and lists, tuples and dicts of them) are the plan's *leaves*.
 ``f`` whose leaves are ``values``, with the user's objects untouched. An adapter passes duplicates
 of its own kind (numpy copies, fresh tensors, writable stand-ins) so that ``f`` may write into them.
 
+Copies cost time and memory where ``f`` only reads its arrays, the common case. So an adapter that
+can make a *guarded alias* (an array that shares the user's memory but raises on a write: a
+read-only numpy view, a torch tensor that requires grad under grad mode) passes those first
+(``plan.aliased``); the first time ``f`` fails over aliases, it runs again over copies, and the plan
+remembers that ``f`` writes (``plan.aliases`` turns False: copies from then on). Where the state is
+only arrays and numbers, in functions that rebind nothing, ``f`` over the aliases is built once and
+reused while the user's objects are the same (``plan.cacheable``).
+
 Library code (modules installed in the interpreter's stdlib or site-packages) is never walked:
 its functions, and modules, classes and other objects, are left as they are.
 """
@@ -91,6 +99,15 @@ def copy_leaf(value: Any) -> Any:
     return value
 
 
+def read_only_alias(value: Any) -> Any:
+    """The guarded alias of a numpy array: a read-only view (a write raises); None for other arrays."""
+    if type(value) is np.ndarray:
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return None
+
+
 def _immutable(value: Any) -> bool:
     """A number, a numpy scalar, or a tuple of them: nothing ``f`` can write into."""
     if isinstance(value, (bool, int, float, complex, np.generic)):
@@ -131,10 +148,15 @@ class _Walker:
         self.leaves: list[_Leaf] = []
         self._seen: dict[int, Any] = {}
         self.writable = False  # a mutable leaf, a function that rebinds or stores, or an object
+        # a list or dict leaf, a function that rebinds or stores, an object, or module globals: a
+        # rebuilt f holds something f may change, or that the user may rebind, so it is not reused
+        self.structural = False
 
     def leaf(self, get: Callable[[], Any], where: str) -> int:
         self.leaves.append(_Leaf(get, where))
-        self.writable = self.writable or not _immutable(get())
+        value = get()
+        self.writable = self.writable or not _immutable(value)
+        self.structural = self.structural or not (_immutable(value) or is_array(value))
         return len(self.leaves) - 1
 
     # Each visit_* returns None when the object holds no state (a user object: always a copy), or
@@ -167,7 +189,8 @@ class _Walker:
 
     def _function(self, fn: types.FunctionType, where: str) -> Any:
         name = fn.__qualname__
-        self.writable = self.writable or _stores(fn.__code__)
+        if _stores(fn.__code__):
+            self.writable = self.structural = True
         cells: dict[int, Any] = {}
         for i, (var, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
             try:
@@ -200,6 +223,7 @@ class _Walker:
                 global_parts[var] = part
         if not (cells or defaults or kwdefaults or global_parts):
             return None
+        self.structural = self.structural or bool(global_parts)  # a copy of the module's globals
 
         def build(values: list, memo: dict) -> types.FunctionType:
             if id(fn) in memo:
@@ -273,10 +297,13 @@ class _Walker:
         return build
 
     def _object(self, obj: Any, where: str) -> Any:
-        self.writable = True  # its methods may set attributes: not scanned, so duplicated
+        self.writable = self.structural = True  # its methods may set attributes: not scanned, so duplicated
         attrs = {}
         for name, value in vars(obj).items():
-            part = self._part(value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}")
+            if name == "_modules" and _is_torch_module(obj):  # submodules: their parameters and buffers
+                part = self._submodules(value, type(obj).__name__)
+            else:
+                part = self._part(value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}")
             if part is not None:
                 attrs[name] = part
         # Even without state attributes the object is copied: its methods may set attributes on it
@@ -295,6 +322,22 @@ class _Walker:
         return build
 
 
+    def _submodules(self, modules: dict, owner: str) -> Any:
+        """The ``_modules`` dict of an ``nn.Module``: each submodule rebuilt like its parent."""
+        parts = {name: self.visit(sub, f"submodule {name!r} of {owner}") for name, sub in modules.items() if sub is not None}
+        parts = {name: part for name, part in parts.items() if part is not None}
+        if not parts:
+            return None
+
+        def build(values: list, memo: dict) -> dict:
+            new = copy.copy(modules)
+            for name, part in parts.items():
+                new[name] = part(values, memo)
+            return new
+
+        return build
+
+
 def _is_torch_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)
@@ -303,7 +346,7 @@ def _is_torch_module(obj: Any) -> bool:
 class StatePlan:
     """The state ``f`` captures, discovered once; see the module docstring."""
 
-    __slots__ = ("f", "leaves", "_build", "read_only")
+    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "_cached")
 
     def __init__(self, f: Callable) -> None:
         walker = _Walker()
@@ -314,6 +357,11 @@ class StatePlan:
         # and set no attribute: f cannot change them, so it needs no duplicate and is called as it
         # is (it reads the current values itself). A compiling engine still passes them as arguments.
         self.read_only = not walker.writable
+        # Guarded aliases first (learned: False once f has failed over them and run over copies),
+        # and f over them reused while the user's objects are the same (see the module docstring).
+        self.aliases = True
+        self.cacheable = not walker.structural
+        self._cached: tuple | None = None
 
     @property
     def empty(self) -> bool:
@@ -339,6 +387,35 @@ class StatePlan:
             return self.f
         return self._build([duplicate(v, leaf) for v in self.read()], {})
 
+    def aliased(self, guard: Callable[[Any], Any], copy: Callable[[Any], Any] = copy_leaf, key: Any = None) -> Callable:
+        """``f`` over guarded aliases of its arrays, its containers copied. ``guard(array)`` is the
+        alias, or None where the engine has none for that array (another device, a dtype that
+        cannot require grad): that array is ``copy(array)``.
+
+        Reused from the last call where the plan is ``cacheable``, every array was aliased, ``key``
+        (what ``guard`` depends on: a device) is the same, and every leaf is the same object as then:
+        an alias shares the user's memory, so it sees what the user writes into it between calls."""
+        if self._build is None:
+            return self.f
+        values = self.read()
+        cached = self._cached
+        if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], values)):
+            return cached[2]
+        copied = False
+
+        def leaf(value: Any) -> Any:
+            nonlocal copied
+            alias = guard(value)
+            if alias is None:
+                copied = True
+                return copy(value)
+            return alias
+
+        fn = self._build([duplicate(v, leaf) for v in values], {})
+        if self.cacheable and not copied:
+            self._cached = (key, values, fn)
+        return fn
+
 
 # What engines say when f writes a traced value into an array or list they do not track.
 _TRACED_WRITE_MARKERS = ("setting an array element with a sequence", "Tracer", "tracer", "ArrayBox",
@@ -363,4 +440,29 @@ def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueE
         f"where {engine} cannot carry a value that depends on x ({first_line}); the derivative through it "
         f"would be lost. Use closure='duplicated' (the default): f then writes into duplicates that carry "
         f"derivatives, and your objects stay as they were."
+    )
+
+
+# What engines say when a writable stand-in reaches a function that wants the engine's own array.
+STANDIN_MARKER = "diffinterface stand-in"
+_STANDIN_MARKERS = (STANDIN_MARKER, "__jax_array__")
+
+
+def standin_error(target: Any, reason: str, engine: str, kind: type = TypeError) -> Exception | None:
+    """The error for ``f`` passing a writable stand-in (what ``f`` gets for a captured array it
+    writes into, a ``Cache`` or an output buffer under JAX and autograd) to a library function that
+    wants the engine's own array: it names the captured arrays and says what to write instead.
+    None when ``reason`` (the engine's message) is not that."""
+    if not any(m in reason for m in _STANDIN_MARKERS):
+        return None
+    plan = getattr(target, "plan", None)
+    captured = [where for where, value in zip(plan.where(), plan.read()) if is_array(value)] if plan is not None else []
+    what = ", ".join(captured) if captured else "a Cache context or the output buffer y"
+    first_line = reason.strip().splitlines()[0].rstrip(".")
+    return kind(
+        f"{target.call}: f passes an array it writes into ({what}) to a function that needs a plain "
+        f"{engine} array ({first_line}). Under {engine} such arrays reach f as writable stand-ins, "
+        f"whose writes are functional updates. Read the current value first: buf[...] or "
+        f"xp.asarray(buf) gives the {engine} array ({'jnp' if engine == 'JAX' else 'anp'}.sin(buf[...])); "
+        f"arithmetic, indexing and the array API namespace take the stand-in as it is."
     )

@@ -37,14 +37,37 @@ class Target:
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
 
-    def instance(self, leaf: Callable[[Any], Any] = copy_leaf, values: list | None = None) -> Callable:
+    def guarded(self, run: Callable[[bool], Any]) -> Any:
+        """``run(aliased)``: first with ``aliased=True`` (``run`` then builds ``f`` with
+        ``instance(leaf, guard=...)``) while the plan still lets ``f`` read its arrays through guarded
+        aliases; where that raises, ``run(False)`` over copies, and if that succeeds the plan learns
+        that ``f`` writes into its arrays (copies from then on). An error over copies too is ``f``'s
+        own, and is raised as it is."""
+        plan = self.plan
+        if plan is None or plan.read_only or not plan.aliases:
+            return run(False)
+        try:
+            return run(True)
+        except Exception:  # noqa: BLE001 - f may have tried to write into an alias: over copies
+            pass
+        out = run(False)
+        plan.aliases = False
+        return out
+
+    def instance(self, leaf: Callable[[Any], Any] = copy_leaf, values: list | None = None,
+                 guard: Callable[[Any], Any] | None = None, key: Any = None) -> Callable:
         """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``).
 
         ``values`` replaces the user's current state (``plan.read()``): a compiling engine passes the
         state as arguments of the compiled function, so that it is read at every call, not baked in.
+        ``guard`` (array -> guarded alias or None, see :meth:`guarded` and ``StatePlan.aliased``)
+        makes the state's arrays aliases instead (``leaf`` copies where there is none); ``y`` is
+        still duplicated with ``leaf``.
         """
         if not self.has_state or (values is None and self.plan.read_only):
             fn = self.f
+        elif guard is not None:
+            fn = self.plan.aliased(guard, leaf, key)
         elif values is None:
             fn = self.plan.duplicated(leaf)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -220,3 +221,138 @@ def test_a_captured_number_rebound_between_prepared_calls_is_seen(backend):
     assert np.allclose(di.gradient(backend, f, x, prep=prep), 6.0 * x, rtol=_tol(backend))
     scale = 5.0
     assert np.allclose(di.gradient(backend, f, x, prep=prep), 10.0 * x, rtol=_tol(backend))
+
+
+def _array_states() -> list:
+    out = [pytest.param(lambda v: np.array(v), id="numpy")]
+    if installed("torch"):
+        import torch
+
+        out.append(pytest.param(lambda v: torch.tensor(v, dtype=torch.float64), id="torch"))
+    return out
+
+
+@pytest.mark.parametrize("make_state", _array_states())
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.id != "AutoJAX"])  # jit: no branch on x's value
+def test_a_function_that_writes_only_sometimes_falls_back_to_copies(backend, make_state):
+    """Captured arrays reach f as guarded aliases (read-only views, tensors that require grad) until
+    f writes into one: the call that writes runs again over copies, and later calls copy."""
+    a = make_state([1.0, 2.0, 3.0])
+
+    def f(x):
+        xp = array_namespace(x)
+        if x[0] > 0:  # a write only on this branch
+            a[0] = 5.0
+        w = xp.asarray(a, dtype=x.dtype) if not isinstance(a, (list,)) else a
+        return xp.sum(w * x**2)
+
+    def expected(x):
+        w = np.array([5.0 if x[0] > 0 else 1.0, 2.0, 3.0])
+        return 2 * w * x
+
+    prep = di.prepare_gradient(backend, f, np.ones(3) * -1)
+    for x in (np.array([-1.0, 0.5, 2.0]), np.array([1.0, 0.5, 2.0]), np.array([-2.0, 1.5, 0.5]), np.array([3.0, 1.0, 1.0])):
+        for p in (prep, None):
+            g = di.gradient(backend, f, x, prep=p)
+            assert np.allclose(np.asarray(g), expected(x), rtol=_tol(backend), atol=_tol(backend))
+            assert [float(v) for v in a] == [1.0, 2.0, 3.0]
+    if isinstance(a, np.ndarray):
+        assert a.flags.writeable  # the read-only flag was set on views only
+
+
+@pytest.mark.parametrize("make_state", _array_states())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_read_only_capture_sees_updates_and_rebinding_between_calls(backend, make_state):
+    """f over aliases is reused between calls while the user's objects are the same: an in-place
+    update is seen through the alias, and a rebinding makes a new one."""
+    state = {"a": make_state([1.0, 2.0])}
+    a = state["a"]
+
+    def make():
+        def f(x):
+            xp = array_namespace(x)
+            return xp.sum(xp.asarray(a, dtype=x.dtype) * xp.sin(x))
+        return f
+
+    f = make()
+    x = np.array([0.3, -0.7])
+    prep = di.prepare_gradient(backend, f, x)
+    for values in ([1.0, 2.0], [4.0, -1.0], [0.5, 0.5]):
+        a[0], a[1] = values  # the user updates the captured array in place
+        g = di.gradient(backend, f, x, prep=prep)
+        assert np.allclose(np.asarray(g), np.array(values) * np.cos(x), rtol=_tol(backend), atol=_tol(backend))
+    if isinstance(a, np.ndarray):
+        assert a.flags.writeable
+
+    def rebinding():
+        scale = make_state([1.0, 1.0])
+
+        def f(x):
+            xp = array_namespace(x)
+            return xp.sum(xp.asarray(scale, dtype=x.dtype) * x**2)
+
+        def rebind(values):
+            nonlocal scale
+            scale = make_state(values)
+
+        return f, rebind
+
+    f, rebind = rebinding()
+    prep = di.prepare_gradient(backend, f, x)
+    for values in ([1.0, 1.0], [3.0, -2.0]):
+        rebind(values)
+        g = di.gradient(backend, f, x, prep=prep)
+        assert np.allclose(np.asarray(g), 2 * np.array(values) * x, rtol=_tol(backend), atol=_tol(backend))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_of_f_over_aliases_is_raised_as_it_is(backend):
+    a = np.array([1.0, 2.0])
+    switch = types.SimpleNamespace(fail=False)  # not state: left as it is
+
+    def f(x):
+        xp = array_namespace(x)
+        if switch.fail:
+            raise KeyError("f's own error")
+        return xp.sum(xp.asarray(a, dtype=x.dtype) * x)
+
+    prep = di.prepare_gradient(backend, f, np.zeros(2))
+    switch.fail = True
+    with pytest.raises(KeyError, match="f's own error"):
+        di.gradient(backend, f, np.zeros(2))
+    switch.fail = False
+    assert np.allclose(np.asarray(di.gradient(backend, f, np.zeros(2), prep=prep)), a)
+    assert np.all(a == [1.0, 2.0])
+
+
+@pytest.mark.parametrize("engine", ["jax", "autograd"])
+def test_a_stand_in_passed_to_a_library_function_is_an_error_naming_it(engine):
+    """Under JAX and autograd an array f writes into is a stand-in; handed to jnp.sin / anp.sin it
+    would fail obscurely (JAX) or silently drop the derivative (autograd): an error names it."""
+    if not installed(engine):
+        pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    if engine == "jax":
+        import jax.numpy as lib
+
+        backend = di.AutoJAX()
+    else:
+        import autograd.numpy as lib
+
+        backend = di.AutoAutograd()
+    buf = np.zeros(3)
+
+    def f(x):
+        buf[...] = x
+        return lib.sum(lib.sin(buf))
+
+    def fixed(x):
+        buf[...] = x
+        return lib.sum(lib.sin(buf[...]))
+
+    x = np.array([0.1, 0.2, 0.3])
+    with pytest.raises((TypeError, ValueError), match=r"gradient\(.*'buf'.*buf\[\.\.\.\]"):
+        di.gradient(backend, f, x)
+    with pytest.raises((TypeError, ValueError), match="'buf'"):
+        di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x))
+    assert np.allclose(np.asarray(di.gradient(backend, fixed, x)), np.cos(x), rtol=1e-12)
+    assert np.all(buf == 0)

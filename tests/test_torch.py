@@ -285,3 +285,39 @@ def test_const_closure_writing_x_into_numpy_state_is_an_error_not_a_zero_derivat
             getattr(di, op)(di.AutoTorch(closure="const"), f, 0.3)
     assert di.derivative(di.AutoTorch(), f, 0.3) == pytest.approx(2.6, rel=1e-15)  # the default duplicates
     assert di.gradient(di.AutoTorch(closure="const"), lambda x: 3.0, 0.3) == 0.0  # no state: a constant f
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_submodules_state_is_duplicated(mode):
+    """A module whose submodule writes into its own buffers (a call counter, a work buffer): the
+    writes go to duplicates, so the user's buffers stay as they were and the derivative is right."""
+    import torch
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+            self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+            self.register_buffer("work", torch.zeros(3, dtype=torch.float64))
+
+        def forward(self, x):
+            self.calls += 1
+            self.work[...] = self.weight * x
+            return self.work
+
+    model = torch.nn.Sequential(Scaled(), torch.nn.Tanh())
+    inner = model[0]
+
+    def f(x):
+        return torch.sum(model(x) ** 2)
+
+    backend = di.AutoTorch(mode=mode)
+    x = torch.tensor([0.1, -0.2, 0.3], dtype=torch.float64)
+    w = inner.weight.detach()
+    t = torch.tanh(w * x)
+    expected = 2 * t * (1 - t**2) * w
+    prep = di.prepare_gradient(backend, f, x)
+    for _ in range(3):
+        assert torch.allclose(di.gradient(backend, f, x, prep=prep), expected, rtol=1e-12, atol=1e-12)
+        assert torch.allclose(di.gradient(backend, f, x), expected, rtol=1e-12, atol=1e-12)
+    assert float(inner.calls) == 0.0 and bool(torch.all(inner.work == 0)) and inner.weight.grad is None
