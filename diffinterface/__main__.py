@@ -1,12 +1,15 @@
 """``python -m diffinterface check``: the scenario catalogue on every installed backend.
+``python -m diffinterface bench``: the benchmarks (see ``diffinterface/_bench.py``).
 
 ``check`` prints a table (scenario x backend and array family: pass, or FAIL with the error listed
-below) and exits with status 1 if anything failed.
+below) and exits with status 1 if anything failed. ``bench`` writes its tables (CSV, markdown) and
+plots (PNG) into ``--out`` and prints where; a quick subset by default, ``--full`` for all.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -99,11 +102,47 @@ def check(argv: list[str]) -> int:
     return 1 if failures else 0
 
 
+def bench(argv: list[str]) -> int:
+    from . import _bench
+
+    parser = argparse.ArgumentParser(prog="python -m diffinterface bench", description=_bench.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", action="store_true", help="every size, 21 rounds a ratio (minutes); default: a quick subset (under two minutes)")
+    parser.add_argument("--backend", action="append", choices=_bench.ENGINES, help="repeatable; default: all installed")
+    parser.add_argument("--table", action="append", choices=_bench.TABLES, help="repeatable; default: all")
+    parser.add_argument("--out", default=os.path.join("benchmarks", "results"), help="where the tables and plots go (default: %(default)s)")
+    parser.add_argument("--no-plots", action="store_true", help="tables only")
+    args = parser.parse_args(argv)
+    engines = _bench.installed_engines(args.backend)
+    missing = sorted(set(args.backend or _bench.ENGINES) - set(engines))
+    for name in missing:
+        print(f"skipped {name}: not installed (pip install \"diffinterface[{name}]\")")
+    if not engines:
+        print("no backend to benchmark")
+        return 1
+    start = time.perf_counter()
+    show = _progress(sys.stderr)
+    done = _bench.run(engines, full=args.full, out=args.out, tables=args.table, progress=show, plots=not args.no_plots)
+    overhead = done["results"].get("overhead", [])
+    misses = [r for r in overhead if r["within_budget"] != "yes"]
+    print(f"benchmarked {', '.join(engines)} in {time.perf_counter() - start:.0f} s ({'full' if args.full else 'quick'}); "
+          f"{done['machine']['machine']}")
+    for path in done["written"]:
+        print(f"  wrote {path}")
+    if overhead:
+        print(f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of SPEC section 11")
+        for r in misses:
+            print(f"  over budget: {r['backend']} {r['operator']} {r['shape']}: {r['prepared_ratio']:.3f} (budget {r['budget']})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"check": check}
+    commands = {"check": check, "bench": bench}
     if not argv or argv[0] not in commands:
-        print("usage: python -m diffinterface check [--backend NAME] [--family NAME] [--failures-only]", file=sys.stderr)
+        print("usage: python -m diffinterface check [--backend NAME] [--family NAME] [--failures-only]\n"
+              "       python -m diffinterface bench [--full] [--backend NAME] [--table NAME] [--out DIR] [--no-plots]",
+              file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:])
 

@@ -1,0 +1,758 @@
+"""``python -m diffinterface bench``: what diffinterface costs against each engine's own best call.
+
+Tables (CSV and markdown with the machine, versions and date, in ``--out``, by default
+``benchmarks/results``), and PNG plots of time against size:
+
+- ``overhead``: per backend, operator and size, the prepared call, the unprepared call and the
+  preparation against the engine's own best direct call on the same input type. Calls are timed
+  in alternating batches (:func:`ratio`): the ratio is the median of the per-round ratios, with
+  the smallest and largest round. The preparation is compared with the native's first call
+  (which pays JAX's compilation).
+- ``cheap_gradient``: the prepared gradient over ``f`` itself.
+- ``mode_choice``: jacobians of tall and wide maps, ``mode=None`` against the better of
+  ``"forward"`` and ``"reverse"``.
+- ``finite_differences``: ``f``-evaluation counts and errors against the analytic derivative, for
+  ``AutoFiniteDiff``, ``scipy.optimize.approx_derivative`` and ``numdifftools`` (when installed).
+- ``closures``: ``closure="duplicated"`` against ``closure="const"``.
+- ``catalogue``: :func:`diffinterface.testing.benchmark_differentiation` over the scenario
+  catalogue (prepared, unprepared and preparation times, and ``f``-evaluation counts).
+
+The quick default (a subset of sizes and fewer rounds) takes under two minutes; ``--full`` runs
+every size with 21 rounds of about 30 ms per call kind.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import importlib.util
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace
+
+# The functions below stand for user code: their captured state is walked and duplicated as a
+# user's would be (library modules are left alone, see diffinterface/_closure.py).
+__diffinterface_user_code__ = True
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to time: ``rounds`` interleaved rounds of batches of about ``seconds``, after
+    ``warmup`` seconds of both calls; the preparation ``prep_repeat`` times."""
+
+    rounds: int = 21
+    seconds: float = 0.03
+    warmup: float = 0.5
+    prep_repeat: int = 3
+
+
+QUICK = Timing(rounds=9, seconds=0.01, warmup=0.2, prep_repeat=1)
+FULL = Timing()
+
+
+def batch_size(fn: Callable[[], Any], seconds: float) -> int:
+    """How many calls make a timed batch of about ``seconds``."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    return max(1, int(seconds / max(once, 1e-7)))
+
+
+def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = FULL) -> dict:
+    """Time ``ours`` and ``native`` in alternating batches; per-round ratios, their median and spread.
+
+    Interleaving makes both see the same machine state (frequency, cache, other load), so the ratio
+    is steadier than either time alone. Each call has its own batch size (a slow unprepared call
+    is not repeated as often as a fast native one)."""
+    n_ours, n_native = batch_size(ours, timing.seconds), batch_size(native, timing.seconds)
+    warm_until = time.perf_counter() + timing.warmup
+    while time.perf_counter() < warm_until:
+        for _ in range(n_ours):
+            ours()
+        for _ in range(n_native):
+            native()
+    times_ours, times_native, ratios = [], [], []
+    def batch(fn: Callable[[], Any], number: int) -> float:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - start) / number
+
+    for i in range(timing.rounds):
+        if i % 2:  # which goes first alternates: neither always runs on the other's leftovers
+            t_native, t_ours = batch(native, n_native), batch(ours, n_ours)
+        else:
+            t_ours, t_native = batch(ours, n_ours), batch(native, n_native)
+        times_ours.append(t_ours)
+        times_native.append(t_native)
+        ratios.append(t_ours / t_native)
+    return {"ours_s": statistics.median(times_ours), "native_s": statistics.median(times_native),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def once(fn: Callable[[], Any], repeat: int) -> float:
+    """The median time of ``repeat`` single calls (a preparation, a first call)."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def machine(packages: tuple = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools")) -> dict:
+    """The machine, Python, library versions and date a table was measured with."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    versions = {}
+    for name in ("diffinterface",) + packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+    }
+
+
+def _cell(column: str, value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if column.endswith("_s"):
+            return f"{value * 1e3:.2f} ms" if value >= 1e-3 else f"{value * 1e6:.1f} us"
+        return f"{value:.3g}" if column.endswith("error") else f"{value:.3f}"
+    return str(value)
+
+
+def write_table(path: str, title: str, info: dict, rows: list[dict], columns: list[str], notes: str = "") -> None:
+    """``path.csv`` (every field of ``rows``) and ``path.md`` (``columns``, with the machine record)."""
+    if not rows:
+        return
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path + ".csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [f"# {title}", "", f"- date: {info['date']}", f"- machine: {info['machine']}",
+             f"- python {info['python']}; {info['versions']}", ""]
+    if notes:
+        lines += [notes, ""]
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("|" + "---|" * len(columns))
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(c, row.get(c, "")) for c in columns) + " |")
+    with open(path + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+# -- the engines: inputs and native calls ------------------------------------------------------
+
+ENGINES = ("finitediff", "jax", "torch", "autograd")
+_MODULE = {"finitediff": "numpy", "jax": "jax", "torch": "torch", "autograd": "autograd"}
+
+
+def installed_engines(names: list[str] | None = None) -> list[str]:
+    return [e for e in (names or ENGINES) if importlib.util.find_spec(_MODULE[e]) is not None]
+
+
+def config(engine: str, **options: Any) -> Any:
+    from . import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch
+
+    return {"finitediff": AutoFiniteDiff, "jax": AutoJAX, "torch": AutoTorch, "autograd": AutoAutograd}[engine](**options)
+
+
+def sum_sin2(x):
+    xp = array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+
+def sin_times_sum(x):
+    xp = array_namespace(x)
+    return xp.sin(x) * xp.sum(x)
+
+
+class Engine:
+    """One engine's inputs (its own array type) and its best direct calls, each ``() -> result``
+    with the result ready (JAX: blocked on)."""
+
+    inputs = "numpy float64"
+
+    def array(self, a: np.ndarray) -> Any:
+        return a
+
+    def ready(self, value: Any) -> Any:
+        return value
+
+    def native(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
+        """The native call for ``operator`` (``jacobian tall``/``wide``: ``f(x) = sin(A @ x)``), or None."""
+        raise NotImplementedError
+
+    def native_first(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
+        """A cold native call: what preparation is compared with (JAX: a fresh jit, compiled)."""
+        return self.native(operator, f, x, t, A)
+
+
+def _approx_derivative() -> Callable:
+    """``scipy.optimize.approx_derivative``: the differencing behind SciPy's ``least_squares`` and
+    ``minimize``, exported from ``scipy.optimize._numdiff`` (not from ``scipy.optimize`` in 1.17)."""
+    try:
+        from scipy.optimize import approx_derivative
+    except ImportError:
+        from scipy.optimize._numdiff import approx_derivative
+    return approx_derivative
+
+
+class _FiniteDiff(Engine):
+    def native(self, operator, f, x, t, A):
+        approx_derivative = _approx_derivative()
+
+        if operator in ("gradient", "jacobian tall", "jacobian wide"):
+            return lambda: approx_derivative(f, x, method="3-point")
+        if operator == "pushforward":  # central difference along t, the step AutoFiniteDiff takes
+            h = np.finfo(x.dtype).eps ** (1 / 3) * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
+            return lambda: (f(x + h * t) - f(x - h * t)) / (2 * h)
+        return None
+
+
+class _JAX(Engine):
+    inputs = "jax float32"
+
+    def __init__(self) -> None:
+        import jax
+
+        self.jax = jax
+
+    def array(self, a):
+        return self.jax.numpy.asarray(a, dtype=self.jax.numpy.float32)
+
+    def ready(self, value):
+        return self.jax.block_until_ready(value)
+
+    def _compiled(self, operator, f):
+        jax = self.jax
+        if operator == "gradient":
+            return jax.jit(jax.grad(f))
+        if operator == "hvp":
+            return jax.jit(lambda x, t: jax.jvp(jax.grad(f), (x,), (t,))[1])
+        if operator == "hessian":
+            return jax.jit(jax.hessian(f))
+        if operator == "pushforward":
+            return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
+        if operator == "pullback":
+            return jax.jit(lambda x, t: jax.vjp(f, x)[1](t)[0])
+        if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
+            transform = jax.jacfwd if operator.endswith("tall") else jax.jacrev
+            return jax.jit(transform(lambda x, A: jax.numpy.sin(A @ x)))
+        return None
+
+    def native(self, operator, f, x, t, A):
+        g = self._compiled(operator, f)
+        if g is None:
+            return None
+        args = (x, A) if operator.startswith("jacobian") else (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
+        return lambda: self.jax.block_until_ready(g(*args))
+
+    def native_first(self, operator, f, x, t, A):
+        def first():
+            self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
+
+        return first
+
+
+class _Torch(Engine):
+    inputs = "torch float64"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def array(self, a):
+        return self.torch.from_numpy(np.ascontiguousarray(a))
+
+    def native(self, operator, f, x, t, A):
+        torch = self.torch
+        import torch.autograd.forward_ad as fwAD
+
+        def leaf():
+            return x.detach().requires_grad_()
+
+        if operator == "gradient":
+            def grad():
+                xt = leaf()
+                return torch.autograd.grad(f(xt), xt)[0]
+            return grad
+        if operator == "hvp":
+            def hvp():
+                xt = leaf()
+                (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
+                return torch.autograd.grad(g, xt, t)[0]
+            return hvp
+        if operator == "hessian":
+            return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
+        if operator == "pushforward":
+            def jvp():
+                with fwAD.dual_level():
+                    return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
+            return jvp
+        if operator == "pullback":
+            def vjp():
+                xt = leaf()
+                return torch.autograd.grad(f(xt), xt, t)[0]
+            return vjp
+        if operator in ("jacobian tall", "jacobian wide"):
+            strategy = "forward-mode" if operator.endswith("tall") else "reverse-mode"
+            return lambda: torch.autograd.functional.jacobian(lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy)
+        return None
+
+
+class _Autograd(Engine):
+    def __init__(self) -> None:
+        import autograd
+
+        import diffinterface.backends.autograd  # noqa: F401 - the array API namespace on autograd's boxes
+
+        self.ag = autograd
+
+    def native(self, operator, f, x, t, A):
+        ag = self.ag
+        from autograd.numpy import sin
+
+        if operator == "gradient":
+            g = ag.grad(f)
+            return lambda: g(x)
+        if operator == "hvp":
+            g = ag.grad(f)
+            return lambda: ag.make_jvp(g)(x)(t)[1]
+        if operator == "hessian":
+            h = ag.hessian(f)
+            return lambda: h(x)
+        if operator == "pushforward":
+            return lambda: ag.make_jvp(f)(x)(t)[1]
+        if operator == "pullback":
+            return lambda: ag.make_vjp(f)(x)[0](t)
+        if operator == "jacobian tall":  # autograd.jacobian is reverse only: one jvp per column
+            eye = np.eye(x.size)
+
+            def columns():
+                push = ag.make_jvp(lambda z: sin(A @ z))(x)
+                return np.stack([push(e)[1] for e in eye], axis=1)
+            return columns
+        if operator == "jacobian wide":
+            j = ag.jacobian(lambda z: sin(A @ z))
+            return lambda: j(x)
+        return None
+
+
+def engine(name: str) -> Engine:
+    return {"finitediff": _FiniteDiff, "jax": _JAX, "torch": _Torch, "autograd": _Autograd}[name]()
+
+
+# -- the overhead table --------------------------------------------------------------------------
+
+OPERATORS = ("gradient", "hvp", "hessian", "pushforward", "pullback", "jacobian tall", "jacobian wide")
+# sizes "where they make sense": the length of x (the long side of a jacobian, whose short side is 10)
+SIZES = {
+    "quick": {"gradient": (10, 100_000), "hvp": (10, 100_000), "hessian": (10,), "pushforward": (100_000,),
+              "pullback": (100_000,), "jacobian tall": (1_000,), "jacobian wide": (1_000,)},
+    "full": {"gradient": (10, 1_000, 100_000, 1_000_000), "hvp": (10, 1_000, 100_000, 1_000_000),
+             "hessian": (10, 1_000), "pushforward": (10, 1_000, 100_000, 1_000_000),
+             "pullback": (10, 1_000, 100_000, 1_000_000), "jacobian tall": (10, 1_000, 100_000),
+             "jacobian wide": (10, 1_000, 100_000)},
+}
+# finite differences cost an evaluation of f per coordinate: the sizes where that stays reasonable
+_FD_LIMIT = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
+
+
+def budget(size: int) -> float:
+    """SPEC section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
+    return 1.05 if size >= 10_000 else 1.25
+
+
+def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
+    """The arrays, f and our three calls for one row; None where the engine has no native."""
+    import diffinterface as di
+
+    rng = np.random.default_rng(size)
+    backend = config(name)
+    A = None
+    if operator.startswith("jacobian"):
+        shape = (size, 10) if operator.endswith("tall") else (10, size)
+        A = eng.array(rng.normal(size=shape) / np.sqrt(shape[1]))
+        x = eng.array(rng.normal(size=shape[1]))
+
+        def f(z, A=A):
+            return array_namespace(z).sin(A @ z)
+    else:
+        x = eng.array(rng.normal(size=size))
+        f = sin_times_sum if operator in ("pushforward", "pullback") else sum_sin2
+    t = eng.array(rng.normal(size=size)) if operator in ("hvp", "pushforward", "pullback") else None
+    native = eng.native(operator, f, x, t, A)
+    if native is None:
+        return None
+    name_ = "jacobian" if operator.startswith("jacobian") else operator
+    plain, prepare = getattr(di, name_), getattr(di, f"prepare_{name_}")
+    args = (x, t) if t is not None else (x,)
+    prep = prepare(backend, f, *args)
+    ready = eng.ready
+    return {
+        "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
+        "unprepared": lambda: ready(plain(backend, f, *args)),
+        "prepare": lambda: prepare(backend, f, *args),
+        "native": native,
+        "native_first": eng.native_first(operator, f, x, t, A),
+        "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
+    }
+
+
+def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable) -> list[dict]:
+    plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op]
+            if name != "finitediff" or (op in _FD_LIMIT and n <= _FD_LIMIT[op])]
+    rows = []
+    for i, (name, operator, size) in enumerate(plan):
+        progress(i, len(plan), f"overhead {name} {operator} {size}")
+        eng = engine(name)
+        case = _case(name, eng, operator, size)
+        if case is None:
+            continue
+        prepared = ratio(case["prepared"], case["native"], timing)
+        unprepared = ratio(case["unprepared"], case["native"], timing)
+        prep_s = once(case["prepare"], timing.prep_repeat)
+        first_s = once(case["native_first"], timing.prep_repeat)
+        rows.append({
+            "backend": repr(config(name)), "operator": operator, "size": size, "shape": case["shape"],
+            "inputs": eng.inputs,
+            "prepared_s": prepared["ours_s"], "native_s": prepared["native_s"],
+            "prepared_ratio": prepared["ratio"], "prepared_min": prepared["ratio_min"], "prepared_max": prepared["ratio_max"],
+            "unprepared_s": unprepared["ours_s"], "unprepared_ratio": unprepared["ratio"],
+            "unprepared_min": unprepared["ratio_min"], "unprepared_max": unprepared["ratio_max"],
+            "prepare_s": prep_s, "native_first_s": first_s, "prepare_ratio": prep_s / first_s,
+            "budget": budget(size), "within_budget": "yes" if prepared["ratio"] <= budget(size) else "NO",
+        })
+    progress(len(plan), len(plan), "overhead")
+    return rows
+
+
+def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+    """The prepared gradient over ``f`` itself (JAX: ``jax.jit(f)``), per backend and size."""
+    from . import gradient, prepare_gradient
+
+    rows = []
+    plan = [(name, n) for name in engines for n in sizes if name != "finitediff" or n <= _FD_LIMIT["gradient"]]
+    for i, (name, n) in enumerate(plan):
+        progress(i, len(plan), f"cheap gradient {name} {n}")
+        eng, backend = engine(name), config(name)
+        x = eng.array(np.random.default_rng(n).normal(size=n))
+        f = eng.jax.jit(sum_sin2) if name == "jax" else sum_sin2
+        prep = prepare_gradient(backend, sum_sin2, x)
+        r = ratio(lambda: eng.ready(gradient(backend, sum_sin2, x, prep=prep)), lambda: eng.ready(f(x)), timing)
+        rows.append({"backend": repr(backend), "size": n, "inputs": eng.inputs, "gradient_s": r["ours_s"],
+                     "f_s": r["native_s"], "gradient_over_f": r["ratio"], "min": r["ratio_min"], "max": r["ratio_max"]})
+    progress(len(plan), len(plan), "cheap gradient")
+    return rows
+
+
+def mode_choice(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+    """Jacobians of ``sin(A @ x)``, tall (size x 10) and wide (10 x size): ``mode=None`` against the
+    better of forward and reverse."""
+    from . import jacobian, prepare_jacobian
+
+    rows = []
+    plan = [(name, kind, n) for name in engines if name != "finitediff" for kind in ("tall", "wide") for n in sizes]
+    for i, (name, kind, n) in enumerate(plan):
+        progress(i, len(plan), f"mode choice {name} {kind} {n}")
+        eng = engine(name)
+        rng = np.random.default_rng(n)
+        shape = (n, 10) if kind == "tall" else (10, n)
+        A = eng.array(rng.normal(size=shape) / np.sqrt(shape[1]))
+        x = eng.array(rng.normal(size=shape[1]))
+
+        def f(z, A=A):
+            return array_namespace(z).sin(A @ z)
+
+        calls = {}
+        for mode in (None, "forward", "reverse"):
+            backend = config(name, mode=mode)
+            prep = prepare_jacobian(backend, f, x)
+            calls[mode] = lambda b=backend, p=prep: eng.ready(jacobian(b, f, x, prep=p))
+        fwd = ratio(calls["forward"], calls["reverse"], timing)
+        better = "forward" if fwd["ratio"] <= 1 else "reverse"
+        r = ratio(calls[None], calls[better], timing)
+        rows.append({"backend": repr(config(name)), "shape": f"{shape[0]}x{shape[1]}", "kind": kind,
+                     "auto_s": r["ours_s"], "better": better, "better_s": r["native_s"],
+                     "forward_over_reverse": fwd["ratio"], "auto_over_better": r["ratio"],
+                     "min": r["ratio_min"], "max": r["ratio_max"],
+                     "within_1.1": "yes" if r["ratio"] <= 1.1 else "NO"})
+    progress(len(plan), len(plan), "mode choice")
+    return rows
+
+
+class _Count:
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def finite_differences(progress: Callable) -> list[dict]:
+    """Evaluation counts and errors on smooth functions with analytic derivatives: AutoFiniteDiff
+    (its three real methods) against ``scipy.optimize.approx_derivative`` and ``numdifftools``."""
+    from . import AutoFiniteDiff, gradient, jacobian
+
+    approx_derivative = _approx_derivative()
+
+    n = 20
+    x = np.linspace(0.3, 1.7, n)
+    functions = [
+        ("gradient of sum(sin(x)^2)", sum_sin2, lambda x: np.sin(2 * x), True),
+        ("gradient of sum(exp(x)/x)", lambda x: array_namespace(x).sum(array_namespace(x).exp(x) / x),
+         lambda x: np.exp(x) * (x - 1) / x**2, True),
+        ("jacobian of sin(x)*sum(x)", sin_times_sum,
+         lambda x: np.diag(np.cos(x) * np.sum(x)) + np.sin(x)[:, None] * np.ones(n)[None, :], False),
+    ]
+    nd = None
+    if importlib.util.find_spec("numdifftools") is not None:
+        import numdifftools as nd
+    rows = []
+    for i, (name, f, exact, scalar) in enumerate(functions):
+        progress(i, len(functions), f"finite differences {name}")
+        want = exact(x)
+        methods: list[tuple[str, Callable]] = []
+        for method in ("forward", "central", "complex"):
+            backend = AutoFiniteDiff(method=method)
+            op = gradient if scalar else jacobian
+            methods.append((f"AutoFiniteDiff(method={method!r})", lambda g, b=backend, op=op: op(b, g, x)))
+        for method in ("2-point", "3-point", "cs"):
+            methods.append((f"scipy approx_derivative({method!r})", lambda g, m=method: approx_derivative(g, x, method=m)))
+        if nd is not None:
+            for method in ("central", "complex"):
+                cls = nd.Gradient if scalar else nd.Jacobian
+                methods.append((f"numdifftools {cls.__name__}({method!r})", lambda g, c=cls, m=method: c(g, method=m)(x)))
+        for label, run in methods:
+            count = _Count()  # not state (a list would be duplicated for each evaluation, as SPEC section 7 says)
+
+            def counted(z, f=f, count=count):
+                count.calls += 1
+                return f(z)
+
+            try:
+                got = np.asarray(run(counted))
+                err = float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want)))
+                rows.append({"function": name, "method": label, "f_evaluations": count.calls, "max_rel_error": err})
+            except Exception as e:  # noqa: BLE001 - a method that cannot run is a row saying so
+                rows.append({"function": name, "method": label, "f_evaluations": count.calls, "max_rel_error": float("nan"),
+                             "error": f"{type(e).__name__}: {e}"})
+    if nd is None:
+        rows.append({"function": "-", "method": "numdifftools", "f_evaluations": 0, "max_rel_error": float("nan"),
+                     "error": "not installed (pip install numdifftools)"})
+    progress(len(functions), len(functions), "finite differences")
+    return rows
+
+
+def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+    """``closure="duplicated"`` against ``"const"``: a prepared gradient (reverse mode; the
+    pushforward too: forward mode) of a function capturing a float, one reading a captured
+    array, and one writing a captured buffer (against the same arithmetic without the buffer)."""
+    from . import gradient, prepare_gradient, prepare_pushforward, pushforward
+
+    plan = [(name, n) for name in engines for n in sizes]
+    rows = []
+    for i, (name, n) in enumerate(plan):
+        progress(i, len(plan), f"closures {name} {n}")
+        eng = engine(name)
+        scale, a, buf = 3.0, np.linspace(0.5, 1.5, n), np.zeros(n)
+
+        def captures_float(x):
+            xp = array_namespace(x)
+            return scale * xp.sum(xp.sin(x) ** 2)
+
+        def reads_array(x):
+            xp = array_namespace(x)
+            return xp.sum(xp.sin(xp.asarray(a) * x) ** 2)
+
+        def writes_buffer(x):
+            xp = array_namespace(x)
+            buf[...] = 2 * x
+            return xp.sum(xp.asarray(buf) * x)
+
+        def without_buffer(x):
+            return array_namespace(x).sum((2 * x) * x)
+
+        x, t = np.linspace(-1.0, 1.0, n), np.linspace(0.5, 1.5, n)
+        duplicated, const = config(name), config(name, closure="const")
+        for label, f_dup, f_const in [("captures a float", captures_float, captures_float),
+                                      ("reads a captured array", reads_array, reads_array),
+                                      ("writes a captured buffer", writes_buffer, without_buffer)]:
+            for operator in ("gradient", "pushforward"):
+                if name == "finitediff" and operator == "gradient" and n > _FD_LIMIT["gradient"]:
+                    continue
+                if operator == "gradient":
+                    pd, pc = prepare_gradient(duplicated, f_dup, x), prepare_gradient(const, f_const, x)
+                    ours = lambda f=f_dup, p=pd: eng.ready(gradient(duplicated, f, x, prep=p))  # noqa: E731
+                    native = lambda f=f_const, p=pc: eng.ready(gradient(const, f, x, prep=p))  # noqa: E731
+                else:
+                    pd, pc = prepare_pushforward(duplicated, f_dup, x, t), prepare_pushforward(const, f_const, x, t)
+                    ours = lambda f=f_dup, p=pd: eng.ready(pushforward(duplicated, f, x, t, prep=p))  # noqa: E731
+                    native = lambda f=f_const, p=pc: eng.ready(pushforward(const, f, x, t, prep=p))  # noqa: E731
+                r = ratio(ours, native, timing)
+                rows.append({"backend": repr(duplicated), "function": label, "operator": operator, "size": n,
+                             "duplicated_s": r["ours_s"], "const_s": r["native_s"], "ratio": r["ratio"],
+                             "min": r["ratio_min"], "max": r["ratio_max"]})
+    progress(len(plan), len(plan), "closures")
+    return rows
+
+
+def catalogue(engines: list[str], full: bool, progress: Callable) -> list[dict]:
+    """``benchmark_differentiation`` over the catalogue (numpy float64 inputs); quick: one scenario
+    per operator."""
+    from .testing import benchmark_differentiation, default_scenarios
+
+    scenarios = default_scenarios("numpy", np.float64)
+    if not full:
+        scenarios = list({s.operator: s for s in reversed(scenarios)}.values())
+    backends = [config(name) for name in engines]
+    total = len(backends) * len(scenarios)
+    return benchmark_differentiation(backends, scenarios, repeat=5 if full else 2,
+                                     progress=lambda i, n, row: progress(i, total, f"catalogue {row['backend']} {row['scenario']}"))
+
+
+# -- plots ---------------------------------------------------------------------------------------
+
+def plot_overhead(rows: list[dict], out: str) -> list[str]:
+    """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    paths = []
+    for operator in dict.fromkeys(r["operator"] for r in rows):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for k, backend in enumerate(dict.fromkeys(r["backend"] for r in rows if r["operator"] == operator)):
+            sel = sorted((r for r in rows if r["operator"] == operator and r["backend"] == backend), key=lambda r: r["size"])
+            sizes = [r["size"] for r in sel]
+            color = f"C{k}"
+            ax.plot(sizes, [r["prepared_s"] for r in sel], "o-", color=color, label=f"{backend} prepared")
+            ax.plot(sizes, [r["native_s"] for r in sel], "x--", color=color, label=f"{backend}: native")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (length of x; of the long side for a jacobian)")
+        ax.set_ylabel("seconds per call")
+        ax.set_title(f"{operator}: diffinterface (solid) and the engine's own call (dashed)")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, f"overhead_{operator.replace(' ', '_')}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "catalogue")
+
+_COLUMNS = {
+    "overhead": ["backend", "operator", "shape", "inputs", "prepared_s", "native_s", "prepared_ratio", "prepared_min",
+                 "prepared_max", "unprepared_ratio", "prepare_s", "native_first_s", "prepare_ratio", "within_budget"],
+    "cheap_gradient": ["backend", "size", "inputs", "gradient_s", "f_s", "gradient_over_f", "min", "max"],
+    "mode_choice": ["backend", "shape", "auto_s", "better", "better_s", "forward_over_reverse", "auto_over_better",
+                    "min", "max", "within_1.1"],
+    "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
+    "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
+    "catalogue": ["backend", "scenario", "prepared_s", "unprepared_s", "prepare_s", "prepared_calls",
+                  "unprepared_calls", "prepare_calls", "error"],
+}
+
+_TITLES = {
+    "overhead": "Overhead: diffinterface against each engine's own best call",
+    "cheap_gradient": "Cheap gradient: prepared gradient / f",
+    "mode_choice": "Mode choice: jacobian with mode=None / the better of forward and reverse",
+    "finite_differences": "Finite differences: f evaluations and errors against the analytic derivative",
+    "closures": "Closures: closure='duplicated' / closure='const'",
+    "catalogue": "The scenario catalogue, through benchmark_differentiation",
+}
+
+
+def _notes(table: str, timing: Timing) -> str:
+    how = (f"Interleaved timing: {timing.rounds} rounds of batches of about {timing.seconds * 1e3:.0f} ms of each "
+           f"call, after {timing.warmup} s of warm-up; a ratio is the median of the per-round ratios, min and max "
+           f"the smallest and largest round.")
+    return {
+        "overhead": how + " Natives: JAX `jax.jit` of `grad`, `jvp(grad)`, `hessian`, `jvp`, `vjp`, `jacfwd` (tall) "
+        "and `jacrev` (wide); torch eager autograd (`autograd.grad`, double backward, forward-mode dual tensors, "
+        "`autograd.functional.jacobian/hessian(vectorize=True)`); autograd `grad`, `make_jvp(grad)`, `hessian`, "
+        "`make_jvp`, `make_vjp`, one `make_jvp` per column (tall) and `jacobian` (wide); finite differences "
+        "`scipy.optimize.approx_derivative('3-point')` and a central difference along t. The preparation is "
+        "compared with the native's first call (a fresh `jax.jit`, compiled). Budget (SPEC section 11): the prepared "
+        "ratio at most 1.05 at sizes >= 1e4, 1.25 below. f: `sum(sin(x)**2)` (gradient, hvp, hessian), "
+        "`sin(x) * sum(x)` (pushforward, pullback), `sin(A @ x)` with A captured (jacobians).",
+        "cheap_gradient": how + " f: `sum(sin(x)**2)`; JAX's f is `jax.jit(f)`.",
+        "mode_choice": how + " f: `sin(A @ x)`; forward_over_reverse < 1 means forward mode is faster.",
+        "finite_differences": "x: 20 points in [0.3, 1.7]; error: max |derivative - analytic| / max |analytic|.",
+        "closures": how + " 'ratio' is the price of the duplicates: duplicated / const.",
+        "catalogue": "Median of the timed batches (`time_call`); `*_calls`: evaluations of f by each call.",
+    }[table]
+
+
+def run(engines: list[str] | None = None, full: bool = False, out: str = os.path.join("benchmarks", "results"),
+        tables: list[str] | None = None, progress: Callable | None = None, plots: bool = True,
+        timing: Timing | None = None) -> dict:
+    """Run the benchmarks and write their tables; returns ``{"results": {table: rows}, "written":
+    paths, "machine": record}``. ``timing`` overrides the rounds of ``QUICK`` or ``FULL``."""
+    engines = installed_engines(engines)
+    timing = timing or (FULL if full else QUICK)
+    kind = "full" if full else "quick"
+    progress = progress or (lambda i, n, label: None)
+    os.makedirs(out, exist_ok=True)
+    info = machine()
+    results: dict = {}
+    written: list[str] = []
+    size_set = (1_000, 100_000, 1_000_000) if full else (100_000,)
+    for table in tables or TABLES:
+        if table == "overhead":
+            rows = overhead(engines, SIZES[kind], timing, progress)
+        elif table == "cheap_gradient":
+            rows = cheap_gradient(engines, (10, 1_000) + size_set if full else (1_000, 100_000), timing, progress)
+        elif table == "mode_choice":
+            rows = mode_choice(engines, (100, 10_000) if full else (1_000,), timing, progress)
+        elif table == "finite_differences":
+            rows = finite_differences(progress) if "finitediff" in engines else []
+        elif table == "closures":
+            rows = closures(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
+        elif table == "catalogue":
+            rows = catalogue(engines, full, progress)
+        else:
+            raise ValueError(f"unknown table {table!r}; choose from {', '.join(TABLES)}")
+        results[table] = rows
+        path = os.path.join(out, table)
+        title = _TITLES[table] + (" (quick)" if not full else "")
+        write_table(path, title, info, rows, _COLUMNS[table], _notes(table, timing))
+        if rows:
+            written += [path + ".csv", path + ".md"]
+        if table == "overhead" and plots and rows:
+            written += plot_overhead(rows, out)
+    return {"results": results, "written": written, "machine": info}

@@ -1,0 +1,86 @@
+"""``python -m diffinterface bench``: the tables, the plots, and natives that compute what ours do."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+import numpy as np
+import pytest
+
+from diffinterface import _bench
+from diffinterface.__main__ import main
+
+TINY = _bench.Timing(rounds=2, seconds=0.001, warmup=0.0, prep_repeat=1)
+
+
+def _numpy(value):
+    if hasattr(value, "detach"):
+        return value.detach().numpy()
+    return np.asarray(value)
+
+
+@pytest.mark.parametrize("engine", _bench.installed_engines())
+def test_each_native_computes_what_ours_computes(engine):
+    """The overhead table compares like with like: for every operator the engine's native call
+    returns the same derivative as our prepared call (float32 for JAX)."""
+    eng = _bench.engine(engine)
+    tol = 1e-4 if engine == "jax" else 1e-6
+    checked = 0
+    for operator in _bench.OPERATORS:
+        for size in (10, 200):
+            if engine == "finitediff" and operator not in _bench._FD_LIMIT:
+                continue
+            case = _bench._case(engine, eng, operator, size)
+            if case is None:
+                continue
+            ours, native = _numpy(case["prepared"]()), _numpy(case["native"]())
+            assert ours.shape == native.shape, (operator, size)
+            assert np.allclose(ours, native, rtol=tol, atol=tol), (operator, size)
+            assert np.allclose(_numpy(case["unprepared"]()), native, rtol=tol, atol=tol)
+            case["prepare"]()
+            case["native_first"]()
+            checked += 1
+    assert checked >= (4 if engine == "finitediff" else 14)
+
+
+def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):
+    engines = [e for e in ("finitediff", "torch") if e in _bench.installed_engines()]
+    done = _bench.run(engines, out=str(tmp_path), timing=TINY)
+    for table in _bench.TABLES:
+        if table == "mode_choice" and engines == ["finitediff"]:
+            continue  # finite differences have no modes
+        assert os.path.exists(tmp_path / f"{table}.csv") and os.path.exists(tmp_path / f"{table}.md"), table
+        text = (tmp_path / f"{table}.md").read_text()
+        assert "- machine: " in text and "- date: " in text and "numpy " in text
+    assert any(p.endswith(".png") for p in done["written"]) and os.path.exists(tmp_path / "overhead_gradient.png")
+    with open(tmp_path / "overhead.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["backend"] for r in rows} == {repr(_bench.config(e)) for e in engines}
+    for r in rows:
+        for key in ("prepared_ratio", "unprepared_ratio", "prepare_ratio"):
+            assert 0 < float(r[key]) < math.inf
+        assert r["within_budget"] in ("yes", "NO")
+
+
+def test_finite_differences_table_counts_evaluations_and_errors():
+    rows = _bench.finite_differences(lambda *a: None)
+    by = {(r["function"], r["method"]): r for r in rows}
+    n = 20
+    for function in ("gradient of sum(sin(x)^2)", "jacobian of sin(x)*sum(x)"):
+        central = by[(function, "AutoFiniteDiff(method='central')")]
+        scipy3 = by[(function, "scipy approx_derivative('3-point')")]
+        assert central["f_evaluations"] in (2 * n, 2 * n + 1) and scipy3["f_evaluations"] == 2 * n + 1
+        assert central["max_rel_error"] < 1e-8 and scipy3["max_rel_error"] < 1e-8
+        assert by[(function, "AutoFiniteDiff(method='complex')")]["max_rel_error"] < 1e-13
+        assert by[(function, "AutoFiniteDiff(method='forward')")]["max_rel_error"] < 1e-6
+
+
+def test_the_command_line(tmp_path, capsys):
+    """The command writes the tables it is asked for and says where."""
+    assert main(["bench", "--backend", "finitediff", "--table", "finite_differences", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "benchmarked finitediff" in out and str(tmp_path / "finite_differences.md") in out
+    with pytest.raises(SystemExit):  # argparse: a table that does not exist
+        main(["bench", "--table", "nonsense"])
