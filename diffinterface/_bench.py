@@ -228,9 +228,13 @@ class _FiniteDiff(Engine):
 
         if operator in ("gradient", "jacobian tall", "jacobian wide"):
             return lambda: approx_derivative(f, x, method="3-point")
-        if operator == "pushforward":  # central difference along t, the step AutoFiniteDiff takes
-            h = np.finfo(x.dtype).eps ** (1 / 3) * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
-            return lambda: (f(x + h * t) - f(x - h * t)) / (2 * h)
+        if operator == "pushforward":  # central difference along t, with the step AutoFiniteDiff takes
+            r = np.finfo(x.dtype).eps ** (1 / 3)
+
+            def central():
+                h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
+                return (f(x + h * t) - f(x - h * t)) / (2 * h)
+            return central
         return None
 
 
@@ -736,7 +740,7 @@ def run(engines: list[str] | None = None, full: bool = False, out: str = os.path
         if table == "overhead":
             rows = overhead(engines, SIZES[kind], timing, progress)
         elif table == "cheap_gradient":
-            rows = cheap_gradient(engines, (10, 1_000) + size_set if full else (1_000, 100_000), timing, progress)
+            rows = cheap_gradient(engines, (10,) + size_set if full else (1_000, 100_000), timing, progress)
         elif table == "mode_choice":
             rows = mode_choice(engines, (100, 10_000) if full else (1_000,), timing, progress)
         elif table == "finite_differences":

@@ -419,7 +419,8 @@ class StatePlan:
 
 # What engines say when f writes a traced value into an array or list they do not track.
 _TRACED_WRITE_MARKERS = ("setting an array element with a sequence", "Tracer", "tracer", "ArrayBox",
-                         "Could not convert", "not a tensor computed from x")
+                         "Could not convert", "not a tensor computed from x",
+                         "Can't differentiate w.r.t. type")  # autograd: f returned what it wrote into torch state
 
 
 def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueError) -> Exception | None:
@@ -466,3 +467,48 @@ def standin_error(target: Any, reason: str, engine: str, kind: type = TypeError)
         f"xp.asarray(buf) gives the {engine} array ({'jnp' if engine == 'JAX' else 'anp'}.sin(buf[...])); "
         f"arithmetic, indexing and the array API namespace take the stand-in as it is."
     )
+
+
+def _holds(value: Any, traced: Callable[[Any], bool]) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, traced) for v in value)
+    if isinstance(value, dict):
+        return any(_holds(v, traced) for v in value.values())
+    return traced(value)
+
+
+def const_trace_checked(target: Any, run: Callable[[], Any], traced: Callable[[Any], bool], engine: str) -> Any:
+    """``run()`` (an engine's first trace of ``f``, at preparation) under ``closure="const"``, with
+    the lists and dicts ``f`` captures checked afterwards: a traced value (a JAX tracer, an autograd
+    box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
+    their contents are put back and the error names them (SPEC section 7). Also put back when
+    ``run`` raises. Discovery runs at preparation only; prepared calls pay nothing."""
+    plan = StatePlan(target.f)
+    containers = [(where, v) for where, v in zip(plan.where(), plan.read()) if isinstance(v, (list, dict))]
+    if not containers:
+        return run()
+    saved = [copy.copy(v) for _, v in containers]
+
+    def restore() -> None:
+        for (_, v), old in zip(containers, saved):
+            if isinstance(v, list):
+                v[:] = old
+            else:
+                v.clear()
+                v.update(old)
+
+    try:
+        out = run()
+    except BaseException:
+        restore()
+        raise
+    leaked = [where for where, v in containers if _holds(v, traced)]
+    if leaked:
+        restore()
+        raise ValueError(
+            f"{target.call}: with closure='const', f writes a value that depends on x into its own captured "
+            f"state ({', '.join(leaked)}), where a {engine} trace would outlive the call; your objects have been "
+            f"put back as they were. Use closure='duplicated' (the default): f then writes into duplicates "
+            f"that carry derivatives, and your objects stay as they were."
+        )
+    return out

@@ -13,6 +13,7 @@ import numpy as np
 from ._adapter import SecondOrderAdapter
 from ._arrays import JAX, TORCH, as_input, describe, family, is_real_floating, output_like, shape, to_family
 from ._backends import SecondOrder, adapter_for
+from ._closure import const_trace_checked
 from ._contexts import check_contexts
 from ._errors import call_repr
 from ._prep import Prep
@@ -103,7 +104,12 @@ def prepare(
         tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
     target = Target(f, y, closure, call)
-    info = adapter.output_info(target, x_in, contexts, oneshot)
+    traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
+    if closure == "const" and traced is not None:
+        info = const_trace_checked(target, lambda: adapter.output_info(target, x_in, contexts, oneshot), traced,
+                                   adapter.engine_name)
+    else:
+        info = adapter.output_info(target, x_in, contexts, oneshot)
     _check_output(operator, info, call)
     if tangent_name == "ty":
         tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")

@@ -356,3 +356,29 @@ def test_a_stand_in_passed_to_a_library_function_is_an_error_naming_it(engine):
         di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x))
     assert np.allclose(np.asarray(di.gradient(backend, fixed, x)), np.cos(x), rtol=1e-12)
     assert np.all(buf == 0)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.id in ("AutoJAX", "AutoAutograd")])
+def test_const_closure_writing_a_traced_value_into_a_captured_list_is_an_error_and_the_list_is_put_back(backend):
+    """Under closure='const' a JAX tracer or an autograd box written into a captured list would
+    outlive the call; the preparation raises, naming the list, and puts its contents back."""
+    const = type(backend)(closure="const")
+    state = [1.0, 2.0]
+
+    def f(x):
+        state[0] = x[0] * 2
+        return state[0] ** 2 + x[1]
+
+    with pytest.raises(ValueError, match=r"closure='const'.*'state' captured by .*closure='duplicated'"):
+        di.gradient(const, f, np.array([0.5, 1.0]))
+    assert state == [1.0, 2.0] and all(type(v) is float for v in state)
+    with pytest.raises(ValueError, match="'state'"):
+        di.prepare_gradient(const, f, np.array([0.5, 1.0]))
+    assert state == [1.0, 2.0]
+    assert np.allclose(np.asarray(di.gradient(backend, f, np.array([0.5, 1.0]))), [8 * 0.5, 1.0])
+    assert state == [1.0, 2.0]
+
+    def reads(x):  # a list only read under const: fine
+        return state[0] * x[0] ** 2 + state[1] * x[1]
+
+    assert np.allclose(np.asarray(di.gradient(const, reads, np.array([0.5, 1.0]))), [1.0, 2.0])

@@ -9,6 +9,7 @@ derive every reference result from those by linear algebra: a pushforward is ``J
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -243,6 +244,40 @@ def _closure_scalar(buffer):
     return accumulate
 
 
+def _write_then(f):
+    def write_then(x, buffer):
+        xp = array_namespace(x)
+        buffer[...] = x
+        return f(xp.asarray(buffer))
+    return write_then
+
+
+class _Buffered:
+    """A callable object that writes x into a buffer attribute before computing from it."""
+
+    def __init__(self, f, buffer):
+        self.f, self.buffer = f, buffer
+
+    def __call__(self, x):
+        xp = array_namespace(x)
+        self.buffer[...] = x
+        return self.f(xp.asarray(self.buffer))
+
+
+def _nested(f, buffer):
+    inner = _closure_over_buffer(f, buffer)
+
+    def nested(x):  # captures a function that captures the buffer
+        return inner(x)
+    return nested
+
+
+def _reads_captured(f, weights):
+    def reads(x):  # only reads its captured array: 3 f(x) + 0.5
+        return weights[0] * f(x) + weights[1]
+    return reads
+
+
 def _in_place(f):
     def in_place(y, x):
         y[...] = f(x)
@@ -284,7 +319,9 @@ def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include
     """The reference catalogue: every applicable operator on every reference function, with variants.
 
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
-    into a captured buffer, and a two-argument ``f(y, x)``. Arrays are of ``family`` ("numpy", "jax"
+    into a captured buffer, and a two-argument ``f(y, x)``; for one reference function per operator,
+    the closure variants of SPEC section 7 (a buffer written through ``functools.partial``, a callable
+    object and a nested closure, and a captured array only read). Arrays are of ``family`` ("numpy", "jax"
     or "torch") and ``dtype``; references are numpy. jax arrays are float32 unless the user enabled
     ``jax_enable_x64``, so the jax family is float32 then, as a jax user's arrays would be.
     """
@@ -295,13 +332,14 @@ def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include
             dtype = np.float32  # jax arrays are float32 unless the user enabled x64
     dtype = np.dtype(dtype)
     scenarios: list[Scenario] = []
+    closure_variants: set = set()  # the operators that already have the closure variants
     for ref in _references():
-        scenarios += _scenarios_of(ref, family, dtype, include)
+        scenarios += _scenarios_of(ref, family, dtype, include, closure_variants)
     scenarios.append(_closure_scalar_scenarios(family, dtype, include))
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 
-def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple) -> list[Scenario]:
+def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closure_variants: set) -> list[Scenario]:
     x = np.asarray(ref.x, dtype=np.float64)
     y_value = np.asarray(ref.value(x))
     jac = np.asarray(ref.jac(x))
@@ -373,6 +411,24 @@ def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple) -> li
             out.append(Scenario(
                 f=_closure_over_buffer(ref.f, buffer), value=value, first=unbatch(first), second=unbatch(second),
                 name=tag + "/closure", state=(buffer,), **base))
+            # the closure variants of SPEC section 7, once per operator: a buffer passed by
+            # functools.partial, held by a callable object, captured through a nested closure, and
+            # a captured array that f only reads (the alias path of _closure.py)
+            wanted = {"derivative": True, "second_derivative": True, "gradient": not scalar_in, "hvp": not scalar_in,
+                      "hessian": not scalar_in}.get(op, not scalar_in and not scalar_out)  # arrays where they can be
+            if op not in closure_variants and wanted:
+                closure_variants.add(op)
+                for name, make in [("partial", lambda b: functools.partial(_write_then(ref.f), buffer=b)),
+                                   ("object", lambda b: _Buffered(ref.f, b)), ("nested", lambda b: _nested(ref.f, b))]:
+                    buffer = np.full(x.shape, 5.0, dtype=dtype)
+                    out.append(Scenario(
+                        f=make(buffer), value=value, first=unbatch(first), second=unbatch(second),
+                        name=f"{tag}/closure_{name}", state=(buffer,), **base))
+                weights = np.array([3.0, 0.5], dtype=dtype)
+                value_w, first_w, second_w = refs(op, 3.0, 0.5, tangent=ts)
+                out.append(Scenario(
+                    f=_reads_captured(ref.f, weights), value=value_w, first=unbatch(first_w), second=unbatch(second_w),
+                    name=f"{tag}/closure_reads", state=(weights,), **base))
             # a two-argument f(y, x) writing its output into y
             if op in ("pushforward", "pullback", "derivative", "jacobian") and not scalar_out:
                 y = convert(np.full(y_value.shape, 3.0), _mutable_family(family), dtype)
