@@ -156,7 +156,24 @@ class _Function:
                 return run(False)
             return target.guarded(run)
 
-        return run_with_state
+        plan = target.plan
+        if plain or target.y is not None or plan is None:
+            return run_with_state
+
+        # f with captured state only (no contexts, no output buffer), in reverse mode: f over the
+        # aliases, reused between calls (StatePlan.aliased), without the general path's closures;
+        # a failure goes to the general path, which reruns over copies and learns that f writes.
+        def run_aliased(x: Any, contexts: tuple) -> Any:
+            if contexts or not (plan.aliases and x.requires_grad and torch.is_grad_enabled()):
+                return run_with_state(x, contexts)
+            device = x.device
+            try:
+                y = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)(x)
+            except Exception:  # noqa: BLE001 - f wrote into an alias (or fails): the general path decides
+                return run_with_state(x, contexts)
+            return y if type(y) is _Tensor else _output(y, x, target)
+
+        return run_aliased
 
 
 def _output(y: Any, x: Any, target: Any) -> Any:
