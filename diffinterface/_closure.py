@@ -321,7 +321,6 @@ class _Walker:
 
         return build
 
-
     def _submodules(self, modules: dict, owner: str) -> Any:
         """The ``_modules`` dict of an ``nn.Module``: each submodule rebuilt like its parent."""
         parts = {name: self.visit(sub, f"submodule {name!r} of {owner}") for name, sub in modules.items() if sub is not None}
