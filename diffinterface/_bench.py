@@ -735,12 +735,11 @@ def run(engines: list[str] | None = None, full: bool = False, out: str = os.path
     info = machine()
     results: dict = {}
     written: list[str] = []
-    size_set = (1_000, 100_000, 1_000_000) if full else (100_000,)
     for table in tables or TABLES:
         if table == "overhead":
             rows = overhead(engines, SIZES[kind], timing, progress)
         elif table == "cheap_gradient":
-            rows = cheap_gradient(engines, (10,) + size_set if full else (1_000, 100_000), timing, progress)
+            rows = cheap_gradient(engines, (10, 1_000, 100_000, 1_000_000) if full else (1_000, 100_000), timing, progress)
         elif table == "mode_choice":
             rows = mode_choice(engines, (100, 10_000) if full else (1_000,), timing, progress)
         elif table == "finite_differences":
