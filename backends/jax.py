@@ -325,6 +325,18 @@ class _Prepared:
         return (results[0], (results[1],)) if value else (results,)
 
 
+def _preferring(mode: str, body: Any) -> Any:
+    """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
+    both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
+    from diffinterface.rules import prefer
+
+    def traced(f, x, ts, value):
+        with prefer(mode):
+            return body(f, x, ts, value)
+
+    return traced
+
+
 def _is_float64(value: Any) -> bool:
     return getattr(value, "dtype", None) is not None and np.dtype(str(value.dtype).replace("torch.", "")) == np.float64
 
@@ -367,7 +379,10 @@ class Adapter(_Base):
     def prepare_operator(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
         """The compiled value and plain forms of one operator (see _Prepared); the runners of
         ``RunnerAdapter`` call them, and ``plain`` is one call into the compiled function."""
-        body = _builders(self.forward(operator_name, info))[operator_name]
+        forward = self.forward(operator_name, info)
+        body = _builders(forward)[operator_name]
+        if operator_name not in ("second_derivative", "hvp", "hessian"):
+            body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
         return _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))

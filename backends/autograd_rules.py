@@ -1,0 +1,84 @@
+"""A :class:`diffinterface.rules.Rule` under HIPS autograd: one primitive with a VJP (the reverse
+pass on the tape of the augmented primal) and a JVP (the forward rule), registered with
+``defvjp_argnums`` / ``defjvp_argnums`` so that the rules see which arguments are differentiated.
+
+autograd's arrays are NumPy arrays, so opaque and non-opaque bodies alike get NumPy arrays. The
+primal runs the augmented primal where an argument is boxed by a reverse trace (its tape is kept,
+for this call only, by a holder passed as the primitive's first argument); forward traces and
+plain calls run the primal. Second derivatives through a rule are not supported (the reverse pass
+runs on raw arrays).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from autograd.core import VJPNode
+from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
+from autograd.tracer import Box
+
+from diffinterface.rules import Active, Rule, annotate
+
+
+class _Holder:
+    """One call's activity (boxed by a reverse trace) and the tape of its augmented primal."""
+
+    __slots__ = ("active", "tape")
+
+    def __init__(self, active: tuple) -> None:
+        self.active, self.tape = active, None
+
+
+def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
+    prim = rule.native(("autograd", tuple(sorted(kwargs.items()))), lambda: _register(rule, kwargs))
+    active = tuple(isinstance(a, Box) and isinstance(a._node, VJPNode) for a in args)
+    return prim(_Holder(active), *args)
+
+
+def _register(rule: Rule, kwargs: dict) -> Any:
+    def impl(holder: _Holder, *args: Any) -> Any:
+        if any(holder.active) and rule.has_reverse:
+            y, holder.tape = rule.augmented_primal(*annotate(args, holder.active, Active), **kwargs)
+            return y
+        return rule.primal(*args, **kwargs)
+
+    impl.__name__ = rule.__name__
+    prim = primitive(impl)
+
+    def vjpmaker(argnums, ans, args, kw):
+        holder, values = args[0], args[1:]
+
+        def vjp(g):
+            if not rule.has_reverse:
+                raise rule.missing("reverse", "under autograd")
+            active = holder.active
+            cts = rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs)
+            cts = (cts,) if len(values) == 1 and not isinstance(cts, (tuple, list)) else tuple(cts)
+            return tuple(_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums)
+
+        return vjp
+
+    def jvpmaker(argnums, gs, ans, args, kw):
+        if not rule.has_forward:
+            raise rule.missing("forward", "under autograd")
+        values = args[1:]
+        active = tuple(i + 1 in argnums for i in range(len(values)))
+        tangents = dict(zip(argnums, gs))
+        _, dy = rule.forward(*annotate(values, active, Active, tuple(tangents.get(i + 1) for i in range(len(values)))),
+                             **kwargs)
+        return _like(dy, ans)
+
+    defvjp_argnums(prim, vjpmaker)
+    defjvp_argnums(prim, jvpmaker)
+    return prim
+
+
+def _like(value: Any, ref: Any) -> Any:
+    """``value`` with the type, dtype and shape autograd expects of ``ref``'s (co)tangent."""
+    if isinstance(ref, (float, int)) and not isinstance(ref, bool):
+        return 0.0 if value is None else float(np.reshape(np.asarray(value), ()))
+    ref = np.asarray(ref)
+    if value is None:
+        return np.zeros(ref.shape, ref.dtype)
+    return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)

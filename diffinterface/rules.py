@@ -1,0 +1,271 @@
+"""Custom derivative rules written once, for every engine (SPEC section 8).
+
+```python
+from diffinterface.rules import custom_rule, Const, Active, Duplicated
+
+@custom_rule(opaque=True)          # the bodies run on NumPy arrays
+def f(x, p): ...                   # the primal
+
+@f.def_forward                     # each argument arrives as Const(val) or Duplicated(val, dval)
+def f_forward(x, p): ...           # returns (y, dy)
+
+@f.def_augmented_primal            # each argument arrives as Const(val) or Active(val)
+def f_aug(x, p): ...               # returns (y, tape); the tape is plain data
+
+@f.def_reverse
+def f_rev(tape, dy, x, p): ...     # one cotangent per argument, None for a Const one
+```
+
+``f`` stays an ordinary callable. Called on plain arrays it runs the primal; called on an engine's
+arrays it goes through that engine's native registration of the rules (``backends/*_rules.py``):
+``jax.custom_jvp`` / ``jax.custom_vjp`` (with ``jax.pure_callback`` for opaque bodies),
+``torch.autograd.Function`` (with ``jvp`` and ``vmap``), an autograd primitive with its VJP and JVP.
+So it works through diffinterface's operators and inside the user's own JAX, torch and autograd code.
+Finite differences see ``f`` as the black box it is.
+
+Positional arguments are arrays (or numbers); keyword arguments are static (a ``mode`` string): they
+reach every body unchanged and are never differentiated. ``f`` returns one array.
+
+The rule holds no closures: a rule defined at module level pickles by reference, and so does a tape
+of plain data (NumPy arrays, numbers, tuples), so the reverse pass can run on an unpickled tape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib
+import sys
+import threading
+from typing import Any, Callable
+
+from ._writable import unwrap
+
+__all__ = ["Active", "Const", "Duplicated", "Rule", "custom_rule", "prefer"]
+
+
+class Const:
+    """An argument that is not differentiated: its value only."""
+
+    __slots__ = ("val",)
+
+    def __init__(self, val: Any) -> None:
+        self.val = val
+
+    def __repr__(self) -> str:
+        return f"Const({_short(self.val)})"
+
+
+class Active:
+    """An argument of the reverse pass that is differentiated: ``reverse`` returns its cotangent."""
+
+    __slots__ = ("val",)
+
+    def __init__(self, val: Any) -> None:
+        self.val = val
+
+    def __repr__(self) -> str:
+        return f"Active({_short(self.val)})"
+
+
+class Duplicated:
+    """An argument of the forward rule that is differentiated, with its tangent ``dval``."""
+
+    __slots__ = ("val", "dval")
+
+    def __init__(self, val: Any, dval: Any) -> None:
+        self.val, self.dval = val, dval
+
+    def __repr__(self) -> str:
+        return f"Duplicated({_short(self.val)}, {_short(self.dval)})"
+
+
+def _short(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f"<{type(value).__name__} shape={tuple(shape)}>" if shape is not None else repr(value)
+
+
+# The direction an engine registration should serve where one registration cannot serve both
+# (JAX: custom_vjp refuses forward mode, a host callback cannot be transposed). diffinterface's JAX
+# adapter sets it while it traces; user code can set it with ``prefer``.
+_PREFERRED: contextvars.ContextVar = contextvars.ContextVar("diffinterface_rules_preferred", default=None)
+
+
+@contextlib.contextmanager
+def prefer(mode: str | None):
+    """Within this block, a rule-carrying function under JAX uses its ``"forward"`` rule
+    (``custom_jvp``) or its ``"reverse"`` rules (``custom_vjp``) when it has both.
+
+    Outside diffinterface's operators, which set it themselves, JAX code needs it only for an opaque
+    function with both rules under ``jax.jvp`` (the default there is the reverse rules)."""
+    if mode not in (None, "forward", "reverse"):
+        raise ValueError(f'prefer({mode!r}): expected "forward", "reverse" or None')
+    token = _PREFERRED.set(mode)
+    try:
+        yield
+    finally:
+        _PREFERRED.reset(token)
+
+
+def preferred() -> str | None:
+    return _PREFERRED.get()
+
+
+class Rule:
+    """A function with derivative rules; made by :func:`custom_rule`. Calling it runs the primal, or
+    the engine registration where an argument is an engine's array (see the module docstring)."""
+
+    def __init__(self, primal: Callable, *, opaque: bool = False, vectorized: bool = False,
+                 out_shape: Callable | None = None, forward: Callable | None = None,
+                 augmented_primal: Callable | None = None, reverse: Callable | None = None) -> None:
+        if not callable(primal):
+            raise TypeError(f"custom_rule: expected a function, got {type(primal).__name__}")
+        functools.update_wrapper(self, primal)
+        self.primal = primal
+        self.opaque, self.vectorized, self.out_shape = bool(opaque), bool(vectorized), out_shape
+        self.forward, self.augmented_primal, self.reverse = forward, augmented_primal, reverse
+        self._native: dict = {}  # per engine and static keywords: the registration (never pickled)
+        self._lock = threading.Lock()
+
+    # -- definition --------------------------------------------------------------------------
+
+    def _set(self, name: str, fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"{self.__name__}.def_{name}: expected a function, got {type(fn).__name__}")
+        setattr(self, name, fn)
+        self._native.clear()
+        return fn
+
+    def def_forward(self, fn: Callable) -> Callable:
+        """The forward rule ``fn(*args) -> (y, dy)``; each argument a ``Const`` or a ``Duplicated``."""
+        return self._set("forward", fn)
+
+    def def_augmented_primal(self, fn: Callable) -> Callable:
+        """The augmented primal ``fn(*args) -> (y, tape)``; each argument a ``Const`` or an ``Active``."""
+        return self._set("augmented_primal", fn)
+
+    def def_reverse(self, fn: Callable) -> Callable:
+        """The reverse pass ``fn(tape, dy, *args) -> cotangents``, None for each ``Const`` argument."""
+        return self._set("reverse", fn)
+
+    @property
+    def has_forward(self) -> bool:
+        return self.forward is not None
+
+    @property
+    def has_reverse(self) -> bool:
+        return self.augmented_primal is not None and self.reverse is not None
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(unwrap(a) for a in args)  # the JAX and autograd adapters' captured-state stand-ins
+        engine = _engine_of(args)
+        if engine is None:
+            if self.opaque:
+                return self.primal(*(_np(a) for a in args), **kwargs)
+            return self.primal(*args, **kwargs)
+        return importlib.import_module(f"diffinterface.backends.{engine}_rules").call(self, args, kwargs)
+
+    def native(self, key: Any, build: Callable) -> Any:
+        """The engine registration for ``key``, built once (thread-safe)."""
+        try:
+            return self._native[key]
+        except KeyError:
+            with self._lock:
+                if key not in self._native:
+                    self._native[key] = build()
+                return self._native[key]
+
+    def missing(self, mode: str, where: str) -> NotImplementedError:
+        """The error for a mode this function has no rule for."""
+        if mode == "forward":
+            what, how = "a forward rule", f"@{self.__name__}.def_forward"
+        else:
+            what, how = "reverse rules", f"@{self.__name__}.def_augmented_primal and @{self.__name__}.def_reverse"
+        other = "reverse" if mode == "forward" else "forward"
+        has_other = self.has_reverse if mode == "forward" else self.has_forward
+        alt = f"; it has {other} rules: use {other} mode (e.g. mode=\"{other}\")" if has_other else ""
+        return NotImplementedError(
+            f"{self.__name__} ({where}): {mode} mode needs {what}, which this function does not have; "
+            f"define them with {how}{alt}"
+        )
+
+    # -- pickling: by reference where the rule is a module attribute, else by value ---------------
+
+    def __reduce__(self):
+        module = sys.modules.get(getattr(self.primal, "__module__", None) or "")
+        qualname = getattr(self.primal, "__qualname__", "")
+        obj: Any = module
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if obj is self:
+            return (_lookup, (module.__name__, qualname))
+        return (_rebuild, (self.primal, self.opaque, self.vectorized, self.out_shape, self.forward,
+                           self.augmented_primal, self.reverse))
+
+    def __repr__(self) -> str:
+        rules = [n for n, present in (("forward", self.has_forward), ("reverse", self.has_reverse)) if present]
+        return f"<custom_rule {self.__name__} opaque={self.opaque} rules={rules or 'none'}>"
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _rebuild(primal, opaque, vectorized, out_shape, forward, augmented_primal, reverse) -> Rule:
+    return Rule(primal, opaque=opaque, vectorized=vectorized, out_shape=out_shape, forward=forward,
+                augmented_primal=augmented_primal, reverse=reverse)
+
+
+def custom_rule(fn: Callable | None = None, *, opaque: bool = False, vectorized: bool = False,
+                out_shape: Callable | None = None) -> Any:
+    """Make ``fn`` a function with derivative rules (a :class:`Rule`).
+
+    - ``opaque=True``: every body (primal and rules) receives and returns NumPy arrays; engines call
+      them through host callbacks (JAX) or tensors moved to NumPy (torch). Without it, the bodies run
+      on the engine's own arrays (write them with the array API) and stay inside ``jit`` and
+      ``torch.compile`` graphs.
+    - ``vectorized=True``: the bodies take a leading batch axis on every argument (``vmap``);
+      otherwise a batch is a loop over its elements.
+    - ``out_shape(*args, **kwargs) -> (shape, dtype)``: the output's shape and dtype from the
+      arguments' (objects with ``.shape`` and ``.dtype``), for opaque bodies under JAX, whose host
+      callbacks need it before running. Without it the primal is run once on random inputs of the
+      right shapes (per shape), which fails for a primal that needs specific values.
+    """
+    def wrap(f: Callable) -> Rule:
+        return Rule(f, opaque=opaque, vectorized=vectorized, out_shape=out_shape)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def annotate(values: tuple, active: tuple, kind: type, tangents: tuple | None = None) -> tuple:
+    """The arguments of a rule: ``kind(v)`` (Active) or ``Duplicated(v, t)`` where active, ``Const(v)``."""
+    if tangents is not None:
+        return tuple(Duplicated(v, t) if a else Const(v) for v, a, t in zip(values, active, tangents))
+    return tuple(kind(v) if a else Const(v) for v, a in zip(values, active))
+
+
+def _np(value: Any) -> Any:
+    import numpy as np
+
+    return value if isinstance(value, (int, float, complex)) else np.asarray(value)
+
+
+def _engine_of(args: tuple) -> str | None:
+    """The engine whose arrays are among ``args`` (imports nothing)."""
+    modules = sys.modules
+    for a in args:
+        t = type(a)
+        mod = t.__module__
+        if mod.startswith(("jax", "jaxlib")) and "jax" in modules and isinstance(a, modules["jax"].Array):
+            return "jax"
+        if mod.startswith("torch") and "torch" in modules and isinstance(a, modules["torch"].Tensor):
+            return "torch"
+        if mod.startswith("autograd") and "autograd.tracer" in modules and isinstance(a, modules["autograd.tracer"].Box):
+            return "autograd"
+    return None
