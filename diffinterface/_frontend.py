@@ -12,7 +12,7 @@ import numpy as np
 
 from ._adapter import SecondOrderAdapter
 from ._arrays import JAX, TORCH, as_input, describe, family, is_real_floating, output_like, shape, to_family
-from ._backends import SecondOrder, adapter_for
+from ._backends import AutoFiniteDiff, SecondOrder, adapter_for
 from ._closure import const_trace_checked
 from ._contexts import check_contexts
 from ._errors import call_repr
@@ -38,8 +38,30 @@ def _adapter(operator: str, backend: Any, call: str) -> Any:
                 f"{call}: SecondOrder backends serve the second-order operators (hvp, hessian, "
                 f"second_derivative); for {operator} pass one engine config such as {backend.inner!r}"
             )
-        return SecondOrderAdapter(backend)
+        return _second_order_adapter(backend, call)
     return adapter_for(backend, call)
+
+
+def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
+    """The adapter of ``SecondOrder(outer, inner)``.
+
+    - ``outer=AutoFiniteDiff()``: finite differences of what ``inner`` computes, any ``inner``.
+    - the same engine: JAX nests its transformations inside one traced program, so each mode
+      combination is what it says (forward over reverse, reverse over reverse, ...). torch's and
+      autograd's adapters return results with no graph or box left, which an outer call of the same
+      engine cannot differentiate (torch gave zeros): they run their engine's native second order,
+      the fastest combination there (torch: reverse over reverse), whatever the modes.
+    - other engines: an error (outer would pass its arrays into inner's engine).
+    """
+    outer, inner = backend.outer, backend.inner
+    if isinstance(outer, AutoFiniteDiff) or (type(outer) is type(inner) and outer.engine == "jax"):
+        return SecondOrderAdapter(backend)
+    if type(outer) is type(inner):
+        return adapter_for(inner, call)
+    raise TypeError(
+        f"{call}: {outer!r} cannot differentiate what {inner!r} computes (it would pass its own arrays "
+        f"into another engine); use SecondOrder(AutoFiniteDiff(), {inner!r}) or a SecondOrder of one engine"
+    )
 
 
 def _check_x(x: Any, call: str, name: str = "x") -> Any:
