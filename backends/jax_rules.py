@@ -148,6 +148,8 @@ def _host(body: Any, out: Any, args: tuple, vectorized: bool) -> Any:
 
     def callback(*arrays):
         result = body(*(np.asarray(a) for a in arrays))
+        if vectorized:  # the batch axis leads: the shapes are out's with it
+            return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype), result, out)
         return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype).reshape(o.shape), result, out)
 
     return jax.pure_callback(callback, out, *args, vmap_method="broadcast_all" if vectorized else "sequential")

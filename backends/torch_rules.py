@@ -208,7 +208,8 @@ class _Reverse(torch.autograd.Function):
     def vmap(info: Any, in_dims: tuple, spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
         dims = in_dims[2:]
         if spec.rule.vectorized:
-            return _reverse(spec, tape, *_whole(info, dims, (dy,) + args)), tuple(0 for a in spec.active if a)
+            whole = _whole(info, dims, (dy,) + args)
+            return _reverse(spec, tape, whole[0], whole[1:]), tuple(0 for a in spec.active if a)
         parts = []
         for i, part in enumerate(_slices(info, dims, (dy,) + args)):
             parts.append(_reverse(spec, tape[i] if isinstance(tape, _Batched) else tape, part[0], part[1:]))

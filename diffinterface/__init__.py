@@ -13,6 +13,7 @@ from ._backends import SecondOrder as SecondOrder
 from ._backends import check_available as check_available
 from ._contexts import Cache as Cache
 from ._contexts import Constant as Constant
+from ._differentiate_with import DifferentiateWith as DifferentiateWith
 from ._errors import BackendNotAvailableError as BackendNotAvailableError
 from ._errors import PreparationMismatchError as PreparationMismatchError
 from ._prep import Prep as Prep
@@ -49,7 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutoAutograd", "AutoFiniteDiff", "AutoJAX", "AutoTorch", "SecondOrder", "check_available",
-    "Cache", "Constant", "BackendNotAvailableError", "PreparationMismatchError", "Prep",
+    "Cache", "Constant", "DifferentiateWith", "BackendNotAvailableError", "PreparationMismatchError", "Prep",
     "derivative", "value_and_derivative", "prepare_derivative",
     "second_derivative", "value_derivative_and_second_derivative", "prepare_second_derivative",
     "gradient", "value_and_gradient", "prepare_gradient",

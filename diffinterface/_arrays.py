@@ -129,7 +129,7 @@ def to_family(value: Any, fam: str, like: Any = None) -> Any:
     if fam == TORCH:
         torch = sys.modules["torch"]
         if src == NUMPY:
-            out = torch.from_numpy(value if value.flags.c_contiguous else value.copy()) if isinstance(value, np.ndarray) else torch.as_tensor(value)
+            out = torch.from_numpy(value if value.flags.c_contiguous and value.flags.writeable else value.copy()) if isinstance(value, np.ndarray) else torch.as_tensor(value)
         else:
             out = torch.from_dlpack(value)
         if like is not None and out.device != like.device:

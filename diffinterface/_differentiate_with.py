@@ -1,0 +1,75 @@
+"""``DifferentiateWith(f, backend)``: ``f(x)`` whose derivatives any engine takes from ``backend``.
+
+It is a :class:`diffinterface.rules.Rule` with opaque bodies: every engine hands it NumPy arrays
+(JAX through host callbacks, torch through tensors moved to NumPy, autograd as they are), and the
+bodies call ``backend`` through diffinterface's own operators. So a PyTorch function runs inside
+``jax.grad``, or a simulator differentiated by ``AutoFiniteDiff()`` inside ``jax.jit(jax.grad(...))``:
+
+- primal: ``f`` on ``x`` converted to ``backend``'s arrays (a tensor for ``AutoTorch``, a jax array
+  for ``AutoJAX``, float64 kept), its result back as NumPy;
+- forward rule: ``value_and_pushforward(backend, f, x, dx)``;
+- augmented primal: ``f(x)``, the tape is ``x``; reverse: ``pullback(backend, f, x, dy)``.
+
+``f`` takes one array and returns one array. Under JAX the output's shape comes from one call of
+``f`` at random inputs of ``x``'s shape (per shape), unless ``out_shape`` says it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ._arrays import JAX, TORCH, to_family
+from ._backends import AbstractBackend
+from .rules import Rule
+
+
+class DifferentiateWith(Rule):
+    """``f`` differentiated by ``backend`` inside any engine; see the module docstring."""
+
+    def __init__(self, f: Callable, backend: AbstractBackend, out_shape: Callable | None = None) -> None:
+        if not callable(f):
+            raise TypeError(f"DifferentiateWith(f, {backend!r}): f must be callable, got {type(f).__name__}")
+        if not isinstance(backend, AbstractBackend):
+            raise TypeError(
+                f"DifferentiateWith(f, backend): backend must be a config such as AutoTorch(), got {type(backend).__name__}"
+            )
+        self.f, self.backend = f, backend
+        super().__init__(self._primal, opaque=True, out_shape=out_shape, forward=self._forward,
+                         augmented_primal=self._augmented, reverse=self._reverse)
+        self.__name__ = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
+
+    def _primal(self, x: Any) -> Any:
+        engine = self.backend.engine
+        if engine in (JAX, TORCH):
+            x = np.asarray(x)
+            if engine == JAX and x.dtype == np.float64:
+                import jax
+
+                with jax.enable_x64(True):
+                    return np.asarray(self.f(to_family(x, JAX)))
+            y = self.f(to_family(x, engine))
+            return y.detach().cpu().numpy() if engine == TORCH and hasattr(y, "detach") else np.asarray(y)
+        return np.asarray(self.f(x))
+
+    def _forward(self, x: Any) -> tuple:
+        from .first_order import value_and_pushforward
+
+        if not hasattr(x, "dval"):  # Const: nothing to differentiate
+            return self._primal(x.val), None
+        return value_and_pushforward(self.backend, self.f, np.asarray(x.val), np.asarray(x.dval))
+
+    def _augmented(self, x: Any) -> tuple:
+        return self._primal(x.val), np.asarray(x.val)
+
+    def _reverse(self, tape: Any, dy: Any, x: Any) -> tuple:
+        from .first_order import pullback
+
+        return (pullback(self.backend, self.f, tape, np.asarray(dy)),)
+
+    def __reduce__(self):
+        return (DifferentiateWith, (self.f, self.backend, self.out_shape))
+
+    def __repr__(self) -> str:
+        return self.__name__
