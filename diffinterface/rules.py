@@ -166,7 +166,10 @@ class Rule:
             if self.opaque:
                 return self.primal(*(_np(a) for a in args), **kwargs)
             return self.primal(*args, **kwargs)
-        return importlib.import_module(f"diffinterface.backends.{engine}_rules").call(self, args, kwargs)
+        module = _ENGINES.get(engine)
+        if module is None:
+            module = _ENGINES[engine] = importlib.import_module(f"diffinterface.backends.{engine}_rules")
+        return module.call(self, args, kwargs)
 
     def native(self, key: Any, build: Callable) -> Any:
         """The engine registration for ``key``, built once (thread-safe)."""
@@ -208,6 +211,9 @@ class Rule:
     def __repr__(self) -> str:
         rules = [n for n, present in (("forward", self.has_forward), ("reverse", self.has_reverse)) if present]
         return f"<custom_rule {self.__name__} opaque={self.opaque} rules={rules or 'none'}>"
+
+
+_ENGINES: dict = {}  # engine name -> its rules module, imported at first use
 
 
 def _lookup(module: str, qualname: str) -> Any:

@@ -28,3 +28,27 @@ def test_the_example_runs_on_every_backend(backend, engine):
     tol = 1e-6 if engine is None else 1e-12  # central differences against exact derivatives
     assert np.allclose(g, 3.0 * np.sin(2 * (x + 2)), rtol=tol, atol=tol)  # d/dx 3 sin^2 = 3 sin 2x, at x + 2
     assert np.isclose(y, 3.0 * np.sum(np.sin(x + 2) ** 2), rtol=1e-12)
+
+
+RULES = re.search(r"## Custom rules: written once, for every engine\n\n```python\n(.*?)```", README, re.S).group(1)
+
+
+@pytest.mark.parametrize("backend, engine", [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"),
+                                             ("AutoAutograd()", "autograd")])
+def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine):
+    if engine is not None and not installed(engine):
+        pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    import diffinterface as di
+
+    namespace: dict = {}
+    exec(compile(RULES, "README.md", "exec"), namespace)
+    solve = namespace["solve"]
+    rng = np.random.default_rng(1)
+    A, b = rng.standard_normal((3, 3)) + 3 * np.eye(3), rng.standard_normal(3)
+    be = eval(f"di.{backend}")
+    for mode in ([None] if engine is None else ["forward", "reverse"]):
+        config = be if mode is None else type(be)(mode=mode)
+        np.testing.assert_allclose(di.jacobian(config, lambda z: solve(A, z), b), np.linalg.inv(A), atol=1e-6)
+        y = np.linalg.solve(A, b)
+        dA = di.jacobian(config, lambda M: solve(M, b), A)  # d y_i / d A_jk = -Ainv_ij y_k
+        np.testing.assert_allclose(dA, -np.einsum("ij,k->ijk", np.linalg.inv(A), y), atol=1e-6)
