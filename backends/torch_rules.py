@@ -187,22 +187,30 @@ class _RuleFunction(torch.autograd.Function):
         return torch.stack(outs), 0
 
 
-class _Reverse(torch.autograd.Function):
-    """The cotangents of the active arguments: ``reverse(tape, dy, *args)``."""
+class _Pass(torch.autograd.Function):
+    """A pass of a rule (reverse or forward) as a Function of its own, for its ``vmap`` rule; it has
+    no derivative: differentiating it raises ``unsupported`` (formatted with the rule's name)."""
 
-    @staticmethod
-    def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
-        return _reverse(spec, tape, dy, args)
+    unsupported = ""
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
         ctx.name = inputs[0].rule.__name__
 
+    @classmethod
+    def backward(cls, ctx: Any, *grads: Any) -> tuple:
+        raise NotImplementedError(cls.unsupported.format(name=ctx.name))
+
+
+class _Reverse(_Pass):
+    """The cotangents of the active arguments: ``reverse(tape, dy, *args)``."""
+
+    unsupported = ("{name}: second derivatives through a custom rule are not supported under torch (its "
+                   "reverse pass has no rule of its own); use a SecondOrder(AutoFiniteDiff(), AutoTorch()) backend")
+
     @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple:
-        raise NotImplementedError(
-            f"{ctx.name}: second derivatives through a custom rule are not supported under torch (its "
-            f"reverse pass has no rule of its own); use a SecondOrder(AutoFiniteDiff(), AutoTorch()) backend")
+    def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
+        return _reverse(spec, tape, dy, args)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
@@ -216,22 +224,15 @@ class _Reverse(torch.autograd.Function):
         return tuple(torch.stack(c) for c in zip(*parts)), tuple(0 for _ in parts[0])
 
 
-class _Forward(torch.autograd.Function):
+class _Forward(_Pass):
     """The forward rule's tangent: ``forward(*args with tangents)[1]``."""
+
+    unsupported = ("{name}: reverse mode over a custom forward rule is not supported under torch; use "
+                   "the function's reverse rules (def_augmented_primal, def_reverse)")
 
     @staticmethod
     def forward(spec: _Spec, active: tuple, n: int, *rest: Any) -> Any:
         return _forward(spec, active, _expand(active, rest[:n]), rest[n:])
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        ctx.name = inputs[0].rule.__name__
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple:
-        raise NotImplementedError(
-            f"{ctx.name}: reverse mode over a custom forward rule is not supported under torch; use "
-            f"the function's reverse rules (def_augmented_primal, def_reverse)")
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, spec: _Spec, active: tuple, n: int, *rest: Any) -> tuple:
