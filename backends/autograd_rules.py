@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from autograd.core import VJPNode
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import Box
 
-from diffinterface.rules import Active, Rule, annotate
+from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents
 
 
 class _Holder:
@@ -53,9 +52,8 @@ def _register(rule: Rule, kwargs: dict) -> Any:
             if not rule.has_reverse:
                 raise rule.missing("reverse", "under autograd")
             active = holder.active
-            cts = rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs)
-            cts = (cts,) if len(values) == 1 and not isinstance(cts, (tuple, list)) else tuple(cts)
-            return tuple(_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums)
+            cts = cotangents(rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs), len(values))
+            return tuple(cotangent_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums)
 
         return vjp
 
@@ -67,18 +65,9 @@ def _register(rule: Rule, kwargs: dict) -> Any:
         tangents = dict(zip(argnums, gs))
         _, dy = rule.forward(*annotate(values, active, Active, tuple(tangents.get(i + 1) for i in range(len(values)))),
                              **kwargs)
-        return _like(dy, ans)
+        return cotangent_like(dy, ans)
 
     defvjp_argnums(prim, vjpmaker)
     defjvp_argnums(prim, jvpmaker)
     return prim
 
-
-def _like(value: Any, ref: Any) -> Any:
-    """``value`` with the type, dtype and shape autograd expects of ``ref``'s (co)tangent."""
-    if isinstance(ref, (float, int)) and not isinstance(ref, bool):
-        return 0.0 if value is None else float(np.reshape(np.asarray(value), ()))
-    ref = np.asarray(ref)
-    if value is None:
-        return np.zeros(ref.shape, ref.dtype)
-    return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)

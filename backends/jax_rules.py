@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from diffinterface.rules import Active, Rule, annotate, preferred
+from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
 
 
 def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
@@ -118,25 +118,15 @@ def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
                 args = annotate(vals, active, Active)
                 y, tp = rule.augmented_primal(*args, **kwargs)
                 cts = rule.reverse(tp, dy, *args, **kwargs)
-                return tuple(_cotangent(c, v) for c, v, a in zip(_seq(cts, len(vals)), vals, active) if a)
+                return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
 
             got = iter(_host(host, wanted, values + (ct,), rule.vectorized))
             return tuple(next(got) if a else None for a in active)
-        cts = _seq(rule.reverse(tape, ct, *annotate(values, active, Active), **kwargs), len(values))
+        cts = cotangents(rule.reverse(tape, ct, *annotate(values, active, Active), **kwargs), len(values))
         return tuple((jnp.zeros_like(v) if c is None else jnp.asarray(c, dtype=_dtype(v))) if a else None
                      for c, v, a in zip(cts, values, active))
 
     return fwd, bwd
-
-
-def _seq(cts: Any, n: int) -> tuple:
-    if n == 1 and not isinstance(cts, (tuple, list)):
-        return (cts,)
-    return tuple(cts)
-
-
-def _cotangent(c: Any, v: Any) -> Any:
-    return np.zeros(np.shape(v), np.asarray(v).dtype) if c is None else np.asarray(c, dtype=np.asarray(v).dtype).reshape(np.shape(v))
 
 
 def _dtype(v: Any) -> Any:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from diffinterface.rules import Active, Rule, annotate
+from diffinterface.backends.torch import as_tensor
+from diffinterface.rules import Active, Rule, annotate, cotangents
 
 _Tensor = torch.Tensor
 
@@ -64,12 +65,9 @@ def _to_np(a: Any) -> Any:
 
 
 def _to_tensor(value: Any, like: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, _Tensor):
-        return value
-    out = torch.as_tensor(np.asarray(value))
-    return out.to(device=like.device) if like is not None else out
+    """A body's result as a tensor on ``like``'s device (the adapter's conversion: no copy where
+    torch can share the array's memory, a copy of a read-only or strided one)."""
+    return as_tensor(value if isinstance(value, (_Tensor, np.ndarray)) else np.asarray(value), like)
 
 
 def _primal(spec: _Spec, args: tuple) -> Any:
@@ -95,9 +93,8 @@ def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple) -> tuple:
         cts = rule.reverse(tape, _to_np(dy), *annotate(values, spec.active, Active), **spec.kwargs)
     else:
         cts = rule.reverse(tape, dy, *annotate(args, spec.active, Active), **spec.kwargs)
-    cts = (cts,) if len(args) == 1 and not isinstance(cts, (tuple, list)) else tuple(cts)
     out = []
-    for c, a, act in zip(cts, args, spec.active):
+    for c, a, act in zip(cotangents(cts, len(args)), args, spec.active):
         if act:
             c = torch.zeros_like(a) if c is None else _to_tensor(c, like).to(a.dtype).reshape(a.shape)
             out.append(c)

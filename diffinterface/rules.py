@@ -40,6 +40,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+import numpy as np
+
 from ._writable import unwrap
 
 __all__ = ["Active", "Const", "Duplicated", "Rule", "custom_rule", "prefer"]
@@ -257,9 +259,25 @@ def annotate(values: tuple, active: tuple, kind: type, tangents: tuple | None = 
 
 
 def _np(value: Any) -> Any:
-    import numpy as np
-
     return value if isinstance(value, (int, float, complex)) else np.asarray(value)
+
+
+def cotangents(result: Any, n: int) -> tuple:
+    """A reverse pass's result as a tuple of ``n`` (one argument's cotangent may come bare)."""
+    if n == 1 and not isinstance(result, (tuple, list)):
+        return (result,)
+    return tuple(result)
+
+
+def cotangent_like(value: Any, ref: Any) -> Any:
+    """A NumPy (co)tangent with the type, dtype and shape of ``ref``'s: zeros for None, a float
+    for a Python number (engines that check (co)tangent types, autograd, need them so)."""
+    if isinstance(ref, (float, int)) and not isinstance(ref, bool):
+        return 0.0 if value is None else float(np.reshape(np.asarray(value), ()))
+    ref = np.asarray(ref)
+    if value is None:
+        return np.zeros(ref.shape, ref.dtype)
+    return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)
 
 
 def _engine_of(args: tuple) -> str | None:
@@ -268,7 +286,7 @@ def _engine_of(args: tuple) -> str | None:
     for a in args:
         t = type(a)
         mod = t.__module__
-        if mod.startswith(("jax", "jaxlib")) and "jax" in modules and isinstance(a, modules["jax"].Array):
+        if mod.startswith("jax") and "jax" in modules and isinstance(a, modules["jax"].Array):
             return "jax"
         if mod.startswith("torch") and "torch" in modules and isinstance(a, modules["torch"].Tensor):
             return "torch"
