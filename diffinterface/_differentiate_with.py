@@ -16,7 +16,8 @@ bodies call ``backend`` through diffinterface's own operators. So a PyTorch func
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -38,7 +38,8 @@ import functools
 import importlib
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pickle
 
+import _rules_example as ex
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.signal
 
-import _rules_example as ex
 import diffinterface as di
 import diffinterface.scipy as dsp
 from conftest import installed
