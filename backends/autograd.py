@@ -28,6 +28,7 @@ primitive with its own VJP and JVP.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import autograd.numpy as anp
@@ -38,11 +39,12 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
-from diffinterface._adapter import Info, basis, contract_all, through_jacobian
+from diffinterface._adapter import DirectionFallback, Info, basis, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
-from diffinterface._arrays import NUMPY, family, shape_size, to_family
+from diffinterface._arrays import NUMPY, family, is_array, shape_size, to_family
 from diffinterface._closure import STANDIN_MARKER, const_write_error, duplicate, standin_error
 from diffinterface._contexts import context_values
+from diffinterface._errors import LostDerivativeError, structured_output_error
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
 
@@ -148,17 +150,39 @@ class _Function:
 
     def __call__(self, x: Any, contexts: tuple) -> Any:
         if self.simple:
-            return unwrap(self.target.f(x))
+            return _output(unwrap(self.target.f(x)), x, self.target)
         target = self.target
 
         def run(aliased: bool) -> Any:
-            values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, _numpy_leaf))
+            constant = _constant_alias if aliased else _constant_copy
+            values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, constant))
             fn = target.f if target.plain else target.instance(WritableArray, guard=_read_only if aliased else None)
             return unwrap(fn(x, *values))
 
-        # f reads its captured arrays as read-only numpy views (built once, see StatePlan.aliased)
-        # until it writes into one; from then on it gets writable stand-ins
-        return target.guarded(run)
+        # f reads its captured arrays and constants as read-only numpy views (built once, see
+        # StatePlan.aliased) until it writes into one; from then on it gets writable stand-ins and copies
+        return _output(target.guarded_with(run, bool(contexts)), x, target)
+
+
+def _output(y: Any, x: Any, target: Any) -> Any:
+    """``f``'s output, checked: one array (not a tuple), and, in a trace, a box of the trace unless ``f``
+    is constant. A numpy array of boxes (``np.array([z[0], z[1]])``, ``np.asarray(z)``) is what numpy
+    makes of traced values: autograd would return zero derivatives (it only warns "Output seems
+    independent of input"), so it is an error."""
+    if isinstance(y, Box) or not isinstance(x, Box):
+        if isinstance(y, (tuple, list, dict)):
+            raise structured_output_error(y, target.call)
+        return y
+    if isinstance(y, (tuple, list, dict)):
+        raise structured_output_error(y, target.call)
+    if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):
+        raise LostDerivativeError(
+            f"{target.call}: f(x) is a numpy array of autograd's traced values (np.array([...]) or np.asarray of "
+            f"values computed from x), and numpy drops their derivatives, so every derivative would come out zero; "
+            f"build the output with autograd.numpy (anp.stack, anp.array, anp.concatenate) or, in array-API "
+            f"code, xp.stack"
+        )
+    return y
 
 
 _read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
@@ -169,9 +193,29 @@ def _numpy_leaf(value: Any) -> Any:
     return value if isinstance(value, (np.ndarray, np.generic)) else to_family(value, NUMPY)
 
 
+def _constant_alias(value: Any) -> Any:
+    """A ``Constant`` array as a read-only numpy view: a write into it raises, and ``f`` runs again
+    over copies (the caller's constants are never modified)."""
+    value = _numpy_leaf(value)
+    if type(value) is np.ndarray:
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
+def _constant_copy(value: Any) -> Any:
+    return np.array(_numpy_leaf(value), copy=True) if is_array(value) and not isinstance(value, np.generic) else value
+
+
 def _numpy(value: Any, dtype: Any) -> Any:
     out = to_family(value, NUMPY) if family(value) != NUMPY else np.asarray(value)
     return out if dtype is None or out.dtype == dtype else out.astype(dtype)
+
+
+# autograd numbers its traces with one process-wide counter (autograd.tracer.trace_stack): traces
+# running at once in two threads could take each other's numbers, which a nested (second-order)
+# trace relies on. The adapter's traces run one at a time.
+_TRACES = threading.RLock()
 
 
 class _Prepared:
@@ -309,11 +353,13 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
 
     def plain(x, ts, contexts):
         x, ts = inputs(x, ts)
-        return traced(x, ts, contexts)[1]
+        with _TRACES:
+            return traced(x, ts, contexts)[1]
 
     def value(x, ts, contexts):
         x, ts = inputs(x, ts)
-        first, result = traced(x, ts, contexts)
+        with _TRACES:
+            first, result = traced(x, ts, contexts)
         if hvp:
             return first[1], result  # (gradient, hvps)
         if second:
@@ -347,9 +393,30 @@ class Adapter(_Base):
             if known is not None:
                 raise known from error
             raise
+        if np.iscomplexobj(y) and not np.iscomplexobj(xn):
+            raise TypeError(
+                f"{target.call}: f(x) is complex ({y.dtype}) for a real x, and autograd keeps only the real "
+                f"part of such derivatives; complex outputs are not supported on AutoAutograd: use "
+                f"AutoJAX(mode='forward'), AutoTorch(mode='forward') or AutoFiniteDiff(), or return the real "
+                f"and imaginary parts as one real array (xp.stack([xp.real(z), xp.imag(z)]))"
+            )
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
+        fn = _Function(target, contexts)
+        forward = self.forward(operator, info)
+
+        def build(fwd: bool) -> tuple:
+            data = _Prepared()
+            _build(operator, fn, fwd, info, x, data, target)
+            return data.plain, data.value
+
+        if forward and operator in ("pushforward", "pullback", "derivative", "gradient", "jacobian"):
+            # a primitive without a JVP ("JVP of psi ... not defined"): reverse mode (mode=None)
+            fallback = DirectionFallback(build, target.call, self.backend, switch=self.backend.mode is None)
+            data = _Prepared()
+            data.plain, data.value = fallback.plain, fallback.value
+            return data
         data = _Prepared()
-        _build(operator, _Function(target, contexts), self.forward(operator, info), info, x, data, target)
+        _build(operator, fn, forward, info, x, data, target)
         return data

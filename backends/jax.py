@@ -35,6 +35,7 @@ from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
 from diffinterface._closure import const_write_error, duplicate, standin_error
 from diffinterface._contexts import Cache
+from diffinterface._errors import structured_output_error
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap as _unwrap
 
@@ -132,14 +133,21 @@ class _Function:
 
     def pure(self, x: Any, dyn: Any = (), static: Any = None) -> Any:
         if self.simple:
-            return jnp.asarray(self.target.f(x))
+            return _output(self.target.f(x), self.target)
         static = self.common if static is None else static
         it = iter(dyn)
         flat = [next(it) if v is _DYNAMIC else v for v in static.leaves]
         values, state = jax.tree_util.tree_unflatten(static.treedef, flat)
         contexts = [duplicate(v, WritableArray) if kind is Cache else v for kind, v in zip(self.kinds, values)]
         fn = self.target.instance(WritableArray, values=state if self.target.has_state else None)
-        return jnp.asarray(_unwrap(fn(x, *contexts)))
+        return _output(_unwrap(fn(x, *contexts)), self.target)
+
+
+def _output(y: Any, target: Any) -> Any:
+    """``f``'s output as one jax array (checked while JAX traces: no cost in a compiled call)."""
+    if isinstance(y, (tuple, list, dict)):
+        raise structured_output_error(y, target.call)
+    return jnp.asarray(y)
 
 
 def _split(results: Any, count: int) -> tuple:

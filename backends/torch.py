@@ -36,6 +36,7 @@ arrays are converted without copying.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
@@ -44,13 +45,18 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import Info, contract_all, through_jacobian
+from diffinterface._adapter import DirectionFallback, Info, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate
 from diffinterface._contexts import context_values
+from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
 
 _Tensor = torch.Tensor
+
+# torch's forward-mode dual levels are process-wide ("Nested forward mode AD is not supported"): the
+# adapter's forward-mode passes run one at a time, whichever thread calls them.
+_DUAL_LEVEL = threading.RLock()
 
 # The guarded aliases of captured arrays require grad (see _alias): torch.asarray(alias) in f, as
 # array-API code writes it, warns that it now keeps requires_grad, which is what f needs there.
@@ -142,19 +148,24 @@ class _Function:
             def alias(v: Any) -> Any:
                 return _alias(v, device)
 
+            def constant_alias(a: Any) -> Any:
+                guarded = _alias(a, device)
+                return _constant(a, device) if guarded is None else guarded
+
             def run(aliased: bool) -> Any:
-                values = context_values(contexts, lambda v: duplicate(v, fresh),
-                                        lambda v: duplicate(v, lambda a: _constant(a, device)))
+                constant = constant_alias if aliased else fresh
+                values = context_values(contexts, lambda v: duplicate(v, fresh), lambda v: duplicate(v, constant))
                 y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(x, *values)
                 return y if type(y) is _Tensor else _output(y, x, target)
 
-            # Under grad mode the captured arrays are guarded aliases until f writes into one. In
-            # forward mode an alias that requires grad makes torch record a backward graph (measured:
-            # +5% on a jvp of an elementwise f at 1e4) but saves the copy, which costs more for a
-            # captured matrix (a jacobian of sin(A @ x), A 1e5 x 10: 1.37 -> 0.79 of the native call).
-            if plain or not torch.is_grad_enabled():
+            # Under grad mode the captured arrays and Constant contexts are guarded aliases until f
+            # writes into one (outside grad mode, copies: an alias does not guard there). In forward
+            # mode an alias that requires grad makes torch record a backward graph (measured: +5% on a
+            # jvp of an elementwise f at 1e4) but saves the copy, which costs more for a captured
+            # matrix (a jacobian of sin(A @ x), A 1e5 x 10: 1.37 -> 0.79 of the native call).
+            if not torch.is_grad_enabled():
                 return run(False)
-            return target.guarded(run)
+            return target.guarded_with(run, bool(contexts))
 
         plan = target.plan
         if plain or target.y is not None or plan is None:
@@ -184,6 +195,9 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     lost. That is an error, never a silent zero derivative."""
     if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
         return y.as_subclass(_Tensor)
+    error = structured_output_error(y, target.call)
+    if error is not None:
+        raise error
     error = const_write_error(target, f"f returned a {type(y).__name__}, not a tensor computed from x", "numpy")
     if error is not None:
         raise error
@@ -204,26 +218,141 @@ def _compilable(target: Any) -> bool:
     return False
 
 
+# -- a lost derivative -------------------------------------------------------------------------
+
+# Tensor methods that hand out a value with no derivative attached, by the name torch gives them in
+# __torch_function__, and how a user writes them.
+_ESCAPES = {
+    "detach": ".detach()", "detach_": ".detach_()", "item": ".item()", "tolist": ".tolist()",
+    "numpy": ".numpy()", "__array__": "a conversion to numpy (np.asarray, np.array([...]))",
+    "__float__": "float(t)", "__int__": "int(t)", "__index__": "an index taken from x", "__complex__": "complex(t)",
+}
+
+
+_CONSTRUCTORS = ("asarray", "as_tensor", "tensor", "from_numpy", "new_tensor")
+
+
+class _Provenance(torch.overrides.TorchFunctionMode):
+    """Follows, through torch's own function mode, which floating tensors are computed from ``x``,
+    and records where a value computed from ``x`` leaves autograd (``_ESCAPES``, ``.data``, an
+    operation under ``torch.no_grad()``). Run once, only where ``f(x)`` came back without a graph."""
+
+    def __init__(self, root: Any) -> None:
+        super().__init__()
+        self.derived = {id(root): root}  # strong references: an id is not reused while this runs
+        self.escapes: list = []
+
+    def _mark(self, value: Any) -> None:
+        if isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex()):
+            self.derived[id(value)] = value
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                self._mark(v)
+
+    @staticmethod
+    def _lost_grad(value: Any) -> bool:
+        """A floating tensor computed from x under grad mode that does not require grad."""
+        return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex()) and not value.requires_grad
+
+    def _with_grad(self, value: Any) -> bool:
+        """Whether ``value`` holds a tensor computed from x that carries a graph."""
+        if isinstance(value, _Tensor):
+            return id(value) in self.derived and value.requires_grad
+        if isinstance(value, (tuple, list)):
+            return any(self._with_grad(v) for v in value)
+        if isinstance(value, dict):
+            return any(self._with_grad(v) for v in value.values())
+        return False
+
+    def _from_x(self, value: Any) -> bool:
+        if isinstance(value, _Tensor):
+            return id(value) in self.derived
+        if isinstance(value, (tuple, list)):
+            return any(self._from_x(v) for v in value)
+        if isinstance(value, dict):
+            return any(self._from_x(v) for v in value.values())
+        return False
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        from_x = self._from_x(args) or self._from_x(kwargs)
+        name = getattr(func, "__name__", "")
+        if from_x and name in _ESCAPES:  # recorded before the call, which may raise (.numpy() of x)
+            self.escapes.append(_ESCAPES[name])
+        out = func(*args, **kwargs)
+        if from_x:
+            owner = getattr(getattr(func, "__self__", None), "__name__", "")
+            if name in _ESCAPES:
+                pass
+            elif name == "__get__" and owner == "data":
+                self.escapes.append(".data")
+            elif name not in ("__get__", "__bool__") and not torch.is_grad_enabled():
+                self.escapes.append(f"{name} under torch.no_grad()")
+            elif name != "__get__" and self._with_grad((args, kwargs)) and any(
+                    self._lost_grad(o) for o in (out if isinstance(out, (tuple, list)) else (out,))):
+                self.escapes.append(f"torch.{name}" if name in _CONSTRUCTORS else name)
+            if name != "__get__":
+                self._mark(out)
+                if name == "__setitem__" or name.endswith("_") or "out" in kwargs:  # written in place
+                    self._mark(args[0] if args else None)
+                    self._mark(kwargs.get("out"))
+        return out
+
+
+def _lost(fn: Any, x: Any, contexts: tuple) -> None:
+    """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
+    if ``f`` computed its output from ``x`` (or dropped a value computed from ``x``), and returns
+    where ``f`` is constant in ``x``, whose derivatives are then zeros."""
+    leaf = x.detach().clone().requires_grad_()  # an op whose output no longer requires grad is named
+    with torch.enable_grad():
+        root = leaf.clone()  # f may write into its input: never into the user's x
+        mode = _Provenance(root)
+        try:
+            with mode:
+                y = fn.eager(root, contexts)
+        except Exception as error:  # f fails where x requires grad (np.asarray(t) does): the escape is named
+            if not mode.escapes:
+                raise
+            y, cause = None, error
+        else:
+            cause = None
+    if not mode.escapes and not mode._from_x(y):
+        return
+    where = ", ".join(dict.fromkeys(mode.escapes)) or "an operation that returned a tensor with no graph"
+    raise LostDerivativeError(
+        f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}), so "
+        f"every derivative would come out zero. {LOST_CAUSES[0].upper()}{LOST_CAUSES[1:]}."
+    ) from cause
+
+
 # -- the two directions ------------------------------------------------------------------------
 
-def _record(run: Any, x: Any, contexts: tuple) -> tuple:
-    """``(y, xt)``: ``run`` evaluated on ``xt``, a detached alias of ``x`` that requires grad."""
+def _record(fn: Any, x: Any, contexts: tuple, run: Any = None) -> tuple:
+    """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
+    grad (a write into it raises: the user's ``x`` is never modified). A ``y`` with no graph is
+    checked by :func:`_lost` (an error, unless ``f`` is constant)."""
     xt = x.detach().requires_grad_()
+    run = fn.run if run is None else run
     if torch.is_grad_enabled():
-        return run(xt, contexts), xt
-    with torch.enable_grad():
-        return run(xt, contexts), xt
+        y = run(xt, contexts)
+    else:
+        with torch.enable_grad():
+            y = run(xt, contexts)
+    if not y.requires_grad:
+        _lost(fn, x, contexts)
+    return y, xt
 
 
 def _unused(error: RuntimeError) -> bool:
     return "not have been used in the graph" in str(error)
 
 
-def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = False) -> Any:
+def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = False, unused: Any = None) -> Any:
     """``ct @ J`` for one cotangent, or for each row of ``cotangents`` (``batched``, one backward pass).
 
-    ``xt`` is the only input differentiated: where ``y`` does not depend on it, the result is zero
-    (checked after the fact rather than with ``allow_unused``, which costs 2 us a call)."""
+    ``xt`` is the only input differentiated: where ``y`` does not depend on it, ``unused()`` is called
+    (it raises where the derivative was lost, see :func:`_lost`) and the result is zero (checked after
+    the fact rather than with ``allow_unused``, which costs 2 us a call)."""
     if y.requires_grad:
         try:
             if not batched:
@@ -241,47 +370,73 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
         except RuntimeError as error:
             if not _unused(error):
                 raise
+            if unused is not None:
+                unused()
     shape = (cotangents.shape[0],) + xt.shape if batched else xt.shape  # f does not depend on x
     return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
 
 
-def _differentiable_gradient(run: Any, x: Any, contexts: tuple) -> tuple:
+def _differentiable_gradient(fn: Any, x: Any, contexts: tuple) -> tuple:
     """``(f(x) detached, gradient with its graph, xt)`` for double backward.
 
     ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
     before the second backward pass, as in the native two-line hvp (measured: 3% at n = 1e4)."""
-    y, xt = _record(run, x, contexts)
-    return y.detach(), _vjps(y, xt, None, False, create_graph=True), xt
+    y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
+    grad = _vjps(y, xt, None, False, create_graph=True, unused=lambda: _lost(fn, x, contexts))
+    return y.detach(), grad, xt
 
 
 def _no_graph(t: Any) -> Any:
     return t.detach() if t.requires_grad else t
 
 
-def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool) -> tuple:
+def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, loop: bool = False) -> tuple:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
-    Parameters ``f`` captures may require grad: the results are detached from any graph they record."""
-    x = x.detach()
+    ``f`` gets a copy of ``x`` as its primal (a dual tensor shares its primal's memory, and ``f`` may
+    write into its input: the user's ``x`` is never modified). A batch is one vectorised pass, or a
+    loop of single passes with ``loop`` (complex outputs: torch's batched forward mode gets some of
+    them wrong, e.g. ``stft``, where single passes are exact) and where ``f`` cannot be batched.
+    Parameters ``f`` captures may require grad: the results are detached from any graph they record.
+    An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
+    primal_x = x.detach().clone()
     eager = fn.eager  # torch.compile does not trace dual tensors
-    if not batched:
-        with fwAD.dual_level():
-            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(x, tangents), contexts))
-        return _no_graph(y), (torch.zeros_like(y) if dy is None else _no_graph(dy))
-    primal = []
+    lost = []
 
-    def one(t: Any) -> Any:
+    def one(t: Any) -> tuple:
         with fwAD.dual_level():
-            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(x, t), contexts))
-        primal[:] = [_no_graph(y)]
-        return torch.zeros_like(y) if dy is None else _no_graph(dy)
+            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
+        if dy is None:
+            lost.append(True)
+            dy = torch.zeros_like(y)
+        return _no_graph(y), _no_graph(dy)
 
-    try:
-        out = _vmap(one)(tangents)
-        return primal[0], _no_graph(out)
-    except RuntimeError:  # f cannot be batched (it writes a batched value into an unbatched buffer)
-        out = [one(t) for t in tangents]
-        return primal[0], torch.stack(out)
+    with _DUAL_LEVEL:  # one dual level at a time in the process
+        if not batched:
+            y, out = one(tangents)
+        else:
+            primal = []
+
+            def tangent_only(t: Any) -> Any:
+                y, dy = one(t)
+                primal[:] = [y]
+                return dy
+
+            try:
+                if loop:
+                    raise _Unbatched
+                out = _no_graph(_vmap(tangent_only)(tangents))
+            except (_Unbatched, RuntimeError):  # f cannot be batched (it writes a batched value into an unbatched buffer)
+                lost.clear()
+                out = torch.stack([tangent_only(t) for t in tangents])
+            y = primal[0]
+    if lost:
+        _lost(fn, x, contexts)
+    return y, out
+
+
+class _Unbatched(Exception):
+    """Taken where a batch of tangents runs as a loop of single passes."""
 
 
 def _tangent(t: Any, x: Any) -> Any:
@@ -329,14 +484,15 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     x_basis = _basis(n, x_shape, x_like) if (whole and forward) or operator == "hessian" else None
     y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator == "second_derivative" else None
 
-    run = fn.run
+    # complex outputs: batched forward passes run as loops (see _jvps)
+    loop = isinstance(info.y_dtype, torch.dtype) and info.y_dtype.is_complex
 
     def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
         if forward:
-            y, cols = _jvps(fn, x, x_basis, contexts, True)  # (n, *y_shape)
+            y, cols = _jvps(fn, x, x_basis, contexts, True, loop)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
-        y, xt = _record(run, x, contexts)
-        rows = _vjps(y, xt, y_basis, True)  # (m, *x_shape)
+        y, xt = _record(fn, x, contexts)
+        rows = _vjps(y, xt, y_basis, True, unused=lambda: _lost(fn, x, contexts))  # (m, *x_shape)
         return y, rows.reshape(y_shape + x_shape)
 
     if operator == "pushforward" and forward:
@@ -344,14 +500,15 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             if len(ts) == 1:
                 y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
                 return y, (out,)
-            y, out = _jvps(fn, x, _stack(ts, x), contexts, True)
+            y, out = _jvps(fn, x, _stack(ts, x), contexts, True, loop)
             return y, tuple(out)
     elif operator == "pullback" and not forward:
         def body(x, ts, contexts):
-            y, xt = _record(run, x, contexts)
+            y, xt = _record(fn, x, contexts)
+            unused = lambda: _lost(fn, x, contexts)  # noqa: E731
             if len(ts) == 1:
-                return y, (_vjps(y, xt, _tangent(ts[0], x), False),)
-            return y, tuple(_vjps(y, xt, _stack(ts, x), True))
+                return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
+            return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
         def body(x, ts, contexts):
             y, jac = jacobian(x, contexts)
@@ -363,24 +520,25 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             return _jvps(fn, x, one, contexts, False)
     elif operator == "gradient" and not forward:
         def body(x, ts, contexts):
-            y, xt = _record(run, x, contexts)
-            return y, _vjps(y, xt, None, False)
+            y, xt = _record(fn, x, contexts)
+            return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator in ("derivative", "gradient", "jacobian"):
         def body(x, ts, contexts):
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # reverse over forward
         def body(x, ts, contexts):
             xt = x.detach().requires_grad_()
-            with torch.enable_grad(), fwAD.dual_level():
+            with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
                 y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
                 if der is None:
+                    _lost(fn, x, contexts)
                     der = torch.zeros_like(y)
                 y = y.detach()
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
     elif operator in ("hvp", "hessian"):  # reverse over reverse
         def body(x, ts, contexts):
-            y, g, xt = _differentiable_gradient(fn.eager, x, contexts)  # compiled graphs: no double backward
+            y, g, xt = _differentiable_gradient(fn, x, contexts)
             if operator == "hessian":
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
             if len(ts) == 1:
@@ -426,7 +584,16 @@ class Adapter(_Base):
     def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
-        plain, value = _build(operator, fn, self.forward(operator, info), info, x)
+        forward = self.forward(operator, info)
+        if forward and operator in _DIRECTED:  # an op without forward AD: reverse mode (mode=None)
+            data = DirectionFallback(lambda fwd: _build(operator, fn, fwd, info, x), target.call, self.backend,
+                                     switch=self.backend.mode is None)
+            return _Prepared(data.plain, data.value)
+        plain, value = _build(operator, fn, forward, info, x)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
         return _Prepared(plain, value)
+
+
+# first-order operators whose direction follows mode (the second order has its own, fixed, directions)
+_DIRECTED = ("pushforward", "pullback", "derivative", "gradient", "jacobian")

@@ -289,6 +289,43 @@ def _copy_value(value: Any) -> Any:
     return duplicate(value, copy_leaf)
 
 
+class DirectionFallback:
+    """The runners (``plain``, ``value``) of an operator that ``mode=None`` routed forward, for an
+    engine that lacks forward rules for some of its operations (torch's forward AD, autograd's JVPs
+    raise ``NotImplementedError`` there, where reverse mode works): at the first such error the
+    reverse-mode runners are built with ``build(False)`` and used from then on. With an explicit
+    ``mode="forward"`` (``switch=False``) the error is raised, prefixed with the call and the fix."""
+
+    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock")
+
+    def __init__(self, build: Any, call: str, backend: Any, switch: bool) -> None:
+        import threading
+
+        self._current = build(True)  # (plain, value), forward mode first
+        self._build = build if switch else None
+        self._call, self._backend = call, backend
+        self._lock = threading.Lock()
+        self.plain, self.value = self._runner(0), self._runner(1)
+
+    def _runner(self, which: int) -> Any:
+        def run(x: Any, tangents: tuple, contexts: tuple) -> Any:
+            current = self._current
+            try:
+                return current[which](x, tangents, contexts)
+            except NotImplementedError as error:
+                if self._build is None:
+                    raise NotImplementedError(
+                        f"{self._call}: forward mode is not available for an operation of f ({error}); "
+                        f"reverse mode may be: use mode='reverse' or mode=None in {type(self._backend).__name__}"
+                    ) from error
+                with self._lock:
+                    if self._current is current:
+                        self._current = self._build(False)
+                return self._current[which](x, tangents, contexts)
+
+        return run
+
+
 class RunnerAdapter(Adapter):
     """An adapter whose preparation builds, per operator, two runners ``(x, tangents, contexts) ->``:
     ``data.plain`` (the result) and ``data.value`` (the value form's tuple: ``(y, result)``,

@@ -103,9 +103,28 @@ def is_real_floating(value: Any) -> bool:
 
 
 def as_input(value: Any) -> Any:
-    """A Python float as the 0-d float64 numpy array that ``f`` and the engines receive."""
+    """A Python float as the 0-d float64 numpy array that ``f`` and the engines receive; a numpy array
+    of non-native byte order (``'>f8'`` on a little-endian machine, a valid float64 array that torch
+    and JAX refuse) as a native copy."""
     if isinstance(value, float):
         return np.asarray(value, dtype=np.float64)
+    if type(value) is np.ndarray and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
+
+
+def is_native(value: Any) -> bool:
+    """False for a numpy array of non-native byte order (see :func:`as_input`)."""
+    return not isinstance(value, np.ndarray) or value.dtype.isnative
+
+
+def private_copy(value: Any) -> Any:
+    """A copy of a mutable array (numpy, torch) that ``f`` may write into without touching the user's
+    ``value``; a jax array (immutable) as it is."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if _is_torch(value):
+        return value.detach().clone()
     return value
 
 

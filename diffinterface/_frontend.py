@@ -11,7 +11,18 @@ from typing import Any
 import numpy as np
 
 from ._adapter import SecondOrderAdapter
-from ._arrays import JAX, TORCH, as_input, describe, family, is_real_floating, output_like, shape, to_family
+from ._arrays import (
+    JAX,
+    TORCH,
+    as_input,
+    describe,
+    family,
+    is_real_floating,
+    output_like,
+    private_copy,
+    shape,
+    to_family,
+)
 from ._backends import AutoFiniteDiff, SecondOrder, adapter_for
 from ._closure import const_trace_checked
 from ._contexts import check_contexts
@@ -126,12 +137,13 @@ def prepare(
         tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
     target = Target(f, y, closure, call)
+    x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if closure == "const" and traced is not None:
-        info = const_trace_checked(target, lambda: adapter.output_info(target, x_in, contexts, oneshot), traced,
+        info = const_trace_checked(target, lambda: adapter.output_info(target, x_eval, contexts, oneshot), traced,
                                    adapter.engine_name)
     else:
-        info = adapter.output_info(target, x_in, contexts, oneshot)
+        info = adapter.output_info(target, x_eval, contexts, oneshot)
     _check_output(operator, info, call)
     if tangent_name == "ty":
         tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
@@ -165,7 +177,7 @@ def tangents_of(tangent: Any, x: Any) -> tuple:
     kind = type(x)
     if kind is not float:
         for t in items:
-            if type(t) is not kind:
+            if type(t) is not kind or (kind is np.ndarray and not t.dtype.isnative):
                 break
         else:
             return items  # the fast path: tangents already of x's own array type

@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ._arrays import describe
+from ._arrays import as_input, describe, is_native
 from ._contexts import Context
 from ._errors import PreparationMismatchError
 
@@ -59,6 +59,9 @@ class Prep:
         self.signature = () if oneshot else tuple(signature(a) for a in args)
         # the plain operator bound to this preparation: what the frontend's fast path calls
         self.plain = adapter.plain_runner(operator, data, target)
+        if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
+            plain = self.plain
+            self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
         self._arrays = self.signature if arrays and self.signature else None

@@ -17,11 +17,13 @@ from ._closure import StatePlan, copy_leaf, duplicate
 class Target:
     """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    __slots__ = ("f", "y", "plan", "closure", "call")
+    __slots__ = ("f", "y", "plan", "closure", "call", "constant_aliases")
 
     def __init__(self, f: Callable, y: Any, closure: str, call: str = "f") -> None:
         self.f, self.y, self.closure, self.call = f, y, closure, call
         self.plan = StatePlan(f) if closure == "duplicated" else None
+        # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
+        self.constant_aliases = True
 
     @property
     def stateless(self) -> bool:
@@ -43,15 +45,25 @@ class Target:
         aliases; where that raises, ``run(False)`` over copies, and if that succeeds the plan learns
         that ``f`` writes into its arrays (copies from then on). An error over copies too is ``f``'s
         own, and is raised as it is."""
+        return self.guarded_with(run, False)
+
+    def guarded_with(self, run: Callable[[bool], Any], constants: bool) -> Any:
+        """:meth:`guarded`, where ``run(aliased)`` also passes the ``Constant`` contexts as guarded
+        aliases (``constants``): the caller's constants are never modified (a ``batch_norm`` in
+        training mode updates the running statistics it is given). After a failure over aliases,
+        captured state and constants are copies from then on."""
         plan = self.plan
-        if plan is None or plan.read_only or not plan.aliases:
+        state = plan is not None and not plan.read_only and plan.aliases
+        if not (state or (constants and self.constant_aliases)):
             return run(False)
         try:
             return run(True)
         except Exception:  # noqa: BLE001 - f may have tried to write into an alias: over copies
             pass
         out = run(False)
-        plan.aliases = False
+        if plan is not None:
+            plan.aliases = False
+        self.constant_aliases = False
         return out
 
     def instance(self, leaf: Callable[[Any], Any] = copy_leaf, values: list | None = None,

@@ -101,8 +101,15 @@ def test_hvp_falls_back_to_reverse_over_reverse_where_a_primitive_has_no_jvp():
         assert np.allclose(di.hvp(backend, f, x, t, prep=prep), 6 * x * t, rtol=1e-15)
         g, hv = di.gradient_and_hvp(backend, f, x, t)
         assert np.allclose(g, 3 * x**2, rtol=1e-15) and np.allclose(hv, 6 * x * t, rtol=1e-15)
-    with pytest.raises(NotImplementedError, match="JVP of cube"):  # forward mode itself needs the JVP
-        di.pushforward(backend, f, x, t)
+    # mode=None: forward-mode operators fall back to reverse mode where a primitive has no JVP
+    # (remembered in the prep); an explicit mode="forward" raises, naming the fix
+    prep = di.prepare_pushforward(backend, f, x, t)
+    for _ in range(2):
+        assert np.allclose(di.pushforward(backend, f, x, t, prep=prep), np.sum(3 * x**2 * t), rtol=1e-15)
+    assert np.allclose(di.derivative(backend, lambda s: cube(s), 2.0), 12.0, rtol=1e-15)
+    assert np.allclose(di.jacobian(backend, lambda v: cube(v) * 2, x), np.diag(6 * x**2), rtol=1e-15)
+    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoAutograd\(mode='forward'\).*JVP of cube.*mode='reverse'"):
+        di.pushforward(di.AutoAutograd(mode="forward"), f, x, t)
 
 
 def test_a_prepared_jacobian_traces_once_in_reverse_and_once_per_column_forward():
