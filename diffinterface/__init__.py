@@ -15,6 +15,7 @@ from ._contexts import Cache as Cache
 from ._contexts import Constant as Constant
 from ._differentiate_with import DifferentiateWith as DifferentiateWith
 from ._errors import BackendNotAvailableError as BackendNotAvailableError
+from ._errors import LostDerivativeError as LostDerivativeError
 from ._errors import PreparationMismatchError as PreparationMismatchError
 from ._prep import Prep as Prep
 from .first_order import (
@@ -50,7 +51,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutoAutograd", "AutoFiniteDiff", "AutoJAX", "AutoTorch", "SecondOrder", "check_available",
-    "Cache", "Constant", "DifferentiateWith", "BackendNotAvailableError", "PreparationMismatchError", "Prep",
+    "Cache", "Constant", "DifferentiateWith", "BackendNotAvailableError", "LostDerivativeError", "PreparationMismatchError", "Prep",
     "derivative", "value_and_derivative", "prepare_derivative",
     "second_derivative", "value_derivative_and_second_derivative", "prepare_second_derivative",
     "gradient", "value_and_gradient", "prepare_gradient",

@@ -1,0 +1,384 @@
+"""No silently wrong derivative, no modified input: one test per hole found from outside (issues 14, 23).
+
+Every reference is a closed form or an engine's own call; each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+from array_api_compat import array_namespace
+
+import diffinterface as di
+from conftest import installed
+from diffinterface import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch, Constant, LostDerivativeError
+
+
+def _configs() -> list:
+    out = [pytest.param(AutoFiniteDiff(), id="finitediff")]
+    for name, cls, module in (("jax", AutoJAX, "jax"), ("torch", AutoTorch, "torch"), ("autograd", AutoAutograd, "autograd")):
+        marks = () if installed(module) else pytest.mark.skip(reason=f'{module} is not installed: pip install "diffinterface[{module}]"')
+        for mode in ("forward", "reverse"):
+            out.append(pytest.param(cls(mode=mode), marks=marks, id=f"{name}-{mode}"))
+    return out
+
+
+CONFIGS = _configs()
+needs_torch = pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+needs_autograd = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+
+
+# -- 14.1 and 23.3: a derivative lost on the way is an error, a constant f gets zeros ------------------
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+@pytest.mark.parametrize("cut, named", [
+    (lambda t: t.detach() * 2, r"\.detach\(\)"),
+    (lambda t: __import__("torch").tensor(t.tolist(), dtype=t.dtype) * 2, r"\.tolist\(\)"),
+    (lambda t: __import__("torch").asarray(t, requires_grad=False) * 2, r"torch\.asarray"),  # torch < 2.13's default
+    (lambda t: __import__("torch").stack([__import__("torch").tensor(t[i].item()) for i in range(2)]).double() * 2, r"\.item\(\)"),
+    (lambda t: __import__("torch").as_tensor(np.asarray(t)) * 2, r"conversion to numpy"),
+], ids=["detach", "tolist", "asarray", "item", "numpy"])
+def test_a_cut_torch_graph_is_an_error_not_zeros(mode, cut, named):
+    import torch
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    backend = AutoTorch(mode=mode)
+    twos = torch.full((2,), 2.0, dtype=torch.float64)
+    for call, want in (
+        (lambda: di.gradient(backend, lambda z: cut(z).sum(), x), twos),
+        (lambda: di.jacobian(backend, cut, x), 2 * torch.eye(2, dtype=torch.float64)),
+        (lambda: di.pullback(backend, cut, x, torch.ones(2, dtype=torch.float64)), twos),
+        (lambda: di.pushforward(backend, cut, x, torch.ones(2, dtype=torch.float64)), twos),
+    ):
+        try:
+            got = call()
+        except LostDerivativeError as error:
+            assert re.search(rf"AutoTorch.*f\(x\) is computed from x.*{named}.*usual causes", str(error)), error
+        except RuntimeError as error:  # torch's own refusal, in f: np.asarray of a tensor that requires grad
+            assert named == "conversion to numpy" and "numpy()" in str(error), error
+        else:  # dual numbers survive torch.asarray(requires_grad=False) in forward mode: right, not zeros
+            assert named == r"torch\.asarray" and mode != "reverse" and torch.equal(got, want), got
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_a_write_under_no_grad_that_cuts_the_graph_is_an_error(mode):
+    import torch
+
+    def f(z):
+        buf = torch.zeros(2, dtype=z.dtype)
+        with torch.no_grad():
+            buf[:] = z * 3
+        return buf.sum()
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    if mode == "forward":  # torch.no_grad() does not stop forward-mode AD: the derivative is right
+        assert torch.equal(di.gradient(AutoTorch(mode=mode), f, x), torch.full((2,), 3.0, dtype=torch.float64))
+        return
+    with pytest.raises(LostDerivativeError, match="under torch.no_grad"):
+        di.gradient(AutoTorch(mode=mode), f, x)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_constant_functions_and_zero_derivatives_still_give_zeros_on_torch(mode):
+    import torch
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    backend = AutoTorch(mode=mode)
+    for f in (lambda z: torch.tensor(3.0, dtype=torch.float64), lambda z: (z - z).sum(),
+              lambda z: (z > 0).double().sum(), lambda z: torch.ones(z.shape[0], dtype=z.dtype).sum()):
+        assert torch.equal(di.gradient(backend, f, x), torch.zeros(2, dtype=torch.float64))
+    w = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))  # a graph, but not back to x
+    assert torch.equal(di.gradient(backend, lambda z: (w * 2).sum(), x), torch.zeros(2, dtype=torch.float64))
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_numpy_arrays_of_traced_values_are_an_error_on_autograd(mode):
+    """SciPy's own test functions build outputs with np.array([...]); autograd gave zeros."""
+    x = np.array([1.0, 2.0])
+    backend = AutoAutograd(mode=mode)
+    with pytest.raises(LostDerivativeError, match=r"AutoAutograd.*np\.array.*anp\.stack"):
+        di.jacobian(backend, lambda z: np.array([z[0] ** 2, 3 * z[1]]), x)
+    with pytest.raises(LostDerivativeError, match="numpy array of autograd's traced values"):
+        di.jacobian(backend, lambda z: np.asarray(z) * 2, x)
+    # numpy's sum of an array of boxes is a box again: autograd follows it, the derivative is right
+    assert np.allclose(di.gradient(backend, lambda z: np.sum(np.asarray(z) ** 2), x), 2 * x)
+    assert np.array_equal(di.jacobian(backend, lambda z: np.ones(3), x), np.zeros((3, 2)))  # constant: zeros
+
+
+# -- 14.3: f writes into x ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CONFIGS)
+def test_f_that_writes_into_x_leaves_the_users_x_unchanged(backend):
+    def f(z):
+        z[0] = 5.0
+        return (z**2).sum()
+
+    x = np.array([1.0, 2.0])
+    for call in (lambda: di.gradient(backend, f, x), lambda: di.value_and_gradient(backend, f, x)[1],
+                 lambda: di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, np.zeros(2)))):
+        try:
+            grad = call()
+        except (TypeError, RuntimeError, ValueError) as error:  # the engine refuses the write: an error
+            assert "assignment" in str(error) or "in-place" in str(error), error
+        else:  # the first coordinate is overwritten: its derivative is 0
+            assert np.allclose(grad, [0.0, 4.0], atol=1e-6), grad
+        assert np.array_equal(x, [1.0, 2.0])
+    if installed("torch") and isinstance(backend, (AutoTorch, AutoFiniteDiff)):
+        import torch
+
+        xt = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        try:
+            di.gradient(backend, f, xt)
+        except RuntimeError as error:
+            assert "in-place" in str(error)
+        assert torch.equal(xt, torch.tensor([1.0, 2.0], dtype=torch.float64))
+
+
+# -- 14.4: threads --------------------------------------------------------------------------------------
+
+def _sin_sq(x):
+    xp = array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+
+def _elementwise(x):
+    xp = array_namespace(x)
+    return xp.sin(x) * x
+
+
+THREAD_OPERATORS = {  # name -> (prepare, call, reference at x)
+    "gradient": (lambda b, x, t: di.prepare_gradient(b, _sin_sq, x),
+                 lambda b, x, t, p: di.gradient(b, _sin_sq, x, prep=p), lambda x, t: np.sin(2 * x)),
+    "jacobian": (lambda b, x, t: di.prepare_jacobian(b, _elementwise, x),
+                 lambda b, x, t, p: di.jacobian(b, _elementwise, x, prep=p), lambda x, t: np.diag(np.cos(x) * x + np.sin(x))),
+    "pushforward": (lambda b, x, t: di.prepare_pushforward(b, _elementwise, x, t),
+                    lambda b, x, t, p: di.pushforward(b, _elementwise, x, t, prep=p), lambda x, t: (np.cos(x) * x + np.sin(x)) * t),
+    "pullback": (lambda b, x, t: di.prepare_pullback(b, _elementwise, x, t),
+                 lambda b, x, t, p: di.pullback(b, _elementwise, x, t, prep=p), lambda x, t: (np.cos(x) * x + np.sin(x)) * t),
+    "hvp": (lambda b, x, t: di.prepare_hvp(b, _sin_sq, x, t),
+            lambda b, x, t, p: di.hvp(b, _sin_sq, x, t, prep=p), lambda x, t: 2 * np.cos(2 * x) * t),
+}
+
+
+@pytest.mark.parametrize("operator", list(THREAD_OPERATORS))
+@pytest.mark.parametrize("backend", CONFIGS)
+def test_eight_threads_share_one_prep(backend, operator):
+    """8 threads x 500 prepared calls at their own points, every result checked; torch's dual levels
+    are process-wide and autograd numbers its traces with one counter: both failed or raced before."""
+    prepare, call, reference = THREAD_OPERATORS[operator]
+    n, threads, calls = 3, 8, 500 if not isinstance(backend, AutoFiniteDiff) else 200
+    t = np.array([1.0, -0.5, 2.0])
+    prep = prepare(backend, np.zeros(n), t)
+    rtol = 1e-4 if isinstance(backend, AutoFiniteDiff) else 1e-12
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        try:
+            for _ in range(calls):
+                x = rng.uniform(-2, 2, n)
+                got = np.asarray(call(backend, x, t, prep))
+                if not np.allclose(got, reference(x, t), rtol=rtol, atol=rtol):
+                    errors.append((k, x, got))
+                    return
+        except Exception as error:  # noqa: BLE001 - reported below with the thread
+            errors.append((k, repr(error)))
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors, errors[:2]
+
+
+@needs_torch
+def test_threads_without_a_prep_in_torch_forward_mode():
+    backend = AutoTorch(mode="forward")
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(100):
+                s = 0.1 * i + k
+                d = di.derivative(backend, lambda v: np.sin(v) if False else v**3, s)
+                if not np.isclose(d, 3 * s**2, rtol=1e-12):
+                    errors.append((k, s, d))
+        except Exception as error:  # noqa: BLE001
+            errors.append((k, repr(error)))
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors, errors[:2]
+
+
+# -- 14.5: NaN in one coordinate ------------------------------------------------------------------------
+
+def test_a_nan_coordinate_stays_in_its_own_entries_with_finite_differences():
+    x = np.array([np.nan, 1.0])
+    f = lambda z: np.sin(z) ** 2  # noqa: E731
+    d = np.sin(2 * x[1])  # d/dz sin(z)^2 = sin(2z)
+    jac = di.jacobian(AutoFiniteDiff(), f, x)
+    assert np.isnan(jac[0, 0]) and np.isclose(jac[1, 1], d, rtol=1e-8) and jac[1, 0] == 0.0
+    pf = di.pushforward(AutoFiniteDiff(), f, x, np.array([0.0, 1.0]))
+    assert np.isnan(pf[0]) and np.isclose(pf[1], d, rtol=1e-8)
+    hvp = di.hvp(AutoFiniteDiff(), lambda z: np.sum(np.sin(z[1:]) ** 2) + 0 * np.nan_to_num(z[0]), x, np.array([0.0, 1.0]))
+    assert np.isclose(hvp[1], 2 * np.cos(2 * x[1]), rtol=1e-4)
+
+
+# -- 14.6: non-native byte order ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CONFIGS)
+def test_big_endian_float64_works_on_every_backend(backend):
+    x = np.array([0.5, 1.0], dtype=">f8")
+    grad = di.gradient(backend, _sin_sq, x)
+    assert np.allclose(grad, np.sin(2 * x.astype(float)), rtol=1e-6)
+    prep = di.prepare_gradient(backend, _sin_sq, x)
+    assert np.allclose(di.gradient(backend, _sin_sq, x, prep=prep), np.sin(2 * x.astype(float)), rtol=1e-6)
+    jac = di.jacobian(backend, _elementwise, x, prep=di.prepare_jacobian(backend, _elementwise, x))
+    assert np.allclose(jac, np.diag(np.cos(x) * x + np.sin(x)), rtol=1e-6)
+    t = np.array([1.0, 2.0], dtype=">f8")
+    assert np.allclose(di.pushforward(backend, _elementwise, x, t), (np.cos(x) * x + np.sin(x)) * t, rtol=1e-6)
+    assert x.dtype == np.dtype(">f8") and np.array_equal(x, [0.5, 1.0])
+
+
+# -- 23.1: complex outputs of a real x --------------------------------------------------------------------
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_complex_outputs_are_an_error_on_autograd(mode):
+    x = np.array([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"jacobian\(AutoAutograd.*complex.*real x.*AutoJAX\(mode='forward'\)"):
+        di.jacobian(AutoAutograd(mode=mode), lambda z: z * (2 + 3j), x)
+    with pytest.raises(TypeError, match="complex"):
+        di.gradient(AutoAutograd(mode=mode), lambda z: z.sum() * (2 + 3j), x)
+
+
+@pytest.mark.parametrize("backend", [c for c in CONFIGS if c.id in ("finitediff", "jax-forward", "torch-forward")])
+def test_complex_outputs_of_a_real_x_in_forward_mode(backend):
+    jac = di.jacobian(backend, lambda z: z * (2 + 3j), np.array([1.0, 2.0]))
+    assert np.allclose(jac, np.diag([2 + 3j, 2 + 3j]), rtol=1e-8)
+
+
+# -- 23.2: tuple outputs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CONFIGS)
+def test_tuple_outputs_are_an_error_on_every_backend(backend):
+    for x in (np.array(2.0), np.array([1.0, 2.0])):
+        with pytest.raises(TypeError, match=r"f returned a tuple of 2 items.*xp\.stack"):
+            di.jacobian(backend, lambda z: (z**2, 3 * z), x)
+    with pytest.raises(TypeError, match="f returned a list"):
+        di.derivative(backend, lambda z: [z**2, 3 * z], 2.0)
+
+
+# -- 23.4: batched forward passes of complex outputs ----------------------------------------------------------
+
+@needs_torch
+def test_the_forward_jacobian_of_a_complex_stft_matches_finite_differences():
+    import torch
+
+    def f(z):
+        return torch.stft(z, n_fft=8, hop_length=2, window=torch.hann_window(8, dtype=z.dtype), return_complex=True)
+
+    x = torch.linspace(-1.0, 1.0, 16, dtype=torch.float64) ** 3
+    jac = di.jacobian(AutoTorch(mode="forward"), f, x)
+    reference = di.jacobian(AutoFiniteDiff(), f, x)  # f is linear in x: central differences are exact to rounding
+    assert torch.allclose(jac, reference, atol=1e-8)
+
+
+# -- 23.5: the finite-difference pushforward at coordinates of different scales --------------------------------
+
+@pytest.mark.parametrize("method", ["central", "forward", "backward", "complex"])
+def test_finite_difference_pushforward_at_x0_100_and_minus_half(method):
+    """SciPy's test__numdiff tolerance (5e-6 relative for 3-point) at x0 = [100, -0.5]."""
+    def f(z):
+        xp = array_namespace(z)
+        return xp.stack([xp.sin(z[0] / 50) * xp.exp(z[1]), z[0] ** 0.5 * xp.cos(3 * z[1]), z[1] ** 3])
+
+    def jac(z):
+        return np.array([[np.cos(z[0] / 50) / 50 * np.exp(z[1]), np.sin(z[0] / 50) * np.exp(z[1])],
+                         [0.5 * z[0] ** -0.5 * np.cos(3 * z[1]), -3 * z[0] ** 0.5 * np.sin(3 * z[1])],
+                         [0.0, 3 * z[1] ** 2]])
+
+    x = np.array([100.0, -0.5])
+    rtol = {"central": 5e-6, "complex": 1e-10}.get(method, 5e-5)
+    for t in (np.array([1.0, 1.0]), np.array([0.3, -2.0]), np.array([1e-3, 1.0])):
+        got = di.pushforward(AutoFiniteDiff(method=method), f, x, t)
+        want = jac(x) @ t
+        assert np.allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max()), (t, got, want)
+
+
+# -- 23.6: a Constant that f writes into is never the caller's array --------------------------------------------
+
+@pytest.mark.parametrize("backend", [c for c in CONFIGS if "jax" not in c.id])
+def test_a_constant_f_writes_into_is_left_unchanged(backend):
+    def f(x, stats):
+        stats[...] = 0.9 * stats + 0.1  # a running statistic, as batch_norm in training mode updates it
+        return (x**2).sum() + stats.sum() * 0.0
+
+    stats = np.zeros(3)
+    x = np.array([1.0, 2.0])
+    for _ in range(2):
+        assert np.allclose(di.gradient(backend, f, x, Constant(stats)), 2 * x, rtol=1e-6)
+        prep = di.prepare_gradient(backend, f, x, Constant(stats))
+        assert np.allclose(di.gradient(backend, f, x, Constant(stats), prep=prep), 2 * x, rtol=1e-6)
+    assert np.array_equal(stats, np.zeros(3))
+
+
+@needs_torch
+@pytest.mark.parametrize("backend", [AutoFiniteDiff(), AutoTorch(mode="forward"), AutoTorch(mode="reverse")], ids=str)
+def test_batch_norm_running_statistics_passed_as_constants_are_not_updated(backend):
+    import torch
+    import torch.nn.functional as F
+
+    def f(x, mean, var):
+        return F.batch_norm(x.reshape(3, 2), mean, var, training=True).sum() + (x**2).sum()
+
+    mean, var = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    x = torch.tensor([1.0, 2.0, 4.0, 3.0, 0.5, 1.5], dtype=torch.float64)
+    grad = di.gradient(backend, f, x, Constant(mean), Constant(var))
+    assert torch.allclose(grad, 2 * x, atol=1e-5)  # the normalised sum is constant in x
+    assert torch.equal(mean, torch.zeros(2, dtype=torch.float64)) and torch.equal(var, torch.ones(2, dtype=torch.float64))
+
+
+# -- 23.7 and the mode=None issue: a direction the engine can run ----------------------------------------
+
+@needs_autograd
+def test_autograd_mode_none_uses_reverse_mode_where_a_primitive_has_no_jvp():
+    import scipy.special
+    from autograd.scipy.special import digamma
+
+    x = np.array([0.5, 1.5, 3.0])
+    want = np.diag(scipy.special.polygamma(1, x))
+    assert np.allclose(di.jacobian(AutoAutograd(), digamma, x), want, rtol=1e-12)
+    assert np.allclose(di.derivative(AutoAutograd(), digamma, 2.0), scipy.special.polygamma(1, 2.0), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match=r"jacobian\(AutoAutograd\(mode='forward'\).*mode='reverse'"):
+        di.jacobian(AutoAutograd(mode="forward"), digamma, x)
+
+
+@needs_torch
+def test_torch_mode_none_uses_reverse_mode_for_ops_without_forward_ad():
+    import torch
+
+    candidates = {
+        "cdist": lambda z: torch.cdist(z.reshape(2, 2), torch.tensor([[0.0, 1.0], [2.0, 0.5], [1.0, 1.0]], dtype=z.dtype)).reshape(-1),
+        "multi_margin_loss": lambda z: torch.nn.functional.multi_margin_loss(z.reshape(1, 4), torch.tensor([1]), reduction="none").repeat(5),
+    }
+    x = torch.tensor([0.3, -1.2, 0.7, 2.0], dtype=torch.float64)
+    for name, f in candidates.items():
+        reference = torch.autograd.functional.jacobian(f, x)
+        try:  # only ops that really lack forward AD in this torch say something here
+            di.jacobian(AutoTorch(mode="forward"), f, x)
+        except NotImplementedError as error:
+            assert "mode='reverse'" in str(error), error
+        assert torch.allclose(di.jacobian(AutoTorch(), f, x), reference, atol=1e-12), name
