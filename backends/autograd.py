@@ -39,10 +39,10 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
-from diffinterface._adapter import DirectionFallback, Info, basis, contract_all, through_jacobian
+from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, is_array, shape_size, to_family
-from diffinterface._closure import STANDIN_MARKER, const_write_error, duplicate, standin_error
+from diffinterface._closure import STANDIN_MARKER, const_write_error, duplicate, read_only_alias, standin_error
 from diffinterface._contexts import context_values
 from diffinterface._errors import LostDerivativeError, structured_output_error
 from diffinterface._writable import WritableArray as _Writable
@@ -169,12 +169,10 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     is constant. A numpy array of boxes (``np.array([z[0], z[1]])``, ``np.asarray(z)``) is what numpy
     makes of traced values: autograd would return zero derivatives (it only warns "Output seems
     independent of input"), so it is an error."""
-    if isinstance(y, Box) or not isinstance(x, Box):
-        if isinstance(y, (tuple, list, dict)):
-            raise structured_output_error(y, target.call)
-        return y
     if isinstance(y, (tuple, list, dict)):
         raise structured_output_error(y, target.call)
+    if isinstance(y, Box) or not isinstance(x, Box):
+        return y
     if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):
         raise LostDerivativeError(
             f"{target.call}: f(x) is a numpy array of autograd's traced values (np.array([...]) or np.asarray of "
@@ -197,10 +195,8 @@ def _constant_alias(value: Any) -> Any:
     """A ``Constant`` array as a read-only numpy view: a write into it raises, and ``f`` runs again
     over copies (the caller's constants are never modified)."""
     value = _numpy_leaf(value)
-    if type(value) is np.ndarray:
-        value = value.view()
-        value.flags.writeable = False
-    return value
+    alias = read_only_alias(value)
+    return value if alias is None else alias
 
 
 def _constant_copy(value: Any) -> Any:
@@ -411,12 +407,8 @@ class Adapter(_Base):
             _build(operator, fn, fwd, info, x, data, target)
             return data.plain, data.value
 
-        if forward and operator in ("pushforward", "pullback", "derivative", "gradient", "jacobian"):
-            # a primitive without a JVP ("JVP of psi ... not defined"): reverse mode (mode=None)
-            fallback = DirectionFallback(build, target.call, self.backend, switch=self.backend.mode is None)
-            data = _Prepared()
-            data.plain, data.value = fallback.plain, fallback.value
-            return data
         data = _Prepared()
-        _build(operator, fn, forward, info, x, data, target)
+        # a primitive without a JVP ("JVP of psi ... not defined"): reverse mode (mode=None)
+        fallback = self.direction_fallback(operator, forward, target, build)
+        data.plain, data.value = build(forward) if fallback is None else (fallback.plain, fallback.value)
         return data

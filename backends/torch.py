@@ -45,7 +45,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import DirectionFallback, Info, contract_all, through_jacobian
+from diffinterface._adapter import Info, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate
@@ -243,60 +243,57 @@ class _Provenance(torch.overrides.TorchFunctionMode):
         self.escapes: list = []
 
     def _mark(self, value: Any) -> None:
-        if isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex()):
+        if _floating(value):
             self.derived[id(value)] = value
         elif isinstance(value, (tuple, list)):
             for v in value:
                 self._mark(v)
 
-    @staticmethod
-    def _lost_grad(value: Any) -> bool:
-        """A floating tensor computed from x under grad mode that does not require grad."""
-        return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex()) and not value.requires_grad
-
-    def _with_grad(self, value: Any) -> bool:
-        """Whether ``value`` holds a tensor computed from x that carries a graph."""
+    def _from_x(self, value: Any, with_graph: bool = False) -> bool:
+        """Whether ``value`` holds a tensor computed from x (``with_graph``: one that carries a graph)."""
         if isinstance(value, _Tensor):
-            return id(value) in self.derived and value.requires_grad
+            return id(value) in self.derived and (value.requires_grad or not with_graph)
         if isinstance(value, (tuple, list)):
-            return any(self._with_grad(v) for v in value)
+            return any(self._from_x(v, with_graph) for v in value)
         if isinstance(value, dict):
-            return any(self._with_grad(v) for v in value.values())
+            return any(self._from_x(v, with_graph) for v in value.values())
         return False
 
-    def _from_x(self, value: Any) -> bool:
-        if isinstance(value, _Tensor):
-            return id(value) in self.derived
-        if isinstance(value, (tuple, list)):
-            return any(self._from_x(v) for v in value)
-        if isinstance(value, dict):
-            return any(self._from_x(v) for v in value.values())
-        return False
+    def _escape(self, func: Any, name: str, inputs: tuple, out: Any) -> str | None:
+        """How a value computed from x left autograd in ``func`` (called with ``inputs``), or None."""
+        if name == "__get__":  # a property: only .data hands out a tensor without its graph
+            return ".data" if getattr(getattr(func, "__self__", None), "__name__", "") == "data" else None
+        if name != "__bool__" and not torch.is_grad_enabled():
+            return f"{name} under torch.no_grad()"
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if self._from_x(inputs, with_graph=True) and any(_floating(o) and not o.requires_grad for o in outs):
+            return f"torch.{name}" if name in _CONSTRUCTORS else name
+        return None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        from_x = self._from_x(args) or self._from_x(kwargs)
         name = getattr(func, "__name__", "")
-        if from_x and name in _ESCAPES:  # recorded before the call, which may raise (.numpy() of x)
+        if not (self._from_x(args) or self._from_x(kwargs)):
+            return func(*args, **kwargs)
+        if name in _ESCAPES:  # recorded before the call, which may raise (.numpy() of x)
             self.escapes.append(_ESCAPES[name])
-        out = func(*args, **kwargs)
-        if from_x:
-            owner = getattr(getattr(func, "__self__", None), "__name__", "")
-            if name in _ESCAPES:
-                pass
-            elif name == "__get__" and owner == "data":
-                self.escapes.append(".data")
-            elif name not in ("__get__", "__bool__") and not torch.is_grad_enabled():
-                self.escapes.append(f"{name} under torch.no_grad()")
-            elif name != "__get__" and self._with_grad((args, kwargs)) and any(
-                    self._lost_grad(o) for o in (out if isinstance(out, (tuple, list)) else (out,))):
-                self.escapes.append(f"torch.{name}" if name in _CONSTRUCTORS else name)
-            if name != "__get__":
-                self._mark(out)
-                if name == "__setitem__" or name.endswith("_") or "out" in kwargs:  # written in place
-                    self._mark(args[0] if args else None)
-                    self._mark(kwargs.get("out"))
+            out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
+            escape = self._escape(func, name, (args, kwargs), out)
+            if escape is not None:
+                self.escapes.append(escape)
+        if name != "__get__":
+            self._mark(out)
+            if name == "__setitem__" or name.endswith("_") or "out" in kwargs:  # written in place
+                self._mark(args[0] if args else None)
+                self._mark(kwargs.get("out"))
         return out
+
+
+def _floating(value: Any) -> bool:
+    """A floating or complex tensor: the only kind that carries a derivative."""
+    return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex())
 
 
 def _lost(fn: Any, x: Any, contexts: tuple) -> None:
@@ -321,7 +318,7 @@ def _lost(fn: Any, x: Any, contexts: tuple) -> None:
     where = ", ".join(dict.fromkeys(mode.escapes)) or "an operation that returned a tensor with no graph"
     raise LostDerivativeError(
         f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}), so "
-        f"every derivative would come out zero. {LOST_CAUSES[0].upper()}{LOST_CAUSES[1:]}."
+        f"every derivative would come out zero. {LOST_CAUSES}."
     ) from cause
 
 
@@ -422,21 +419,21 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
                 primal[:] = [y]
                 return dy
 
-            try:
-                if loop:
-                    raise _Unbatched
-                out = _no_graph(_vmap(tangent_only)(tangents))
-            except (_Unbatched, RuntimeError):  # f cannot be batched (it writes a batched value into an unbatched buffer)
+            def looped() -> Any:
                 lost.clear()
-                out = torch.stack([tangent_only(t) for t in tangents])
+                return torch.stack([tangent_only(t) for t in tangents])
+
+            if loop:
+                out = looped()
+            else:
+                try:
+                    out = _no_graph(_vmap(tangent_only)(tangents))
+                except RuntimeError:  # f cannot be batched (it writes a batched value into an unbatched buffer)
+                    out = looped()
             y = primal[0]
     if lost:
         _lost(fn, x, contexts)
     return y, out
-
-
-class _Unbatched(Exception):
-    """Taken where a batch of tangents runs as a loop of single passes."""
 
 
 def _tangent(t: Any, x: Any) -> Any:
@@ -585,15 +582,14 @@ class Adapter(_Base):
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)
-        if forward and operator in _DIRECTED:  # an op without forward AD: reverse mode (mode=None)
-            data = DirectionFallback(lambda fwd: _build(operator, fn, fwd, info, x), target.call, self.backend,
-                                     switch=self.backend.mode is None)
-            return _Prepared(data.plain, data.value)
-        plain, value = _build(operator, fn, forward, info, x)
+
+        def build(fwd: bool) -> tuple:
+            return _build(operator, fn, fwd, info, x)
+
+        fallback = self.direction_fallback(operator, forward, target, build)  # ops without forward AD
+        if fallback is not None:
+            return _Prepared(fallback.plain, fallback.value)
+        plain, value = build(forward)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
         return _Prepared(plain, value)
-
-
-# first-order operators whose direction follows mode (the second order has its own, fixed, directions)
-_DIRECTED = ("pushforward", "pullback", "derivative", "gradient", "jacobian")

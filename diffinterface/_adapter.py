@@ -17,6 +17,7 @@ name), plus a plain form that defaults to dropping the value. Conventions at thi
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -289,6 +290,9 @@ def _copy_value(value: Any) -> Any:
     return duplicate(value, copy_leaf)
 
 
+_FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
+
+
 class DirectionFallback:
     """The runners (``plain``, ``value``) of an operator that ``mode=None`` routed forward, for an
     engine that lacks forward rules for some of its operations (torch's forward AD, autograd's JVPs
@@ -299,8 +303,6 @@ class DirectionFallback:
     __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock")
 
     def __init__(self, build: Any, call: str, backend: Any, switch: bool) -> None:
-        import threading
-
         self._current = build(True)  # (plain, value), forward mode first
         self._build = build if switch else None
         self._call, self._backend = call, backend
@@ -346,6 +348,14 @@ class RunnerAdapter(Adapter):
 
     def plain_runner(self, operator, data, target):
         return data.plain  # the frontend's fast path calls the runner itself
+
+    def direction_fallback(self, operator: str, forward: bool, target: Any, build: Any) -> DirectionFallback | None:
+        """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
+        (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
+        directions are fixed."""
+        if not forward or operator not in _FIRST_ORDER:
+            return None
+        return DirectionFallback(build, target.call, self.backend, switch=self.backend.mode is None)
 
     def prepare_pushforward(self, target, x, tangents, contexts, info):
         return self.prepare_operator("pushforward", target, x, tangents, contexts, info)

@@ -23,7 +23,7 @@ class LostDerivativeError(ValueError):
 
 
 LOST_CAUSES = (
-    "the usual causes: .detach(), .item(), .tolist(), float(t), .numpy() or np.asarray/np.array of a "
+    "The usual causes: .detach(), .item(), .tolist(), float(t), .numpy() or np.asarray/np.array of a "
     "traced value, torch.asarray(t) before torch 2.13 (it drops requires_grad there), a write under "
     "torch.no_grad(); compute f(x) from x with the engine's own operations throughout"
 )
