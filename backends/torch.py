@@ -45,7 +45,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import Info, contract_all, through_jacobian
+from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate
@@ -230,6 +230,9 @@ _ESCAPES = {
 
 
 _CONSTRUCTORS = ("asarray", "as_tensor", "tensor", "from_numpy", "new_tensor")
+# factories that read only the shape, dtype and device of their tensor argument (torch documents
+# each as "a tensor ... with the same size as input"): their output is constant in x, not lost
+_SHAPE_ONLY = ("new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
 
 
 class _Provenance(torch.overrides.TorchFunctionMode):
@@ -273,7 +276,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if not (self._from_x(args) or self._from_x(kwargs)):
+        if name.endswith("_like") or name in _SHAPE_ONLY or not (self._from_x(args) or self._from_x(kwargs)):
             return func(*args, **kwargs)
         if name in _ESCAPES:  # recorded before the call, which may raise (.numpy() of x)
             self.escapes.append(_ESCAPES[name])
@@ -296,10 +299,13 @@ def _floating(value: Any) -> bool:
     return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex())
 
 
-def _lost(fn: Any, x: Any, contexts: tuple) -> None:
+def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
     """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
     if ``f`` computed its output from ``x`` (or dropped a value computed from ``x``), and returns
-    where ``f`` is constant in ``x``, whose derivatives are then zeros."""
+    where ``f`` is constant in ``x``, whose derivatives are then zeros. In forward mode (no tangent),
+    an output that reverse mode can follow back to ``x`` means an operation without a forward rule
+    (a ``torch.autograd.Function`` without ``jvp``): NotImplementedError, which ``mode=None`` answers
+    by switching to reverse mode."""
     leaf = x.detach().clone().requires_grad_()  # an op whose output no longer requires grad is named
     with torch.enable_grad():
         root = leaf.clone()  # f may write into its input: never into the user's x
@@ -315,6 +321,11 @@ def _lost(fn: Any, x: Any, contexts: tuple) -> None:
             cause = None
     if not mode.escapes and not mode._from_x(y):
         return
+    if forward and not mode.escapes and mode._from_x(y, with_graph=True):
+        raise NotImplementedError(
+            "f(x) carries no forward-mode tangent, while reverse mode follows it back to x: an operation "
+            "of f has no forward-mode derivative (a torch.autograd.Function without jvp)"
+        )
     where = ", ".join(dict.fromkeys(mode.escapes)) or "an operation that returned a tensor with no graph"
     raise LostDerivativeError(
         f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}), so "
@@ -350,10 +361,12 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     ``xt`` is the only input differentiated: where ``y`` does not depend on it, ``unused()`` is called
     (it raises where the derivative was lost, see :func:`_lost`) and the result is zero (checked after
     the fact rather than with ``allow_unused``, which costs 2 us a call)."""
-    if y.requires_grad:
+    if y.requires_grad and not (batched and cotangents.shape[0] == 0):  # no cotangents: an empty f(x)
         try:
             if not batched:
                 return torch.autograd.grad(y, xt, cotangents, create_graph=create_graph)[0]
+            if cotangents.shape[0] == 1:  # one row (a scalar f): one plain backward pass, no vmap
+                return torch.autograd.grad(y, xt, cotangents[0], create_graph=create_graph)[0][None]
             try:
                 return torch.autograd.grad(y, xt, cotangents, retain_graph=True, create_graph=create_graph,
                                            is_grads_batched=True)[0]
@@ -411,6 +424,9 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
     with _DUAL_LEVEL:  # one dual level at a time in the process
         if not batched:
             y, out = one(tangents)
+        elif tangents.shape[0] == 0:  # no tangents (an empty x): f's value and an empty batch
+            y = _no_graph(eager(primal_x, contexts))
+            out = y.new_zeros((0,) + tuple(y.shape))
         else:
             primal = []
 
@@ -428,11 +444,11 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
             else:
                 try:
                     out = _no_graph(_vmap(tangent_only)(tangents))
-                except RuntimeError:  # f cannot be batched (it writes a batched value into an unbatched buffer)
-                    out = looped()
+                except Exception:  # noqa: BLE001 - f cannot be batched (it writes a batched value into an
+                    out = looped()  # unbatched buffer; vmap's unfold of a 0-d x raises IndexError): single passes
             y = primal[0]
     if lost:
-        _lost(fn, x, contexts)
+        _lost(fn, x, contexts, forward=True)
     return y, out
 
 
@@ -528,7 +544,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
                 y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
                 if der is None:
-                    _lost(fn, x, contexts)
+                    _lost(fn, x, contexts, forward=True)
                     der = torch.zeros_like(y)
                 y = y.detach()
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
@@ -582,6 +598,12 @@ class Adapter(_Base):
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)
+        if complex_dtype(info.y_dtype) and (not forward or operator in ("hvp", "hessian", "second_derivative")):
+            raise TypeError(
+                f"{target.call}: f(x) is complex ({info.y_dtype}) for a real x, and torch's reverse mode keeps "
+                f"only the derivative of its real part; use {type(self.backend).__name__}(mode='forward') for "
+                f"pushforward, derivative and jacobian, or differentiate f(x).real and f(x).imag separately"
+            )
 
         def build(fwd: bool) -> tuple:
             return _build(operator, fn, fwd, info, x)

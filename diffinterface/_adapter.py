@@ -44,6 +44,17 @@ class Info:
         return value
 
 
+def complex_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` (numpy's, JAX's or torch's) is complex."""
+    flag = getattr(dtype, "is_complex", None)  # torch.dtype
+    if isinstance(flag, bool):
+        return flag
+    try:
+        return np.issubdtype(np.dtype(dtype), np.complexfloating)
+    except TypeError:
+        return False
+
+
 def _xp(x: Any) -> Any:
     return array_namespace(x)
 
@@ -342,6 +353,8 @@ class RunnerAdapter(Adapter):
         """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
         forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
         if operator == "jacobian":
+            if self.backend.mode is None and complex_dtype(info.y_dtype):
+                return True  # a complex f(x) of a real x: pullbacks would carry the real part only
             return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
         mode = self.backend.mode
         return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
