@@ -12,6 +12,7 @@ and ``@`` give the engine's arrays. An adapter subclasses it with three class at
 
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any
 
@@ -43,7 +44,19 @@ class WritableArray:
         self.value = self._update(self.value, unwrap(index), unwrap(item))
 
     def __getattr__(self, name: str) -> Any:  # shape, dtype, ndim, size, T, sum, reshape, astype, ...
+        if name == "value":  # not set yet (an instance made without __init__): no recursion through here
+            raise AttributeError(name)
         return getattr(self.value, name)
+
+    def __copy__(self) -> WritableArray:  # copy.copy(a), as numpy's: a stand-in over a copy of the value
+        new = object.__new__(type(self))
+        new.value = copy.copy(self.value)
+        return new
+
+    def __deepcopy__(self, memo: dict) -> WritableArray:
+        new = object.__new__(type(self))
+        new.value = copy.deepcopy(self.value, memo)
+        return new
 
     def __len__(self) -> int:
         return len(self.value)
