@@ -382,3 +382,94 @@ def test_torch_mode_none_uses_reverse_mode_for_ops_without_forward_ad():
         except NotImplementedError as error:
             assert "mode='reverse'" in str(error), error
         assert torch.allclose(di.jacobian(AutoTorch(), f, x), reference, atol=1e-12), name
+
+
+# -- found by the torch OpInfo catalogue (tests/test_catalogue_torch_opinfo.py) ------------------------------
+
+@needs_torch
+def test_torch_complex_outputs_go_forward_with_mode_none_and_are_an_error_in_reverse_mode():
+    import torch
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+
+    def f(z):  # view_as_complex: z + 2iz
+        return torch.view_as_complex(torch.stack([z, 2 * z], -1))
+
+    want = torch.diag(torch.tensor([1 + 2j, 1 + 2j], dtype=torch.complex128))
+    assert torch.allclose(di.jacobian(AutoTorch(), f, x), want)
+    assert torch.allclose(di.jacobian(AutoTorch(mode="forward"), f, x), want)
+    for call in (lambda: di.jacobian(AutoTorch(mode="reverse"), f, x),
+                 lambda: di.pullback(AutoTorch(), f, x, torch.ones(2, dtype=torch.complex128))):
+        with pytest.raises(TypeError, match=r"AutoTorch.*complex.*real part.*mode='forward'"):
+            call()
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_torch_jacobians_of_empty_arrays_are_empty(mode):
+    import torch
+
+    empty = torch.zeros((0, 0), dtype=torch.float64)
+    assert di.jacobian(AutoTorch(mode=mode), torch.logdet, empty).shape == (0, 0)  # logdet of 0x0 is 0
+    assert di.jacobian(AutoTorch(mode=mode), lambda z: 2 * z, empty).shape == (0, 0, 0, 0)
+    assert di.jacobian(AutoTorch(mode=mode), lambda z: z.sum() * torch.ones(0, dtype=z.dtype), torch.ones(3, dtype=torch.float64)).shape == (0, 3)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_shape_only_factories_are_constant_not_lost(mode):
+    import torch
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    for f in (torch.zeros_like, lambda z: torch.full_like(z, 3.0), lambda z: z.new_ones(3)):
+        jac = di.jacobian(AutoTorch(mode=mode), f, x)
+        assert torch.equal(jac, torch.zeros_like(jac))
+    jac = di.jacobian(AutoTorch(mode=mode), lambda z: z * 2 + torch.ones_like(z), x)
+    assert torch.equal(jac, 2 * torch.eye(2, dtype=torch.float64))
+
+
+@needs_torch
+def test_an_op_that_drops_forward_tangents_is_not_available_in_forward_mode_and_mode_none_goes_reverse():
+    import torch
+    import torch.nn.functional as F
+
+    options = pytest.importorskip("torch.nn.modules.linear_cross_entropy_options", reason="torch before 2.13")
+    weight, target = torch.linspace(-1.0, 1.0, 12, dtype=torch.float64).reshape(4, 3), torch.tensor([1, 2])
+
+    def f(z):  # torch documents: forward-mode AD of the chunked path is unsupported (its tangent is dropped)
+        return F.linear_cross_entropy(z, weight, target, options=options.LinearCrossEntropyOptions(batch_chunk_size=1))
+
+    x = torch.tensor([[0.3, -1.0, 2.0], [1.5, 0.2, -0.7]], dtype=torch.float64)
+    want = torch.func.grad(lambda z: F.linear_cross_entropy(z, weight, target))(x)
+    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*no forward-mode tangent.*mode='reverse'"):
+        di.pushforward(AutoTorch(mode="forward"), f, x, torch.ones_like(x))
+    got = di.pushforward(AutoTorch(), f, x, torch.ones_like(x))  # mode=None: reverse, through the gradient
+    assert torch.allclose(got, (want * torch.ones_like(x)).sum(), atol=1e-12)
+
+
+@needs_torch
+def test_an_op_that_vmap_cannot_batch_is_run_one_tangent_at_a_time():
+    import torch
+
+    x = torch.tensor(2.0, dtype=torch.float64)  # vmap of unfold on a 0-d tensor raises IndexError
+    assert torch.equal(di.jacobian(AutoTorch(mode="forward"), lambda z: z.unfold(0, 1, 1), x), torch.ones(1, dtype=torch.float64))
+
+
+# -- found by autograd's own tests (tests/test_catalogue_autograd.py) ------------------------------------------
+
+@pytest.mark.parametrize("backend", [c for c in CONFIGS if c.id.startswith(("jax", "autograd", "finitediff"))])
+def test_copy_of_a_captured_array_is_a_copy_that_carries_derivatives(backend):
+    import copy
+
+    buf = np.zeros(3)
+
+    def f(z):  # scipy's odeint copies what it is given (copy.copy): a stand-in recursed forever before
+        c = copy.copy(buf)
+        c[0] = z[0] ** 2
+        d = copy.deepcopy(buf)
+        d[1] = z[1]
+        return (c * z).sum() + (d * z).sum()
+
+    x = np.array([1.0, 2.0, 3.0])
+    assert np.allclose(di.gradient(backend, f, x), [3.0, 4.0, 0.0], rtol=1e-6)
+    assert np.array_equal(buf, np.zeros(3))
