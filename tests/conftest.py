@@ -33,3 +33,22 @@ def family_dtype_params(pairs) -> list:
         marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
         out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
     return out
+
+
+# -- counts of the outside catalogues, printed at the end of the run -----------------------------
+
+CATALOGUE_COUNTS: dict = {}  # catalogue name -> collections.Counter of outcomes
+
+
+def catalogue_count(catalogue: str, outcome: str) -> None:
+    """Records one case of an outside catalogue (``outcome``: "agree", or why it is unsupported)."""
+    from collections import Counter
+
+    CATALOGUE_COUNTS.setdefault(catalogue, Counter())[outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for catalogue, counts in sorted(CATALOGUE_COUNTS.items()):
+        terminalreporter.write_sep("-", f"{catalogue}: {sum(counts.values())} outcomes")
+        for outcome, n in counts.most_common():
+            terminalreporter.write_line(f"{n:7d}  {outcome}")
