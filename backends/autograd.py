@@ -10,7 +10,8 @@
   trace per tangent. Where a primitive has no JVP (autograd defines VJPs for more functions than
   JVPs), forward over reverse raises ``NotImplementedError`` and the prep switches to reverse over
   reverse for good. hessian: reverse over reverse (one trace, ``x.size`` backward passes);
-  second derivative: forward over forward.
+  second derivative: forward over forward, or reverse over reverse (2 ``f(x).size`` backward
+  passes) once a primitive without a JVP was met, as for hvp.
 - ``mode="forward"``/``"reverse"`` forces every first-order operator; a pushforward in reverse mode
   or a pullback in forward mode goes through the Jacobian.
 
@@ -215,10 +216,10 @@ _TRACES = threading.RLock()
 
 
 class _Prepared:
-    __slots__ = ("plain", "value", "reverse_hvp")
+    __slots__ = ("plain", "value", "reverse_inner")  # reverse_inner: a JVP was missing, second order goes reverse over reverse
 
     def __init__(self) -> None:
-        self.reverse_hvp = False
+        self.reverse_inner = False
 
 
 def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, target: Any) -> None:
@@ -286,8 +287,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     elif operator in ("derivative", "gradient", "jacobian"):
         def body(x, ts, contexts):
             return jacobian(x, contexts)
-    elif operator == "second_derivative":  # forward over forward
-        def body(x, ts, contexts):
+    elif operator == "second_derivative":  # forward over forward; reverse over reverse without JVPs
+        rows = basis(like, y_shape, dtype)
+
+        def forward_body(x, contexts):
             record = []
 
             def der(z):
@@ -297,16 +300,35 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
 
             d, d2 = make_jvp(der, x)(one)
             return (record[0], cast(d)), cast(d2)
+
+        def reverse_body(x, contexts):  # 2 f(x).size backward passes
+            record = []
+
+            def der(z):
+                pull, y = make_vjp(lambda w: fn(w, contexts), z)
+                record.append(getval(y))
+                return anp.reshape(anp.stack([pull(e) for e in rows]), y_shape)
+
+            pull, d = make_vjp(der, x)
+            return (record[0], cast(d)), cast(np.reshape(np.stack([pull(e) for e in rows]), y_shape))
+
+        def body(x, ts, contexts):
+            if not data.reverse_inner:
+                try:
+                    return forward_body(x, contexts)
+                except NotImplementedError:  # a primitive without a JVP: reverse over reverse from now on
+                    data.reverse_inner = True
+            return reverse_body(x, contexts)
     elif operator == "hvp":
         def body(x, ts, contexts):
             record = []
             grad = gradient_of(contexts, record)
-            if len(ts) == 1 and not data.reverse_hvp:
+            if len(ts) == 1 and not data.reverse_inner:
                 try:  # forward over reverse
                     g, hv = make_jvp(grad, x)(ts[0])
                     return (record[0], cast(g)), (cast(hv),)
                 except NotImplementedError:  # a primitive without a JVP: reverse over reverse from now on
-                    data.reverse_hvp = True
+                    data.reverse_inner = True
                     record.clear()
             pull, g = make_vjp(grad, x)
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)

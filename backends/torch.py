@@ -15,7 +15,8 @@ us against 810 us. So the adapter uses, with the direction given by ``mode`` (SP
 - jacobian: a batch of pushforwards of the basis of ``x`` or of pullbacks of the basis of ``f(x)``;
   ``mode=None`` picks forward when ``x.size <= f(x).size``.
 - hessian, hvp: reverse over reverse (double backward) in every mode, the fastest torch offers;
-  second derivative: reverse over forward.
+  second derivative: reverse over forward, or reverse over reverse (2 ``f(x).size`` backward
+  passes) from the first operation without a forward-mode derivative on, for that prep.
 - ``compile=True``: prepared reverse first-order calls run ``f`` through ``torch.compile``
   (compiled during preparation; AOTAutograd compiles the backward pass). Forward mode and the
   second order run ``f`` eagerly: ``torch.compile`` traces no dual tensors and compiled graphs have
@@ -538,8 +539,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     elif operator in ("derivative", "gradient", "jacobian"):
         def body(x, ts, contexts):
             return jacobian(x, contexts)
-    elif operator == "second_derivative":  # reverse over forward
-        def body(x, ts, contexts):
+    elif operator == "second_derivative":  # reverse over forward; reverse over reverse without forward AD
+        reverse_inner = []  # set at the first op without a forward derivative, for this prep
+
+        def forward_body(x, contexts):
             xt = x.detach().requires_grad_()
             with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
                 y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
@@ -549,6 +552,19 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 y = y.detach()
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
+
+        def reverse_body(x, contexts):  # 2 f(x).size backward passes
+            y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
+            der = _vjps(y, xt, y_basis, True, create_graph=True, unused=lambda: _lost(fn, x, contexts)).reshape(y_shape)
+            return (y.detach(), der.detach()), _vjps(der, xt, y_basis, True).reshape(y_shape)
+
+        def body(x, ts, contexts):
+            if not reverse_inner:
+                try:
+                    return forward_body(x, contexts)
+                except NotImplementedError:
+                    reverse_inner.append(True)
+            return reverse_body(x, contexts)
     elif operator in ("hvp", "hessian"):  # reverse over reverse
         def body(x, ts, contexts):
             y, g, xt = _differentiable_gradient(fn, x, contexts)

@@ -473,3 +473,49 @@ def test_copy_of_a_captured_array_is_a_copy_that_carries_derivatives(backend):
     x = np.array([1.0, 2.0, 3.0])
     assert np.allclose(di.gradient(backend, f, x), [3.0, 4.0, 0.0], rtol=1e-6)
     assert np.array_equal(buf, np.zeros(3))
+
+
+# -- issue 21: second_derivative without forward rules goes reverse over reverse ---------------------------------
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_torch_second_derivative_through_an_op_without_forward_ad(mode):
+    import torch
+
+    def f(t):  # torch.cholesky has no forward-mode derivative (torch's own jvp raises)
+        return torch.cholesky(torch.eye(2, dtype=t.dtype) * (2 + t) + t**2).reshape(-1)
+
+    x = torch.tensor(0.4, dtype=torch.float64)
+    with pytest.raises(NotImplementedError):
+        torch.func.jvp(f, (x,), (torch.ones_like(x),))
+
+    def first(t):
+        return torch.autograd.functional.jacobian(f, t, create_graph=True)
+
+    want = torch.autograd.functional.jacobian(first, x)  # reverse over reverse, torch's own
+    backend = AutoTorch(mode=mode)
+    assert torch.allclose(di.second_derivative(backend, f, x), want, atol=1e-12)
+    y, der, der2 = di.value_derivative_and_second_derivative(backend, f, x)
+    assert torch.allclose(der, first(x), atol=1e-12) and torch.allclose(der2, want, atol=1e-12)
+    prep = di.prepare_second_derivative(backend, f, x)
+    for _ in range(2):
+        assert torch.allclose(di.second_derivative(backend, f, x, prep=prep), want, atol=1e-12)
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_autograd_second_derivative_through_a_primitive_without_a_jvp(mode):
+    import autograd.numpy as anp
+    import scipy.special
+    from autograd.scipy.special import digamma  # autograd defines its VJP only
+
+    def f(t):
+        return anp.stack([digamma(t + 1.0), t**3])
+
+    x = 1.5
+    want_der = [scipy.special.polygamma(1, 2.5), 3 * x**2]
+    want = [scipy.special.polygamma(2, 2.5), 6 * x]
+    assert np.allclose(di.second_derivative(AutoAutograd(mode=mode), f, x), want, rtol=1e-12)
+    _, der, der2 = di.value_derivative_and_second_derivative(AutoAutograd(mode=mode), f, x)
+    assert np.allclose(der, want_der, rtol=1e-12) and np.allclose(der2, want, rtol=1e-12)
