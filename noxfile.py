@@ -1,4 +1,4 @@
-"""nox sessions: the whole suite, one per engine (only that engine installed), the wheel, lint.
+"""nox sessions: the whole suite, one per engine (only that engine installed), the lowest declared versions, the wheel, lint.
 
 torch is installed as ``torch==2.13.0`` first: on these machines that pin takes a local CPU build,
 while an unpinned ``torch`` would download a CUDA build of several GB.
@@ -6,9 +6,15 @@ while an unpinned ``torch`` would download a CUDA build of several GB.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nox
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 ROOT = Path(__file__).parent
 TORCH = "torch==2.13.0"
@@ -26,6 +32,34 @@ def _tests(session: nox.Session, extras: str, torch: bool) -> None:
 def tests(session: nox.Session) -> None:
     """Every backend installed."""
     _tests(session, "all,test", torch=True)
+
+
+def lowest_pins() -> list[str]:
+    """``name==lowest`` for every ``name>=lowest`` that pyproject.toml declares (dependencies and
+    extras): the versions whose support the lower bounds claim. torch's is the local 2.13.0 build."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"]) + [r for rs in project["optional-dependencies"].values() for r in rs]
+    pins = {}
+    for requirement in declared:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)", requirement.strip())
+        if found:
+            pins[found[1].lower()] = f"{found[1].lower()}=={found[2]}" if found[2].count(".") >= 2 else f"{found[1].lower()}=={found[2]}.*"
+    pins["torch"] = TORCH
+    return sorted(pins.values())
+
+
+@nox.session(name="tests-oldest")
+def tests_oldest(session: nox.Session) -> None:
+    """Every backend at the lowest version pyproject.toml declares (``name==X.Y.*`` for a ``>=X.Y``
+    bound: the oldest release line, with its fixes), installed through a constraints file so that no
+    dependency of the project moves above it."""
+    constraints = Path(session.create_tmp()) / "oldest.txt"
+    constraints.write_text("\n".join(lowest_pins()) + "\n")
+    session.log(constraints.read_text())
+    session.install(TORCH)
+    session.install("-c", str(constraints), "-e", ".[all,test]")
+    session.run("python", "-m", "pip", "list")
+    session.run("pytest", *session.posargs)
 
 
 @nox.session(name="tests-numpy")

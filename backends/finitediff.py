@@ -228,6 +228,7 @@ class Adapter(_Base):
             if k == 0.0:
                 results.append(xp.zeros(data.y_shape, dtype=x.dtype, device=device(x)))
                 continue
+            k = xp.asarray(k, dtype=x.dtype, device=device(x))  # a Python float makes float64 of float32 scalars (NumPy 1)
             if complex_step:
                 cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
                 results.append(xp.imag(ev(xp.astype(x, cdtype) + (1j * k) * xp.astype(t, cdtype))) / k)

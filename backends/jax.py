@@ -39,6 +39,13 @@ from diffinterface._errors import structured_output_error
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap as _unwrap
 
+# float64 inside a thread-local context: jax.enable_x64 from JAX 0.5 on (jax.experimental.enable_x64,
+# with the same signature, before; pyproject.toml admits JAX 0.4.35)
+if hasattr(jax, "enable_x64"):
+    enable_x64 = jax.enable_x64
+else:  # pragma: no cover - exercised by nox -s tests-oldest
+    from jax.experimental import enable_x64
+
 
 class WritableArray(_Writable):
     """A writable stand-in for an immutable jax array: ``a[i] = v`` and ``a[i] += v`` are updates.
@@ -311,7 +318,7 @@ class _Prepared:
 
     def run(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple) -> Any:
         if self.x64 and not jax.config.jax_enable_x64:
-            with jax.enable_x64(True):
+            with enable_x64(True):
                 return self._invoke(compiled, value, x, tangents, contexts)
         return self._invoke(compiled, value, x, tangents, contexts)
 
@@ -372,7 +379,7 @@ class Adapter(_Base):
 
         try:  # the first trace of f: where writes into captured state fail
             if x64 and not jax.config.jax_enable_x64:
-                with jax.enable_x64(True):
+                with enable_x64(True):
                     out = shape()
             else:
                 out = shape()

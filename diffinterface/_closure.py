@@ -445,7 +445,10 @@ def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueE
 
 # What engines say when a writable stand-in reaches a function that wants the engine's own array.
 STANDIN_MARKER = "diffinterface stand-in"
-_STANDIN_MARKERS = (STANDIN_MARKER, "__jax_array__")
+# how an engine's error shows a stand-in: our own message, its class name (the repr or type JAX
+# prints, "Argument 'WritableArray(...)' ... is not a valid JAX type" before JAX 0.5), or the
+# protocol newer JAX names
+_STANDIN_MARKERS = (STANDIN_MARKER, "WritableArray", "__jax_array__")
 
 
 def standin_error(target: Any, reason: str, engine: str, kind: type = TypeError) -> Exception | None:

@@ -46,9 +46,9 @@ class DifferentiateWith(Rule):
         if engine in (JAX, TORCH):
             x = np.asarray(x)
             if engine == JAX and x.dtype == np.float64:
-                import jax
+                from diffinterface.backends.jax import enable_x64
 
-                with jax.enable_x64(True):
+                with enable_x64(True):
                     return np.asarray(self.f(to_family(x, JAX)))
             y = self.f(to_family(x, engine))
             return y.detach().cpu().numpy() if engine == TORCH and hasattr(y, "detach") else np.asarray(y)

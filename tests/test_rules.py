@@ -119,7 +119,7 @@ def test_inside_native_jax():
     import jax
     import jax.numpy as jnp
 
-    with jax.enable_x64(True):
+    with _enable_x64()(True):
         A, b = jnp.asarray(A0), jnp.asarray(B0)
 
         def loss(A, b):
@@ -268,7 +268,7 @@ def test_vectorized_rule_takes_the_batch_whole(engine):
     if engine == "jax":
         import jax
 
-        with jax.enable_x64(True):
+        with _enable_x64()(True):
             out = jax.vmap(ex.sumsq)(xs)
             grads = jax.vmap(jax.grad(ex.sumsq))(xs)
     else:
@@ -287,7 +287,7 @@ def test_looped_batch_calls_the_body_per_element():
 
     for key in ex.CALLS:
         ex.CALLS[key] = 0
-    with jax.enable_x64(True):
+    with _enable_x64()(True):
         jax.vmap(lambda b: ex.propagate(A0, b))(np.stack([B0, B0]))
     assert ex.CALLS["primal"] == 2
 
@@ -303,7 +303,7 @@ def test_a_torch_function_inside_jax_grad():
     F = di.DifferentiateWith(torch_f, di.AutoTorch())
     x = np.linspace(0.1, 1.0, 4)
     ref = _fd(lambda z: np.sum(np.cos(z) * (np.sin(z) ** 2 * np.sum(z))), x)
-    with jax.enable_x64(True):
+    with _enable_x64()(True):
         g = jax.grad(lambda z: jnp.sum(jnp.cos(z) * F(z)))(jnp.asarray(x))
         gj = jax.jit(jax.grad(lambda z: jnp.sum(jnp.cos(z) * F(z))))(jnp.asarray(x))
     assert g.dtype == jnp.float64
@@ -331,7 +331,7 @@ def test_a_simulator_by_finite_differences_inside_jax_jit_grad():
 
     S = di.DifferentiateWith(simulator, di.AutoFiniteDiff())
     p = np.array([0.3, 1.5])
-    with jax.enable_x64(True):
+    with _enable_x64()(True):
         g = jax.jit(jax.grad(lambda q: jnp.sum(S(q) ** 2)))(jnp.asarray(p))
     i = np.arange(5)
     cums = np.cumsum(np.sin(p[0] * i) * p[1])
@@ -430,3 +430,10 @@ def test_second_order_combinations(backend):
 def test_second_order_across_engines_is_an_error():
     with pytest.raises(TypeError, match=r"AutoTorch\(\) cannot differentiate what AutoJAX\(\) computes.*AutoFiniteDiff"):
         di.hessian(di.SecondOrder(di.AutoTorch(), di.AutoJAX()), lambda x: (x**2).sum(), np.ones(2))
+
+
+def _enable_x64():
+    """JAX's float64 context (``jax.enable_x64``, or ``jax.experimental.enable_x64`` before JAX 0.5)."""
+    from diffinterface.backends.jax import enable_x64
+
+    return enable_x64
