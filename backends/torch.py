@@ -269,9 +269,8 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return ".data" if getattr(getattr(func, "__self__", None), "__name__", "") == "data" else None
         if name != "__bool__" and not torch.is_grad_enabled():
             return f"{name} under torch.no_grad()"
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        if self._from_x(inputs, with_graph=True) and any(_floating(o) and not o.requires_grad for o in outs):
-            return f"torch.{name}" if name in _CONSTRUCTORS else name
+        if name in _CONSTRUCTORS and self._from_x(inputs, with_graph=True) and not _graph_outputs(out):
+            return f"torch.{name}"
         return None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
@@ -287,12 +286,28 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             escape = self._escape(func, name, (args, kwargs), out)
             if escape is not None:
                 self.escapes.append(escape)
-        if name != "__get__":
+        # torch gives no graph to the outputs of an operation it defines as non-differentiable
+        # (norm(x, 0) counts entries): constant in x, as torch.autograd.functional.jacobian has it
+        undifferentiable = torch.is_grad_enabled() and self._from_x((args, kwargs), with_graph=True) and not _graph_outputs(out)
+        if name != "__get__" and not undifferentiable:
             self._mark(out)
             if name == "__setitem__" or name.endswith("_") or "out" in kwargs:  # written in place
                 self._mark(args[0] if args else None)
                 self._mark(kwargs.get("out"))
         return out
+
+
+def _reaches(y: Any, root: Any) -> bool:
+    """Whether torch's reverse graph of ``y`` reaches ``root`` (``allow_unused``: None where not)."""
+    if not (isinstance(y, _Tensor) and y.requires_grad):
+        return False
+    return torch.autograd.grad(y, root, torch.ones_like(y), allow_unused=True)[0] is not None
+
+
+def _graph_outputs(out: Any) -> bool:
+    """Whether an operation's floating outputs carry a graph (True where it has none)."""
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if _floating(o)]
+    return not outs or any(o.requires_grad for o in outs)
 
 
 def _floating(value: Any) -> bool:
@@ -302,8 +317,10 @@ def _floating(value: Any) -> bool:
 
 def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
     """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
-    if ``f`` computed its output from ``x`` (or dropped a value computed from ``x``), and returns
-    where ``f`` is constant in ``x``, whose derivatives are then zeros. In forward mode (no tangent),
+    where a value computed from ``x`` left autograd on the way (see :class:`_Provenance`), and
+    returns where ``f`` is constant in ``x`` or reaches its output only through operations torch
+    defines with no derivative (``norm(x, 0)``): the derivatives are then zeros, as torch's own
+    ``jacobian`` gives. In forward mode (no tangent),
     an output that reverse mode can follow back to ``x`` means an operation without a forward rule
     (a ``torch.autograd.Function`` without ``jvp``): NotImplementedError, which ``mode=None`` answers
     by switching to reverse mode."""
@@ -320,14 +337,14 @@ def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
             y, cause = None, error
         else:
             cause = None
-    if not mode.escapes and not mode._from_x(y):
+    if not mode.escapes:  # constant in x, or through operations torch defines with no derivative
+        if forward and _reaches(y, root):
+            raise NotImplementedError(
+                "f(x) carries no forward-mode tangent, while reverse mode follows it back to x: an "
+                "operation of f has no forward-mode derivative (a torch.autograd.Function without jvp)"
+            )
         return
-    if forward and not mode.escapes and mode._from_x(y, with_graph=True):
-        raise NotImplementedError(
-            "f(x) carries no forward-mode tangent, while reverse mode follows it back to x: an operation "
-            "of f has no forward-mode derivative (a torch.autograd.Function without jvp)"
-        )
-    where = ", ".join(dict.fromkeys(mode.escapes)) or "an operation that returned a tensor with no graph"
+    where = ", ".join(dict.fromkeys(mode.escapes))
     raise LostDerivativeError(
         f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}), so "
         f"every derivative would come out zero. {LOST_CAUSES}."

@@ -519,3 +519,18 @@ def test_autograd_second_derivative_through_a_primitive_without_a_jvp(mode):
     assert np.allclose(di.second_derivative(AutoAutograd(mode=mode), f, x), want, rtol=1e-12)
     _, der, der2 = di.value_derivative_and_second_derivative(AutoAutograd(mode=mode), f, x)
     assert np.allclose(der, want_der, rtol=1e-12) and np.allclose(der2, want, rtol=1e-12)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_an_op_torch_defines_as_non_differentiable_gives_zeros_as_torch_does(mode):
+    import torch
+
+    x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 4.0]], dtype=torch.float64)
+
+    def count(z):  # the 0-"norm" counts the nonzero entries: torch gives its output no graph
+        return torch.linalg.norm(z.reshape(-1), 0) * torch.ones(2, dtype=z.dtype)
+
+    want = torch.autograd.functional.jacobian(count, x)
+    assert torch.equal(want, torch.zeros(2, 2, 3, dtype=torch.float64))
+    assert torch.equal(di.jacobian(AutoTorch(mode=mode), count, x), want)
