@@ -65,7 +65,8 @@ def _tests_dir() -> Path:
             )
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(f"autograd-{VERSION}/tests/")]
-            tar.extractall(cache, members=members, filter="data")
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12
+            tar.extractall(cache, members=members, **safe)
     return tests
 
 
