@@ -263,15 +263,14 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return any(self._from_x(v, with_graph) for v in value.values())
         return False
 
-    def _escape(self, func: Any, name: str, inputs: tuple, out: Any) -> str | None:
-        """How a value computed from x left autograd in ``func`` (called with ``inputs``), or None."""
+    def _escape(self, func: Any, name: str, cut: bool) -> str | None:
+        """How a value computed from x left autograd in ``func`` (``cut``: its inputs carry x's graph,
+        its floating outputs none), or None."""
         if name == "__get__":  # a property: only .data hands out a tensor without its graph
             return ".data" if getattr(getattr(func, "__self__", None), "__name__", "") == "data" else None
         if name != "__bool__" and not torch.is_grad_enabled():
             return f"{name} under torch.no_grad()"
-        if name in _CONSTRUCTORS and self._from_x(inputs, with_graph=True) and not _graph_outputs(out):
-            return f"torch.{name}"
-        return None
+        return f"torch.{name}" if cut and name in _CONSTRUCTORS else None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -280,16 +279,15 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return func(*args, **kwargs)
         if name in _ESCAPES:  # recorded before the call, which may raise (.numpy() of x)
             self.escapes.append(_ESCAPES[name])
-            out = func(*args, **kwargs)
-        else:
-            out = func(*args, **kwargs)
-            escape = self._escape(func, name, (args, kwargs), out)
-            if escape is not None:
-                self.escapes.append(escape)
-        # torch gives no graph to the outputs of an operation it defines as non-differentiable
-        # (norm(x, 0) counts entries): constant in x, as torch.autograd.functional.jacobian has it
-        undifferentiable = torch.is_grad_enabled() and self._from_x((args, kwargs), with_graph=True) and not _graph_outputs(out)
-        if name != "__get__" and not undifferentiable:
+        out = func(*args, **kwargs)
+        # an operation whose inputs carry x's graph and whose floating outputs carry none: a
+        # constructor (torch.asarray) lost it; any other is one torch defines as non-differentiable
+        # (norm(x, 0) counts entries), constant in x as torch.autograd.functional.jacobian has it
+        cut = torch.is_grad_enabled() and self._from_x((args, kwargs), with_graph=True) and not _graph_outputs(out)
+        escape = None if name in _ESCAPES else self._escape(func, name, cut)
+        if escape is not None:
+            self.escapes.append(escape)
+        if name != "__get__" and not cut:
             self._mark(out)
             if name == "__setitem__" or name.endswith("_") or "out" in kwargs:  # written in place
                 self._mark(args[0] if args else None)
@@ -516,7 +514,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator == "second_derivative" else None
 
     # complex outputs: batched forward passes run as loops (see _jvps)
-    loop = isinstance(info.y_dtype, torch.dtype) and info.y_dtype.is_complex
+    loop = complex_dtype(info.y_dtype)
 
     def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
         if forward:
