@@ -42,10 +42,19 @@ from autograd.tracer import Box, getval
 
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
-from diffinterface._arrays import NUMPY, family, is_array, shape_size, to_family
-from diffinterface._closure import STANDIN_MARKER, const_write_error, duplicate, read_only_alias, standin_error
+from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
+from diffinterface._closure import (
+    const_write_error,
+    duplicate,
+    numpy_write_refused,
+    operand_error,
+    raised_by,
+    read_only_alias,
+    standin_error,
+)
 from diffinterface._contexts import context_values
 from diffinterface._errors import LostDerivativeError, structured_output_error
+from diffinterface._writable import StandInConversionError
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import unwrap
 
@@ -133,8 +142,8 @@ class WritableArray(_Writable):
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         if isinstance(self.value, Box):  # anp.sin(buf) would compute on the value and drop the derivative
-            raise TypeError(f"a {STANDIN_MARKER} holding a value that depends on x was converted to a numpy "
-                            "array, which would drop its derivative")
+            raise StandInConversionError("a stand-in holding a value that depends on x was converted to a numpy "
+                                         "array, which would drop its derivative")
         return np.asarray(self.value, dtype=dtype)
 
 
@@ -162,7 +171,7 @@ class _Function:
 
         # f reads its captured arrays and constants as read-only numpy views (built once, see
         # StatePlan.aliased) until it writes into one; from then on it gets writable stand-ins and copies
-        return _output(target.guarded_with(run, bool(contexts)), x, target)
+        return _output(target.guarded_with(run, bool(contexts), _alias_refused), x, target)
 
 
 def _output(y: Any, x: Any, target: Any) -> Any:
@@ -182,6 +191,54 @@ def _output(y: Any, x: Any, target: Any) -> Any:
             f"code, xp.stack"
         )
     return y
+
+
+_BOX_WRITES: frozenset | None = None
+
+
+def _chain(error: BaseException) -> tuple:
+    """``error`` and the errors it was raised from (explicit causes only: what was being handled
+    when it was raised depends on the caller)."""
+    out, seen, current = [], set(), error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        out.append((type(current), str(current)))
+        current = current.__cause__
+    return tuple(out)
+
+
+def _box_write(error: BaseException) -> bool:
+    """Whether ``error`` is numpy refusing a box (a traced value) written into a numpy array, as
+    autograd raises it: learnt once by provoking it (the error and the error it comes from)."""
+    global _BOX_WRITES
+    if _BOX_WRITES is None:
+        found = set()
+        for value in (0.5, np.array(0.5), np.array([0.5, 1.0])):
+            try:
+                make_vjp(lambda z: np.zeros(np.shape(z)).__setitem__(..., z), value)
+            except Exception as probe:  # noqa: BLE001 - what autograd raises is what is learnt
+                found.add(_chain(probe))
+        _BOX_WRITES = frozenset(found)
+    return raised_by(error, lambda e: _chain(e) in _BOX_WRITES)
+
+
+def _foreign_output(error: BaseException) -> bool:
+    """autograd cannot differentiate an output of another library (``vspace`` has no entry for
+    ``torch.Tensor``: a ``KeyError`` of that type): ``f`` returned what it wrote into a torch buffer."""
+    return raised_by(error, lambda e: isinstance(e, KeyError) and bool(e.args) and isinstance(e.args[0], type)
+                     and e.args[0] not in Box.type_mappings and family_of_type(e.args[0]) is not None)
+
+
+def _leaked(error: BaseException) -> bool:
+    """The recogniser of ``const_write_error``: a box written into a numpy array, or into a torch
+    tensor (an operator error in ``f`` between a box and a foreign array), or a foreign output."""
+    return _box_write(error) or operand_error(error, lambda v: isinstance(v, Box)) or _foreign_output(error)
+
+
+def _alias_refused(error: BaseException) -> bool:
+    """Over read-only views, what makes ``f`` run again over copies: numpy refusing the write, or a
+    box written into a copy of a view (``copy.copy(buf)[0] = x``; over a stand-in the copy is one)."""
+    return numpy_write_refused(error) or _box_write(error)
 
 
 _read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
@@ -355,11 +412,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
         try:
             return body(x, ts, contexts)
         except (TypeError, ValueError) as error:
-            const = const_write_error(target, str(error), "autograd", type(error)) or \
-                standin_error(target, str(error), "autograd", type(error))
+            const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
             if const is not None:
                 raise const from error
-            if "ArrayBox" not in str(error) and "setting an array element with a sequence" not in str(error):
+            if not _box_write(error):
                 raise
             raise type(error)(
                 f"{call}: autograd could not trace f: {str(error).rstrip('.')}. The usual cause is a numpy array that f "
@@ -406,8 +462,7 @@ class Adapter(_Base):
             else:
                 y = np.asarray(fn(xn, contexts))
         except (TypeError, ValueError) as error:
-            known = standin_error(target, str(error), "autograd", type(error)) or \
-                const_write_error(target, str(error), "autograd", type(error))
+            known = standin_error(target, error, "autograd") or const_write_error(target, error, "autograd", _leaked)
             if known is not None:
                 raise known from error
             raise

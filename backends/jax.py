@@ -33,10 +33,11 @@ import numpy as np
 from diffinterface._adapter import Info, contract_all
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
-from diffinterface._closure import const_write_error, duplicate, standin_error
+from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
 from diffinterface._errors import structured_output_error
 from diffinterface._writable import WritableArray as _Writable
+from diffinterface._writable import note_conversion, take_conversion
 from diffinterface._writable import unwrap as _unwrap
 
 # float64 inside a thread-local context: jax.enable_x64 from JAX 0.5 on (jax.experimental.enable_x64,
@@ -62,8 +63,25 @@ class WritableArray(_Writable):
     def _update(value: Any, index: Any, item: Any) -> Any:
         return value.at[index].set(item)
 
+    @property
     def __jax_array__(self) -> Any:
-        return self.value
+        """The conversion hook, looked up on the instance: older JAX calls it (the current value), newer
+        JAX refuses it with a generic error, which the lookup's mark lets the adapter recognise."""
+        note_conversion()
+        return lambda: self.value
+
+
+# JAX's errors for a tracer that meets code which needs a concrete value (numpy's setitem, float())
+_TRACER_ERRORS = tuple(getattr(jax.errors, name) for name in (
+    "ConcretizationTypeError", "TracerArrayConversionError", "TracerIntegerConversionError",
+    "TracerBoolConversionError", "UnexpectedTracerError") if hasattr(jax.errors, name))
+
+
+def _leaked(error: BaseException) -> bool:
+    """The recogniser of ``const_write_error``: one of JAX's tracer errors in the chain (a tracer
+    written into a numpy array), or an operator error in ``f`` between a tracer and a foreign array."""
+    return raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS)) or operand_error(
+        error, lambda v: isinstance(v, jax.core.Tracer))
 
 
 def _is_dynamic(leaf: Any) -> bool:
@@ -377,6 +395,7 @@ class Adapter(_Base):
             dyn, static = function.arguments(contexts)
             return jax.eval_shape(lambda z, d: function.pure(z, d, static), xj, dyn)
 
+        take_conversion()  # a stand-in converted from here on is this trace's
         try:  # the first trace of f: where writes into captured state fail
             if x64 and not jax.config.jax_enable_x64:
                 with enable_x64(True):
@@ -384,8 +403,7 @@ class Adapter(_Base):
             else:
                 out = shape()
         except (TypeError, ValueError) as error:
-            kind = TypeError if isinstance(error, TypeError) else ValueError
-            const = const_write_error(target, str(error), "JAX", kind) or standin_error(target, str(error), "JAX", kind)
+            const = const_write_error(target, error, "JAX", _leaked) or standin_error(target, error, "JAX")
             if const is not None:
                 raise const from error
             raise

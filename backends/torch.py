@@ -38,6 +38,7 @@ arrays are converted without copying.
 from __future__ import annotations
 
 import threading
+import re
 import warnings
 from typing import Any
 
@@ -49,7 +50,7 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
 from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
-from diffinterface._closure import const_write_error, duplicate
+from diffinterface._closure import const_write_error, duplicate, numpy_write_refused, raised_by, refusals
 from diffinterface._contexts import context_values
 from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
 
@@ -103,6 +104,41 @@ def _alias(value: Any, device: Any) -> Any:
         if flags.writeable and flags.c_contiguous:
             return torch.from_numpy(value).requires_grad_()
     return None
+
+
+_REFUSALS: frozenset | None = None
+
+
+def _leaf() -> Any:
+    return torch.zeros(3, dtype=torch.float64).requires_grad_()
+
+
+def _shape(message: str) -> str:
+    """A refusal's message with the names torch puts in it (``add(): ...``, ``function 'native_batch_norm'
+    ... argument 'running_mean'``) replaced, so that one provoked refusal stands for every operation."""
+    return re.sub(r"'[^']*'", "'*'", re.sub(r"^[\w.]+\(\): ", "*(): ", message))
+
+
+def _alias_write_refused(error: BaseException) -> bool:
+    """Whether ``error`` is torch (or numpy, for a numpy array that could not be aliased) refusing
+    what ``f`` did with a guarded alias (:func:`_alias`, a tensor that requires grad): a write into
+    it, an ``out=`` argument, ``.numpy()``, an input that must not require grad (batch_norm's running
+    statistics). The exact errors, learnt once by provoking each of them."""
+    global _REFUSALS
+    if numpy_write_refused(error):
+        return True
+    if not isinstance(error, RuntimeError):
+        return False
+    if _REFUSALS is None:
+        found = refusals(
+            _leaf,
+            lambda t: t.__setitem__(0, 1.0), lambda t: t.add_(1.0), lambda t: t[0:2].mul_(2.0),
+            lambda t: t.copy_(torch.ones(3, dtype=t.dtype)), lambda t: t.numpy(), lambda t: torch.add(t, 1.0, out=t),
+            lambda t: torch.nn.functional.batch_norm(torch.ones(2, 3, dtype=t.dtype), t, torch.ones(3, dtype=t.dtype),
+                                                     training=True),
+        )
+        _REFUSALS = frozenset((kind, _shape(message)) for kind, message in found)
+    return (type(error), _shape(str(error))) in _REFUSALS
 
 
 def _constant(value: Any, device: Any) -> Any:
@@ -166,7 +202,7 @@ class _Function:
             # matrix (a jacobian of sin(A @ x), A 1e5 x 10: 1.37 -> 0.79 of the native call).
             if not torch.is_grad_enabled():
                 return run(False)
-            return target.guarded_with(run, bool(contexts))
+            return target.guarded_with(run, bool(contexts), _alias_write_refused)
 
         plan = target.plan
         if plain or target.y is not None or plan is None:
@@ -181,8 +217,10 @@ class _Function:
             device = x.device
             try:
                 y = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)(x)
-            except Exception:  # noqa: BLE001 - f wrote into an alias (or fails): the general path decides
-                return run_with_state(x, contexts)
+            except Exception as error:
+                if not raised_by(error, _alias_write_refused):
+                    raise  # f's own error, after one run of f
+                return run_with_state(x, contexts)  # f wrote into an alias: over copies, and learnt
             return y if type(y) is _Tensor else _output(y, x, target)
 
         return run_aliased

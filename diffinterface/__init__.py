@@ -11,6 +11,7 @@ from ._backends import AutoJAX as AutoJAX
 from ._backends import AutoTorch as AutoTorch
 from ._backends import SecondOrder as SecondOrder
 from ._backends import check_available as check_available
+from ._closure import declare_modules as declare_modules
 from ._contexts import Cache as Cache
 from ._contexts import Constant as Constant
 from ._differentiate_with import DifferentiateWith as DifferentiateWith
@@ -51,7 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutoAutograd", "AutoFiniteDiff", "AutoJAX", "AutoTorch", "SecondOrder", "check_available",
-    "Cache", "Constant", "DifferentiateWith", "BackendNotAvailableError", "LostDerivativeError", "PreparationMismatchError", "Prep",
+    "Cache", "Constant", "declare_modules", "DifferentiateWith", "BackendNotAvailableError", "LostDerivativeError", "PreparationMismatchError", "Prep",
     "derivative", "value_and_derivative", "prepare_derivative",
     "second_derivative", "value_derivative_and_second_derivative", "prepare_second_derivative",
     "gradient", "value_and_gradient", "prepare_gradient",

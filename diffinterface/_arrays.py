@@ -47,6 +47,18 @@ def family(value: Any) -> str | None:
     return fam
 
 
+def family_of_type(kind: type) -> str | None:
+    """The family whose arrays are of type ``kind``, or None."""
+    if issubclass(kind, (np.ndarray, np.generic)):
+        return NUMPY
+    torch, jax = sys.modules.get("torch"), sys.modules.get("jax")
+    if torch is not None and issubclass(kind, torch.Tensor):
+        return TORCH
+    if jax is not None and issubclass(kind, jax.Array):
+        return JAX
+    return None
+
+
 def is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, np.generic)) or _is_torch(value) or _is_jax(value)
 

@@ -39,9 +39,11 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
+from ._closure import declare_modules
+
 # The functions below stand for user code: their captured state is walked and duplicated as a
-# user's would be (library modules are left alone, see diffinterface/_closure.py).
-__diffinterface_user_code__ = True
+# user's would be (the diffinterface namespace is a library to the walker, see _closure.py).
+declare_modules(__name__, walk=True)
 
 # -- timing ------------------------------------------------------------------------------------
 

@@ -18,8 +18,14 @@ remembers that ``f`` writes (``plan.aliases`` turns False: copies from then on).
 only arrays and numbers, in functions that rebind nothing, ``f`` over the aliases is built once and
 reused while the user's objects are the same (``plan.cacheable``).
 
-Library code (modules installed in the interpreter's stdlib or site-packages) is never walked:
-its functions, and modules, classes and other objects, are left as they are.
+Which functions are walked is decided by **module name**, never by where a module is installed
+(users' model code is usually an installed package): every function, callable object and bound
+method is walked unless its module belongs to a library namespace -- the standard library
+(``sys.stdlib_module_names``), the engines and their array libraries (numpy, scipy, jax, torch,
+autograd, ...), diffinterface itself -- or to a namespace declared one with
+:func:`declare_modules` (``declare_modules("mylib", walk=False)``). ``walk=True`` declares user code
+inside a library namespace (this package's own scenario catalogue). The most specific declaration
+wins. Modules, classes and other objects are never walked.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import copy
 import dis
 import functools
 import sys
-import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any
@@ -37,21 +42,59 @@ import numpy as np
 
 from ._arrays import is_array
 
-_LIBRARY_DIRS = tuple(
-    {p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))}
-)
+# Library namespaces whose functions are left as they are: the standard library, the engines, their
+# array libraries and the scientific stack. Extended, or overridden for a sub-namespace, with
+# declare_modules; the most specific prefix of a module's name decides.
+_LIBRARIES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
+    "__future__", "builtins", "_pytest", "pytest", "hypothesis", "pluggy", "numpy", "scipy", "jax", "jaxlib",
+    "torch", "functorch", "torchvision", "autograd", "array_api_compat", "array_api_strict", "ml_dtypes",
+    "opt_einsum", "numdifftools", "sympy", "pandas", "matplotlib", "sklearn", "numba", "cupy", "dask",
+    "xarray", "flax", "optax", "equinox", "diffrax", "chex", "diffinterface",
+}
+_declared: dict[str, bool] = {}  # module-name prefix -> walk
+_walk_cache: dict[str | None, bool] = {}
+
+
+def declare_modules(*names: str, walk: bool) -> None:
+    """Declare module namespaces for the closure walker (SPEC section 7).
+
+    ``walk=False``: a library -- functions and callable objects defined in ``name`` or its
+    submodules are called as they are, never looked into for captured state to duplicate.
+    ``walk=True``: user code, also inside a library namespace (the walker looks into it as into a
+    script's functions). The most specific declaration of a module's name wins::
+
+        diffinterface.declare_modules("mylib", walk=False)      # a library f calls into
+        diffinterface.declare_modules("mylib.models", walk=True)  # but this part is model code
+    """
+    for name in names:
+        if not isinstance(name, str) or not name or name.startswith(".") or name.endswith("."):
+            raise ValueError(f"declare_modules({name!r}, walk={walk!r}): expected a module name such as 'mylib' or 'mylib.models'")
+    if not isinstance(walk, bool):
+        raise TypeError(f"declare_modules(..., walk={walk!r}): walk must be True or False")
+    for name in names:
+        _declared[name] = walk
+    _walk_cache.clear()
 
 
 def _is_user_module(name: str | None) -> bool:
-    module = sys.modules.get(name or "")
-    if module is None:
-        return False
-    if getattr(module, "__diffinterface_user_code__", False):
-        return True
-    path = getattr(module, "__file__", None)
-    if path is None:
-        return name == "__main__"
-    return not path.startswith(_LIBRARY_DIRS) and not name.startswith("diffinterface")
+    """Whether functions of the module named ``name`` are walked: by the name alone (see the module
+    docstring). A function without a module (made by ``exec`` without ``__name__``) is user code."""
+    try:
+        return _walk_cache[name]
+    except KeyError:
+        pass
+    walk = True
+    if name:
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in _declared:
+                walk = _declared[prefix]
+                break
+        else:
+            walk = parts[0] not in _LIBRARIES
+    _walk_cache[name] = walk
+    return walk
 
 
 def _is_user_function(value: Any) -> bool:
@@ -106,6 +149,55 @@ def read_only_alias(value: Any) -> Any:
         view.flags.writeable = False
         return view
     return None
+
+
+def refusals(make: Callable[[], Any], *writes: Callable[[Any], Any]) -> frozenset:
+    """The exact messages a guarded alias raises when written into, learnt from the engine itself:
+    ``make()`` builds an alias, each ``write(alias)`` tries one kind of write. Recognising the guard's
+    own errors this way (never a substring of a message) lets :meth:`Target.guarded` retry over
+    copies after exactly those, and raise every other error of ``f`` at once (``f`` runs once)."""
+    found = set()
+    for write in writes:
+        try:
+            write(make())
+        except Exception as error:  # noqa: BLE001 - what the engine raises is what is learnt
+            found.add((type(error), str(error)))
+    return frozenset(found)
+
+
+_NUMPY_REFUSALS: frozenset | None = None
+
+
+def _numpy_alias() -> np.ndarray:
+    return read_only_alias(np.zeros(3))
+
+
+def numpy_write_refused(error: BaseException) -> bool:
+    """Whether ``error`` is numpy refusing a write into a read-only view (:func:`read_only_alias`)."""
+    global _NUMPY_REFUSALS
+    if not isinstance(error, ValueError):
+        return False
+    if _NUMPY_REFUSALS is None:
+        _NUMPY_REFUSALS = refusals(
+            _numpy_alias,
+            lambda a: a.__setitem__(0, 1.0), lambda a: a.__iadd__(1.0), lambda a: np.add(a, 1.0, out=a),
+            lambda a: np.copyto(a, 1.0), lambda a: a.fill(1.0), lambda a: a.sort(), lambda a: a.put(0, 1.0),
+            lambda a: a.setflags(write=True), lambda a: np.put(a, 0, 1.0), lambda a: np.place(a, a == 0, 1.0),
+        )
+    return (type(error), str(error)) in _NUMPY_REFUSALS
+
+
+def raised_by(error: BaseException, refused: Callable[[BaseException], bool]) -> bool:
+    """Whether ``refused`` recognises ``error`` or an error it was raised from or during (an engine or
+    this library may re-raise the guard's error with its own message in front)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if refused(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _immutable(value: Any) -> bool:
@@ -416,25 +508,53 @@ class StatePlan:
         return fn
 
 
-# What engines say when f writes a traced value into an array or list they do not track.
-_TRACED_WRITE_MARKERS = ("setting an array element with a sequence", "Tracer", "tracer", "ArrayBox",
-                         "Could not convert", "not a tensor computed from x",
-                         "Can't differentiate w.r.t. type")  # autograd: f returned what it wrote into torch state
+def _frames(error: BaseException) -> list:
+    """The frames of ``error``'s traceback, outermost first."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
 
 
-def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueError) -> Exception | None:
+def _in_user_code(frame: Any) -> bool:
+    return _is_user_module(frame.f_globals.get("__name__"))
+
+
+def operand_error(error: BaseException, traced: Callable[[Any], bool]) -> bool:
+    """Whether ``error`` is a ``TypeError`` that an operator raised right in user code (its innermost
+    frame is ``f``'s own, not a library's) where that frame holds a traced value of the engine and an
+    array of another library: ``buffer[0] += x`` with a torch ``buffer`` under JAX, whose error names
+    only the two operand types. Recognised from the values, never from the message."""
+    if not isinstance(error, TypeError):
+        return False
+    frames = _frames(error)
+    if not frames or not _in_user_code(frames[-1]):
+        return False
+    values = list(frames[-1].f_locals.values())
+    return any(traced(v) for v in values) and any(is_array(v) and not traced(v) for v in values)
+
+
+def const_write_error(target: Any, error: BaseException | str, engine: str,
+                      leaked: Callable[[BaseException], bool] | None = None, kind: type | None = None) -> Exception | None:
     """Under ``closure="const"``, the error for ``f`` writing a value that depends on ``x`` into its
     own captured state (SPEC section 7): it names the captured arrays, lists and dicts and points to
-    ``closure="duplicated"``. None when the closure is duplicated, when ``reason`` (the engine's own
-    message) is not such a write, or when ``f`` captures no such state. Discovery runs only here,
-    on the way to an error, so ``"const"`` costs nothing on calls that succeed."""
-    if getattr(target, "closure", None) != "const" or not any(m in reason for m in _TRACED_WRITE_MARKERS):
+    ``closure="duplicated"``. None when the closure is duplicated, when ``leaked(error)`` (the
+    engine's recogniser: its error types, see each adapter) says the error is something else, or when
+    ``f`` captures no such state. A ``str`` ``error`` is the adapter's own finding (no recogniser).
+    Discovery runs only here, on the way to an error, so ``"const"`` costs nothing on calls that succeed."""
+    if getattr(target, "closure", None) != "const":
+        return None
+    if not isinstance(error, str) and (leaked is None or not leaked(error)):
         return None
     plan = StatePlan(target.f)
     captured = [where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (list, dict)) or is_array(value)]
     if not captured:
         return None
-    first_line = reason.strip().splitlines()[0].rstrip(".") if reason.strip() else reason
+    reason = str(error).strip()
+    first_line = reason.splitlines()[0].rstrip(".") if reason else type(error).__name__
+    if kind is None:
+        kind = TypeError if isinstance(error, TypeError) else ValueError
     return kind(
         f"{target.call}: with closure='const', f writes into its own captured state ({', '.join(captured)}), "
         f"where {engine} cannot carry a value that depends on x ({first_line}); the derivative through it "
@@ -443,25 +563,33 @@ def const_write_error(target: Any, reason: str, engine: str, kind: type = ValueE
     )
 
 
-# What engines say when a writable stand-in reaches a function that wants the engine's own array.
-STANDIN_MARKER = "diffinterface stand-in"
-# how an engine's error shows a stand-in: our own message, its class name (the repr or type JAX
-# prints, "Argument 'WritableArray(...)' ... is not a valid JAX type" before JAX 0.5), or the
-# protocol newer JAX names
-_STANDIN_MARKERS = (STANDIN_MARKER, "WritableArray", "__jax_array__")
+def _holds_standin(frame: Any) -> bool:
+    from ._writable import WritableArray
+
+    return any(isinstance(v, WritableArray) for v in frame.f_locals.values())
 
 
-def standin_error(target: Any, reason: str, engine: str, kind: type = TypeError) -> Exception | None:
+def standin_error(target: Any, error: BaseException, engine: str) -> Exception | None:
     """The error for ``f`` passing a writable stand-in (what ``f`` gets for a captured array it
     writes into, a ``Cache`` or an output buffer under JAX and autograd) to a library function that
     wants the engine's own array: it names the captured arrays and says what to write instead.
-    None when ``reason`` (the engine's message) is not that."""
-    if not any(m in reason for m in _STANDIN_MARKERS):
-        return None
+    Recognised by mechanism, not message: a stand-in's conversion hook ran (``take_conversion``), its
+    own ``StandInConversionError`` was raised, or a frame of library code (not ``f``'s, not this
+    package's stand-in methods) in the traceback holds a stand-in. None otherwise."""
+    from ._writable import StandInConversionError, take_conversion
+
+    converted = take_conversion()
+    if not converted and not raised_by(error, lambda e: isinstance(e, StandInConversionError)):
+        frames = [fr for fr in _frames(error) if not _in_user_code(fr)
+                  and not fr.f_globals.get("__name__", "").startswith("diffinterface")]
+        if not any(_holds_standin(fr) for fr in frames):
+            return None
     plan = getattr(target, "plan", None)
     captured = [where for where, value in zip(plan.where(), plan.read()) if is_array(value)] if plan is not None else []
     what = ", ".join(captured) if captured else "a Cache context or the output buffer y"
-    first_line = reason.strip().splitlines()[0].rstrip(".")
+    reason = str(error).strip()
+    first_line = reason.splitlines()[0].rstrip(".") if reason else type(error).__name__
+    kind = TypeError if isinstance(error, TypeError) else ValueError
     return kind(
         f"{target.call}: f passes an array it writes into ({what}) to a function that needs a plain "
         f"{engine} array ({first_line}). Under {engine} such arrays reach f as writable stand-ins, "

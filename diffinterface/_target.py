@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._closure import StatePlan, copy_leaf, duplicate
+from ._closure import StatePlan, copy_leaf, duplicate, numpy_write_refused, raised_by
 
 
 class Target:
@@ -39,27 +39,30 @@ class Target:
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
 
-    def guarded(self, run: Callable[[bool], Any]) -> Any:
+    def guarded(self, run: Callable[[bool], Any], refused: Callable[[BaseException], bool] = numpy_write_refused) -> Any:
         """``run(aliased)``: first with ``aliased=True`` (``run`` then builds ``f`` with
         ``instance(leaf, guard=...)``) while the plan still lets ``f`` read its arrays through guarded
-        aliases; where that raises, ``run(False)`` over copies, and if that succeeds the plan learns
-        that ``f`` writes into its arrays (copies from then on). An error over copies too is ``f``'s
-        own, and is raised as it is."""
-        return self.guarded_with(run, False)
+        aliases; where that raises the guard's own error (``refused(error)``: a write into an alias
+        that the engine refused), ``run(False)`` over copies, and if that succeeds the plan learns
+        that ``f`` writes into its arrays (copies from then on). Any other error is ``f``'s own and
+        is raised as it is, after one run of ``f``."""
+        return self.guarded_with(run, False, refused)
 
-    def guarded_with(self, run: Callable[[bool], Any], constants: bool) -> Any:
+    def guarded_with(self, run: Callable[[bool], Any], constants: bool,
+                     refused: Callable[[BaseException], bool] = numpy_write_refused) -> Any:
         """:meth:`guarded`, where ``run(aliased)`` also passes the ``Constant`` contexts as guarded
         aliases (``constants``): the caller's constants are never modified (a ``batch_norm`` in
-        training mode updates the running statistics it is given). After a failure over aliases,
-        captured state and constants are copies from then on."""
+        training mode updates the running statistics it is given). After a write refused over
+        aliases, captured state and constants are copies from then on."""
         plan = self.plan
         state = plan is not None and not plan.read_only and plan.aliases
         if not (state or (constants and self.constant_aliases)):
             return run(False)
         try:
             return run(True)
-        except Exception:  # noqa: BLE001 - f may have tried to write into an alias: over copies
-            pass
+        except Exception as error:
+            if not raised_by(error, refused):
+                raise
         out = run(False)
         if plan is not None:
             plan.aliases = False

@@ -14,7 +14,30 @@ from __future__ import annotations
 
 import copy
 import operator
+import threading
 from typing import Any
+
+
+class StandInConversionError(TypeError):
+    """A stand-in holding a traced value was converted to a plain array, which would drop its
+    derivative (autograd's ``anp.sin(buf)``); the adapter reports it naming the captured array."""
+
+
+_conversions = threading.local()
+
+
+def note_conversion() -> None:
+    """Called by a stand-in's conversion hook (JAX's ``__jax_array__``): an engine function was
+    handed a stand-in. Newer JAX refuses the hook with a generic error; :func:`take_conversion`
+    lets the adapter recognise that error by this mark rather than by its message."""
+    _conversions.seen = True
+
+
+def take_conversion() -> bool:
+    """Whether a stand-in was converted on this thread since the last call (and clear the mark)."""
+    seen = getattr(_conversions, "seen", False)
+    _conversions.seen = False
+    return seen
 
 
 class WritableArray:

@@ -382,3 +382,115 @@ def test_const_closure_writing_a_traced_value_into_a_captured_list_is_an_error_a
         return state[0] * x[0] ** 2 + state[1] * x[1]
 
     assert np.allclose(np.asarray(di.gradient(const, reads, np.array([0.5, 1.0]))), [1.0, 2.0])
+
+
+_BUFFER_PACKAGE = '''
+import numpy as np
+
+a = np.zeros(1)
+
+
+def f(x):
+    a[0] = 1.0
+    a[0] += x
+    return a[0] ** 2
+'''
+
+
+@pytest.fixture
+def installed_package(tmp_path, monkeypatch):
+    """The README's buffer example as a module of a package in a site-packages directory, imported
+    the way an installed package is (``site.addsitedir``): model code usually is one."""
+    import importlib
+    import site
+    import sys
+
+    root = tmp_path / "lib" / "python3" / "site-packages"
+    (root / "dimodelpkg" / "models").mkdir(parents=True)
+    (root / "dimodelpkg" / "__init__.py").write_text(_BUFFER_PACKAGE)
+    (root / "dimodelpkg" / "models" / "__init__.py").write_text(_BUFFER_PACKAGE)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    site.addsitedir(str(root))
+    yield importlib.import_module("dimodelpkg"), importlib.import_module("dimodelpkg.models")
+    for name in ("dimodelpkg.models", "dimodelpkg"):
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_buffer_example_in_an_installed_package_is_walked(backend, installed_package):
+    """Which functions are walked depends on the module's name, not on where it is installed: the
+    README's example from a package under site-packages gives 3.0 and leaves the package's ``a``
+    alone on every backend (it gave 0.0 on torch and mutated ``a`` before)."""
+    pkg, _ = installed_package
+    for _ in range(2):
+        assert abs(di.derivative(backend, pkg.f, 0.5) - 3.0) < _tol(backend)
+        prep = di.prepare_derivative(backend, pkg.f, 0.25)
+        assert abs(di.derivative(backend, pkg.f, 0.5, prep=prep) - 3.0) < _tol(backend)
+        np.testing.assert_array_equal(pkg.a, [0.0])
+
+
+def test_declared_library_modules_are_not_walked_and_the_most_specific_declaration_wins(installed_package):
+    pkg, models = installed_package
+    from diffinterface import _closure
+
+    try:
+        di.declare_modules("dimodelpkg", walk=False)
+        di.declare_modules("dimodelpkg.models", walk=True)
+        # a library's function runs as it is, over its own module's a (finite differences read it)
+        di.derivative(di.AutoFiniteDiff(), pkg.f, 0.5)
+        assert pkg.a[0] != 0.0
+        assert abs(di.derivative(di.AutoFiniteDiff(), models.f, 0.5) - 3.0) < 1e-6
+        np.testing.assert_array_equal(models.a, [0.0])
+    finally:
+        _closure._declared.pop("dimodelpkg", None)
+        _closure._declared.pop("dimodelpkg.models", None)
+        _closure._walk_cache.clear()
+    assert _closure._is_user_module("dimodelpkg.models") and _closure._is_user_module("__main__")
+    assert not any(_closure._is_user_module(m) for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closure"))
+    import diffinterface.testing  # noqa: F401 - declares its scenario module user code on import
+
+    assert _closure._is_user_module("diffinterface.testing._scenarios")
+    with pytest.raises(ValueError, match="expected a module name"):
+        di.declare_modules("", walk=True)
+    with pytest.raises(TypeError, match="walk must be True or False"):
+        di.declare_modules("x", walk="yes")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_f_that_raises_runs_once_and_a_refused_write_reruns_over_copies(backend):
+    """Only the guard's own error (a write into an alias that the engine refused) makes f run again
+    over copies; any other error of f is raised after one run, side effects included once."""
+    a = np.array([1.0, 2.0])
+    runs = types.SimpleNamespace(n=0, fail=False)  # not state: left as it is
+
+    def f(x):
+        runs.n += 1
+        xp = array_namespace(x)
+        if runs.fail:
+            raise ValueError("f's own error")
+        return xp.sum(xp.asarray(a, dtype=x.dtype) * x)
+
+    # a jitted prep does not run f again (JAX): its unprepared call traces f once
+    prep = None if isinstance(backend, di.AutoJAX) else di.prepare_gradient(backend, f, np.zeros(2))
+    runs.fail, runs.n = True, 0
+    with pytest.raises(ValueError, match="f's own error"):
+        di.gradient(backend, f, np.zeros(2), prep=prep)
+    assert runs.n == 1
+
+    b = np.array([1.0, 2.0])
+
+    def g(x):  # writes into its captured array: refused over the alias, then run over a copy
+        runs.n += 1
+        xp = array_namespace(x)
+        b[0] = 3.0
+        return xp.sum(xp.asarray(b, dtype=x.dtype) * x)
+
+    prep = di.prepare_gradient(backend, g, np.zeros(2))
+    counts = []
+    for _ in range(3):
+        runs.n = 0
+        assert np.allclose(np.asarray(di.gradient(backend, g, np.zeros(2), prep=prep)), [3.0, 2.0])
+        assert np.all(b == [1.0, 2.0])
+        counts.append(runs.n)
+    # learnt at the first refusal (at preparation or at the first call): copies from then on
+    assert counts[2] == counts[1] <= counts[0]

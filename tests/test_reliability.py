@@ -441,7 +441,9 @@ def test_an_op_that_drops_forward_tangents_is_not_available_in_forward_mode_and_
 
     x = torch.tensor([[0.3, -1.0, 2.0], [1.5, 0.2, -0.7]], dtype=torch.float64)
     want = torch.func.grad(lambda z: F.linear_cross_entropy(z, weight, target))(x)
-    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*no forward-mode tangent.*mode='reverse'"):
+    # the captured weight reaches f as an alias that requires grad, where torch's chunked path is a
+    # custom autograd.Function without a jvp: torch's own refusal, or the dropped tangent over copies
+    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*(no forward-mode tangent|forward mode is not available).*mode='reverse'"):
         di.pushforward(AutoTorch(mode="forward"), f, x, torch.ones_like(x))
     got = di.pushforward(AutoTorch(), f, x, torch.ones_like(x))  # mode=None: reverse, through the gradient
     assert torch.allclose(got, (want * torch.ones_like(x)).sum(), atol=1e-12)

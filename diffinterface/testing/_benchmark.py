@@ -7,10 +7,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._closure import declare_modules
 from ._harness import OPERATORS
 from ._scenarios import Scenario, default_scenarios
 
-__diffinterface_user_code__ = True  # the counting wrapper below is walked like user code
+declare_modules(__name__, walk=True)  # the counting wrapper below is walked like user code
 
 
 class _Counter:

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
+from .._closure import declare_modules
 from .._contexts import Cache, Constant
 
-# The closure machinery walks user code only; these functions are user code (see _closure.py).
-__diffinterface_user_code__ = True
+# The closure walker leaves the diffinterface namespace alone; these functions are user code.
+declare_modules(__name__, walk=True)
 
 FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
 SECOND_ORDER = ("second_derivative", "hvp", "hessian")
