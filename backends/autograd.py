@@ -118,8 +118,6 @@ class _Namespace:
 
 
 namespace = _Namespace()
-ArrayBox.__array_namespace__ = lambda self, api_version=None: namespace
-ArrayBox.device = property(lambda self: "cpu")
 
 
 class WritableArray(_Writable):
@@ -269,7 +267,47 @@ def _numpy(value: Any, dtype: Any) -> Any:
 # autograd numbers its traces with one process-wide counter (autograd.tracer.trace_stack): traces
 # running at once in two threads could take each other's numbers, which a nested (second-order)
 # trace relies on. The adapter's traces run one at a time.
-_TRACES = threading.RLock()
+class _Traces:
+    """The lock the adapter's traces run under, which also lends ``ArrayBox`` what array-API code in
+    ``f`` needs while they run: ``__array_namespace__`` giving :data:`namespace` (autograd's own
+    gives autograd.numpy, which lacks ``astype``, ``matrix_transpose`` and stand-in-aware
+    ``asarray``) and ``device``. Put back when the outermost trace ends: importing the adapter, or
+    using autograd outside its calls, sees autograd's own ``ArrayBox``."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._saved: dict = {}
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self._saved = {name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")}
+            ArrayBox.__array_namespace__ = _box_namespace
+            ArrayBox.device = _box_device
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._depth -= 1
+            if self._depth == 0:
+                for name, value in self._saved.items():
+                    if value is self._MISSING:
+                        delattr(ArrayBox, name)
+                    else:
+                        setattr(ArrayBox, name, value)
+        finally:
+            self._lock.release()
+
+
+def _box_namespace(self: Any, api_version: Any = None) -> Any:
+    return namespace
+
+
+_box_device = property(lambda self: "cpu")
+_TRACES = _Traces()
 
 
 class _Prepared:
@@ -458,7 +496,8 @@ class Adapter(_Base):
         fn = _Function(target, contexts)
         try:
             if target.closure == "const":  # traced: what f writes into captured lists is then a box
-                y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
+                with _TRACES:
+                    y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
             else:
                 y = np.asarray(fn(xn, contexts))
         except (TypeError, ValueError) as error:

@@ -60,9 +60,19 @@ _Tensor = torch.Tensor
 # adapter's forward-mode passes run one at a time, whichever thread calls them.
 _DUAL_LEVEL = threading.RLock()
 
-# The guarded aliases of captured arrays require grad (see _alias): torch.asarray(alias) in f, as
-# array-API code writes it, warns that it now keeps requires_grad, which is what f needs there.
-warnings.filterwarnings("ignore", message="torch.asarray: unspecified requires_grad", category=UserWarning)
+
+def _quiet_asarray(run: Any) -> Any:
+    """``run`` (a call of ``f`` over guarded aliases, which require grad: see :func:`_alias`) with
+    torch's warning that ``torch.asarray(alias)`` keeps requires_grad silenced: array-API code in ``f``
+    writes ``xp.asarray(a)``, and keeping requires_grad is what ``f`` needs there. Scoped to the
+    call: importing the adapter changes no warning filter of the process."""
+
+    def quiet(*args: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.asarray: unspecified requires_grad", category=UserWarning)
+            return run(*args)
+
+    return quiet
 
 
 def as_tensor(value: Any, like: Any = None) -> Any:
@@ -202,7 +212,7 @@ class _Function:
             # matrix (a jacobian of sin(A @ x), A 1e5 x 10: 1.37 -> 0.79 of the native call).
             if not torch.is_grad_enabled():
                 return run(False)
-            return target.guarded_with(run, bool(contexts), _alias_write_refused)
+            return target.guarded_with(_quiet_asarray(run), bool(contexts), _alias_write_refused)
 
         plan = target.plan
         if plain or target.y is not None or plan is None:
@@ -216,7 +226,7 @@ class _Function:
                 return run_with_state(x, contexts)
             device = x.device
             try:
-                y = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)(x)
+                y = _quiet_asarray(plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device))(x)
             except Exception as error:
                 if not raised_by(error, _alias_write_refused):
                     raise  # f's own error, after one run of f

@@ -83,3 +83,51 @@ def test_backends_package_is_installed_as_diffinterface_backends():
     import diffinterface.backends.finitediff as fd
 
     assert fd.Adapter.__module__ == "diffinterface.backends.finitediff"
+
+
+_STATE_PROBE = r'''
+import sys, warnings
+import numpy as np
+
+def state():
+    out = {"filters": list(warnings.filters)}
+    if "autograd" in sys.modules:
+        from autograd.numpy.numpy_boxes import ArrayBox
+        out["ArrayBox"] = dict(vars(ArrayBox))
+    return out
+
+engine = sys.argv[1]
+__import__(engine)
+if engine == "autograd":
+    import autograd.numpy.numpy_boxes  # noqa: F401
+before = state()
+import diffinterface as di
+import importlib
+importlib.import_module("diffinterface.backends." + engine)
+assert state() == before, ("import", engine)
+backend = {"jax": di.AutoJAX(), "torch": di.AutoTorch(), "autograd": di.AutoAutograd()}[engine]
+a = np.array([1.0, 2.0])
+
+def f(x):
+    from array_api_compat import array_namespace
+    xp = array_namespace(x)
+    return xp.sum(xp.asarray(a, dtype=x.dtype) * xp.sin(x))
+
+g = di.gradient(backend, f, np.array([0.1, 0.2]))
+assert np.allclose(np.asarray(g), a * np.cos([0.1, 0.2]))
+assert state() == before, ("call", engine)
+print("unchanged")
+'''
+
+
+@pytest.mark.parametrize("engine", ["jax", "torch", "autograd"])
+def test_importing_and_using_an_adapter_changes_no_process_wide_state(engine):
+    """Warning filters and autograd's ArrayBox are the same before and after importing an adapter
+    and after one call through it (torch's asarray warning is silenced around the call only;
+    ArrayBox gets the array-API namespace only while the adapter's traces run)."""
+    import importlib.util
+
+    if importlib.util.find_spec(engine) is None:
+        pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    done = subprocess.run([sys.executable, "-c", _STATE_PROBE, engine], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "unchanged" in done.stdout, done.stderr[-3000:]
