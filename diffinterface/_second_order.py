@@ -7,61 +7,69 @@ differentiates its own derivative, e.g. forward over reverse) and the implementa
 - hvp: pushforward (outer) of the gradient (inner): forward over reverse when outer is forward;
 - hessian: jacobian (outer) of the gradient (inner);
 - second_derivative: derivative (outer) of the derivative (inner).
+
+It works at the adapter level only (the two adapters' own ``prepare_*`` and runners, over a
+:class:`Target` of the inner derivative), never through the public operators: the frontend sits
+above the adapters, and nothing below it calls back up.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ._arrays import output_like, private_copy
 from ._backends import adapter_for
+from ._target import Target
+
+# second-order operator -> (the inner first-order operator, the outer one)
+_NESTING = {"hvp": ("gradient", "pushforward"), "hessian": ("gradient", "jacobian"),
+            "second_derivative": ("derivative", "derivative")}
 
 
 class Nested:
-    __slots__ = ("operator", "outer", "inner", "target", "inner_prep", "outer_prep", "first", "inner_adapter")
+    """The preparation of ``outer``'s first-order operator over ``inner``'s first-order operator."""
 
-    def __init__(self, operator, outer, inner, target, x, tangents, contexts) -> None:
-        from . import first_order as fo
+    __slots__ = ("operator", "target", "inner_adapter", "outer_adapter", "first_target", "outer_data",
+                 "outer_name")
 
-        self.operator, self.outer, self.inner, self.target = operator, outer, inner, target
-        self.inner_adapter = adapter_for(inner, f"{operator}({inner!r}, f, x)")
-        f, kinds = target.f, tuple(type(c) for c in contexts)
-        inner_op = fo.gradient if operator != "second_derivative" else fo.derivative
-        prepare_inner = fo.prepare_gradient if operator != "second_derivative" else fo.prepare_derivative
-        self.inner_prep = inner_prep = prepare_inner(inner, f, x, *contexts, strict=False)
+    def __init__(self, operator: str, outer: Any, inner: Any, target: Any, x: Any, tangents: tuple, contexts: tuple) -> None:
+        inner_name, outer_name = _NESTING[operator]
+        self.operator, self.target, self.outer_name = operator, target, outer_name
+        call = target.call
+        self.inner_adapter = inner_adapter = adapter_for(inner, call)
+        self.outer_adapter = outer_adapter = adapter_for(outer, call)
+        inner_info = inner_adapter.output_info(target, private_copy(x), contexts, False)
+        inner_data = getattr(inner_adapter, "prepare_" + inner_name)(target, x, contexts, inner_info)
+        run_inner = inner_adapter.plain_runner(inner_name, inner_data, target)
+        kinds = tuple(type(c) for c in contexts)
 
         def first(x_: Any, *values: Any) -> Any:
-            return inner_op(inner, f, x_, *(k(v) for k, v in zip(kinds, values)), prep=inner_prep)
+            """The inner derivative at ``x_`` (in the outer engine's arrays), context values rewrapped."""
+            return output_like(run_inner(x_, (), tuple(k(v) for k, v in zip(kinds, values))), x_)
 
-        self.first = first
-        if operator == "hvp":
-            self.outer_prep = fo.prepare_pushforward(outer, first, x, tangents, *contexts, strict=False)
-        elif operator == "hessian":
-            self.outer_prep = fo.prepare_jacobian(outer, first, x, *contexts, strict=False)
+        closure = getattr(outer, "closure", "duplicated")
+        self.first_target = first_target = Target(first, None, closure, call)
+        outer_info = outer_adapter.output_info(first_target, private_copy(x), contexts, False)
+        prepare = getattr(outer_adapter, "prepare_" + outer_name)
+        if outer_name == "pushforward":
+            self.outer_data = prepare(first_target, x, tangents, contexts, outer_info)
         else:
-            self.outer_prep = fo.prepare_derivative(outer, first, x, *contexts, strict=False)
+            self.outer_data = prepare(first_target, x, contexts, outer_info)
 
-    def run_second(self, x, tangents, contexts):
-        from . import first_order as fo
+    def run_second(self, x: Any, tangents: tuple, contexts: tuple) -> Any:
+        """The second-order result: hvps (a tuple), the Hessian or the second derivative."""
+        method = getattr(self.outer_adapter, self.outer_name)
+        if self.outer_name == "pushforward":
+            return method(self.outer_data, self.first_target, x, tangents, contexts)
+        return method(self.outer_data, self.first_target, x, contexts)
 
-        if self.operator == "hvp":
-            return fo.pushforward(self.outer, self.first, x, tangents, *contexts, prep=self.outer_prep)
-        if self.operator == "hessian":
-            return fo.jacobian(self.outer, self.first, x, *contexts, prep=self.outer_prep)
-        return fo.derivative(self.outer, self.first, x, *contexts, prep=self.outer_prep)
+    def run_gradient_and_hvp(self, x: Any, tangents: tuple, contexts: tuple) -> tuple:
+        return self.outer_adapter.value_and_pushforward(self.outer_data, self.first_target, x, tangents, contexts)
 
-    def run_gradient_and_hvp(self, x, tangents, contexts):
-        from . import first_order as fo
-
-        return fo.value_and_pushforward(self.outer, self.first, x, tangents, *contexts, prep=self.outer_prep)
-
-    def run_value_gradient_and_hessian(self, x, contexts):
-        from . import first_order as fo
-
-        grad, hess = fo.value_and_jacobian(self.outer, self.first, x, *contexts, prep=self.outer_prep)
+    def run_value_gradient_and_hessian(self, x: Any, contexts: tuple) -> tuple:
+        grad, hess = self.outer_adapter.value_and_jacobian(self.outer_data, self.first_target, x, contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), grad, hess
 
-    def run_value_derivative_and_second_derivative(self, x, contexts):
-        from . import first_order as fo
-
-        der, der2 = fo.value_and_derivative(self.outer, self.first, x, *contexts, prep=self.outer_prep)
+    def run_value_derivative_and_second_derivative(self, x: Any, contexts: tuple) -> tuple:
+        der, der2 = self.outer_adapter.value_and_derivative(self.outer_data, self.first_target, x, contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), der, der2
