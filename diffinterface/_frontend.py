@@ -185,6 +185,23 @@ def tangents_of(tangent: Any, x: Any) -> tuple:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
+def run_prepared(operator: str, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple, out: Any = None) -> Any:
+    """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
+    inline check, the runner bound at preparation, and the result in ``x``'s own type."""
+    prep.check(operator, backend, f, (x,) + contexts)
+    result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
+    if out is None and type(result) is type(x):
+        return result
+    return finish(result, x, out, operator, backend)
+
+
+def run_prepared_tangent(operator: str, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple) -> Any:
+    """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
+    prep.check(operator, backend, f, (x, tangent) + contexts)
+    (result,) = prep.plain(x, (tangent,), contexts)
+    return result if type(result) is type(x) else output_like(result, x)
+
+
 def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: Any = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given."""
     result = output_like(result, x)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve
+from .._frontend import prepare, resolve, run_prepared
 from .._prep import Prep
 
 
@@ -24,5 +24,7 @@ def value_and_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, y: A
 
 def derivative(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
     """``df/dx`` for a scalar ``x``, shaped like ``f(x)``."""
+    if type(prep) is Prep and y is None:
+        return run_prepared("derivative", prep, backend, f, x, contexts)
     p = resolve("derivative", backend, f, x, None, contexts, y, prep)
     return output_like(p.adapter.derivative(p.data, p.target, as_input(x), contexts), x)

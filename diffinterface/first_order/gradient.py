@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import finish, prepare, resolve
+from .._frontend import finish, prepare, resolve, run_prepared
 from .._prep import Prep
 
 
@@ -24,11 +24,7 @@ def value_and_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: 
 
 def gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
     """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given."""
-    if type(prep) is Prep:  # the prepared fast path: check, run, and return in x's own type
-        prep.check("gradient", backend, f, (x,) + contexts)
-        grad = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
-        if out is None and type(grad) is type(x):
-            return grad
-        return finish(grad, x, out, "gradient", backend)
+    if type(prep) is Prep:
+        return run_prepared("gradient", prep, backend, f, x, contexts, out)
     p = resolve("gradient", backend, f, x, None, contexts, None, prep)
     return finish(p.adapter.gradient(p.data, p.target, as_input(x), contexts), x, out, "gradient", backend)

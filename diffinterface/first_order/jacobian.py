@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import finish, prepare, resolve
+from .._frontend import finish, prepare, resolve, run_prepared
 from .._prep import Prep
 
 
@@ -28,11 +28,7 @@ def jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, p
     With ``mode=None`` the adapter builds it in the cheaper direction: forward when
     ``x.size <= f(x).size``, reverse otherwise.
     """
-    if type(prep) is Prep and y is None:  # the prepared fast path, as in gradient
-        prep.check("jacobian", backend, f, (x,) + contexts)
-        jac = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
-        if out is None and type(jac) is type(x):
-            return jac
-        return finish(jac, x, out, "jacobian", backend)
+    if type(prep) is Prep and y is None:
+        return run_prepared("jacobian", prep, backend, f, x, contexts, out)
     p = resolve("jacobian", backend, f, x, None, contexts, y, prep)
     return finish(p.adapter.jacobian(p.data, p.target, as_input(x), contexts), x, out, "jacobian", backend)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, tangent_result, tangents_of
+from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
 from .._prep import Prep
 
 
@@ -24,9 +24,7 @@ def value_and_pullback(backend: Any, f: Callable, x: Any, ty: Any, *contexts: An
 
 def pullback(backend: Any, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple."""
-    if type(prep) is Prep and y is None and type(ty) is type(x) is not float:  # the prepared fast path, as in gradient
-        prep.check("pullback", backend, f, (x, ty) + contexts)
-        (result,) = prep.plain(x, (ty,), contexts)
-        return result if type(result) is type(x) else output_like(result, x)
+    if type(prep) is Prep and y is None and type(ty) is type(x) is not float:
+        return run_prepared_tangent("pullback", prep, backend, f, x, ty, contexts)
     p = resolve("pullback", backend, f, x, ty, contexts, y, prep)
     return tangent_result(p.adapter.pullback(p.data, p.target, as_input(x), tangents_of(ty, x), contexts), ty, x)

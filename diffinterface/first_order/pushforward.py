@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, tangent_result, tangents_of
+from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
 from .._prep import Prep
 
 
@@ -27,9 +27,7 @@ def value_and_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts:
 
 def pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
-    if type(prep) is Prep and y is None and type(tx) is type(x) is not float:  # the prepared fast path, as in gradient
-        prep.check("pushforward", backend, f, (x, tx) + contexts)
-        (result,) = prep.plain(x, (tx,), contexts)
-        return result if type(result) is type(x) else output_like(result, x)
+    if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
+        return run_prepared_tangent("pushforward", prep, backend, f, x, tx, contexts)
     p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
     return tangent_result(p.adapter.pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import finish, prepare, resolve
+from .._frontend import finish, prepare, resolve, run_prepared
 from .._prep import Prep
 
 
@@ -24,5 +24,7 @@ def value_gradient_and_hessian(backend: Any, f: Callable, x: Any, *contexts: Any
 
 def hessian(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``."""
+    if type(prep) is Prep:
+        return run_prepared("hessian", prep, backend, f, x, contexts, out)
     p = resolve("hessian", backend, f, x, None, contexts, None, prep)
     return finish(p.adapter.hessian(p.data, p.target, as_input(x), contexts), x, out, "hessian", backend)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, tangent_result, tangents_of
+from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
 from .._prep import Prep
 
 
@@ -24,9 +24,7 @@ def gradient_and_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any,
 
 def hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
-    if type(prep) is Prep and type(tx) is type(x) is not float:  # the prepared fast path, as in gradient
-        prep.check("hvp", backend, f, (x, tx) + contexts)
-        (result,) = prep.plain(x, (tx,), contexts)
-        return result if type(result) is type(x) else output_like(result, x)
+    if type(prep) is Prep and type(tx) is type(x) is not float:
+        return run_prepared_tangent("hvp", prep, backend, f, x, tx, contexts)
     p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
     return tangent_result(p.adapter.hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)

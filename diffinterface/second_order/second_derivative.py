@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve
+from .._frontend import prepare, resolve, run_prepared
 from .._prep import Prep
 
 
@@ -24,5 +24,7 @@ def value_derivative_and_second_derivative(backend: Any, f: Callable, x: Any, *c
 
 def second_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
     """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``."""
+    if type(prep) is Prep:
+        return run_prepared("second_derivative", prep, backend, f, x, contexts)
     p = resolve("second_derivative", backend, f, x, None, contexts, None, prep)
     return output_like(p.adapter.second_derivative(p.data, p.target, as_input(x), contexts), x)
