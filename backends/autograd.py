@@ -54,9 +54,8 @@ from diffinterface._closure import (
 )
 from diffinterface._contexts import context_values
 from diffinterface._errors import LostDerivativeError, structured_output_error
-from diffinterface._writable import StandInConversionError
+from diffinterface._writable import StandInConversionError, unwrap
 from diffinterface._writable import WritableArray as _Writable
-from diffinterface._writable import unwrap
 
 # -- the functional update and the stand-in ---------------------------------------------------
 

@@ -37,8 +37,8 @@ arrays are converted without copying.
 
 from __future__ import annotations
 
-import threading
 import re
+import threading
 import warnings
 from typing import Any
 

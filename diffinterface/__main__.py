@@ -14,9 +14,7 @@ import sys
 import time
 from typing import Any
 
-from ._backends import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch, check_available, has_adapter
-
-BACKENDS = {"finitediff": AutoFiniteDiff, "jax": AutoJAX, "torch": AutoTorch, "autograd": AutoAutograd}
+from ._backends import check_available, has_adapter, registered_backends
 
 
 def _progress(stream: Any) -> Any:
@@ -43,12 +41,13 @@ def _progress(stream: Any) -> Any:
 
 def _select(names: list[str] | None) -> tuple[list, list[str]]:
     chosen, skipped = [], []
-    for name in names or list(BACKENDS):
-        if name not in BACKENDS:
-            raise SystemExit(f"diffinterface check: unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
-        backend = BACKENDS[name]()
+    backends = registered_backends()  # the built-in configs and those packages add (entry points)
+    for name in names or list(backends):
+        if name not in backends:
+            raise SystemExit(f"diffinterface check: unknown backend {name!r}; choose from {', '.join(backends)}")
+        backend = backends[name]()
         if not check_available(backend):
-            skipped.append(f"{backend!r}: {backend.engine} is not installed (pip install \"diffinterface[{backend.extra}]\")")
+            skipped.append(f"{backend!r}: {backend.engine} is not installed ({backend.install or 'pip install ' + str(backend.engine)})")
         elif not has_adapter(backend):
             skipped.append(f"{backend!r}: no adapter in this version of diffinterface")
         else:
@@ -58,7 +57,7 @@ def _select(names: list[str] | None) -> tuple[list, list[str]]:
 
 def check(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m diffinterface check", description=__doc__)
-    parser.add_argument("--backend", action="append", help=f"backend to check ({', '.join(BACKENDS)}); repeatable; default: all installed")
+    parser.add_argument("--backend", action="append", help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; default: all installed")
     parser.add_argument("--family", action="append", help="array family of the inputs (numpy, jax, torch); repeatable; default: all installed")
     parser.add_argument("--failures-only", action="store_true", help="print only the rows with a failure")
     args = parser.parse_args(argv)

@@ -15,52 +15,158 @@ import numpy as np
 NUMPY, JAX, TORCH, AUTOGRAD = "numpy", "jax", "torch", "autograd"
 
 
-def _is_jax(value: Any) -> bool:
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(value, jax.Array)
+class ArrayFamily:
+    """One array library, described once (public as ``diffinterface.extend.ArrayFamily``).
+
+    - ``name``: what :func:`family` returns for its arrays (results come back in the family of ``x``);
+    - ``array_type``: ``"module.Type"``, resolved through ``sys.modules`` only (a library that is not
+      imported has no arrays to recognise, and nothing is imported to find out);
+    - ``to_numpy(value)``: a numpy array (zero-copy where the library allows);
+    - ``from_numpy(array, like)``: an array of the family from a numpy one, on the device of ``like``
+      when given;
+    - ``convert(value, source, like)`` (optional): a direct conversion from an array of another family
+      named ``source`` (DLPack), or None to go through numpy;
+    - ``private_copy(value)``: a copy ``f`` may write into (default: the value itself, for immutable arrays).
+    """
+
+    __slots__ = ("name", "array_type", "to_numpy", "from_numpy", "convert", "private_copy")
+
+    def __init__(self, name: str, array_type: str, to_numpy: Any, from_numpy: Any, convert: Any = None,
+                 private_copy: Any = None) -> None:
+        module, _, attr = array_type.rpartition(".")
+        if not module or not attr:
+            raise ValueError(f"ArrayFamily({name!r}, array_type={array_type!r}): expected 'module.Type'")
+        self.name, self.array_type = name, array_type
+        self.to_numpy, self.from_numpy, self.convert = to_numpy, from_numpy, convert
+        self.private_copy = private_copy or _same
+
+    def type(self) -> Any:
+        """The array type, if its module is imported (None otherwise)."""
+        module, _, attr = self.array_type.rpartition(".")
+        loaded = sys.modules.get(module)
+        return getattr(loaded, attr, None) if loaded is not None else None
+
+    def __repr__(self) -> str:
+        return f"ArrayFamily({self.name!r}, {self.array_type!r})"
 
 
-def _is_torch(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+def _same(value: Any) -> Any:
+    return value
 
 
+_FAMILIES: dict[str, ArrayFamily] = {}
 _FAMILY_OF_TYPE: dict = {}  # type -> family, filled as types are met (on the prepared fast path)
 
 
+def register_family(record: ArrayFamily) -> ArrayFamily:
+    """Add an array library (see :class:`ArrayFamily`); a later record of the same name replaces it."""
+    if not isinstance(record, ArrayFamily):
+        raise TypeError(f"register_family({record!r}): expected a diffinterface.extend.ArrayFamily")
+    _FAMILIES[record.name] = record
+    _FAMILY_OF_TYPE.clear()
+    return record
+
+
+def families() -> dict[str, ArrayFamily]:
+    """The registered array families by name."""
+    return dict(_FAMILIES)
+
+
+def _numpy_from(value: Any, like: Any = None) -> Any:
+    return np.asarray(value)
+
+
+def _torch_to_numpy(value: Any) -> Any:
+    if value.requires_grad:
+        value = value.detach()
+    try:
+        return value.numpy()  # a CPU tensor: zero-copy
+    except TypeError:  # on a GPU
+        return value.cpu().numpy()
+
+
+def _torch_from_numpy(value: Any, like: Any = None) -> Any:
+    torch = sys.modules["torch"]
+    if isinstance(value, np.ndarray):
+        out = torch.from_numpy(value if value.flags.c_contiguous and value.flags.writeable else value.copy())
+    else:
+        out = torch.as_tensor(value)
+    if like is not None and out.device != like.device:
+        out = out.to(like.device)
+    return out
+
+
+def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
+    out = sys.modules["torch"].from_dlpack(value)
+    if like is not None and out.device != like.device:
+        out = out.to(like.device)
+    return out
+
+
+def _jax_from_numpy(value: Any, like: Any = None) -> Any:
+    return importlib.import_module("jax.numpy").asarray(value)  # jax is imported: a jax array is the target
+
+
+def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
+    if source != TORCH:
+        return None
+    value = value.detach()
+    if value.device.type == "cpu":
+        return _jax_from_numpy(value.numpy())
+    return sys.modules["jax"].dlpack.from_dlpack(value)
+
+
+def _torch_private_copy(value: Any) -> Any:
+    return value.detach().clone()
+
+
+register_family(ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, private_copy=np.copy))
+register_family(ArrayFamily(TORCH, "torch.Tensor", _torch_to_numpy, _torch_from_numpy, _torch_convert, _torch_private_copy))
+register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert))
+
+
+def family_of_type(kind: type) -> str | None:
+    """The family whose arrays are of type ``kind`` (numpy for numpy scalars and Python numbers), or None."""
+    try:
+        return _FAMILY_OF_TYPE[kind]
+    except KeyError:
+        pass
+    fam: str | None = None
+    if issubclass(kind, (np.ndarray, np.generic, float, int, complex)):
+        fam = NUMPY
+    else:
+        for record in _FAMILIES.values():
+            array_type = record.type()
+            if array_type is not None and issubclass(kind, array_type):
+                fam = record.name
+                break
+    if fam is not None:  # None is not cached: the library may be imported later
+        _FAMILY_OF_TYPE[kind] = fam
+    return fam
+
+
 def family(value: Any) -> str | None:
-    """The family of an array (or Python float), or None for anything else."""
+    """The family of an array (or Python number), or None for anything else."""
     kind = type(value)
     try:
         return _FAMILY_OF_TYPE[kind]
     except KeyError:
         pass
-    if isinstance(value, (np.ndarray, np.generic, float, int, complex)):
-        fam = NUMPY
-    elif _is_torch(value):
-        fam = TORCH
-    elif _is_jax(value):
-        fam = JAX
-    else:
-        return None  # not cached: jax or torch may be imported later and make this type an array
-    _FAMILY_OF_TYPE[kind] = fam
+    fam = family_of_type(kind)
+    if fam is None:
+        for record in _FAMILIES.values():  # virtual subclasses (JAX's tracers are jax.Array)
+            array_type = record.type()
+            if array_type is not None and isinstance(value, array_type):
+                _FAMILY_OF_TYPE[kind] = record.name
+                return record.name
     return fam
 
 
-def family_of_type(kind: type) -> str | None:
-    """The family whose arrays are of type ``kind``, or None."""
-    if issubclass(kind, (np.ndarray, np.generic)):
-        return NUMPY
-    torch, jax = sys.modules.get("torch"), sys.modules.get("jax")
-    if torch is not None and issubclass(kind, torch.Tensor):
-        return TORCH
-    if jax is not None and issubclass(kind, jax.Array):
-        return JAX
-    return None
-
-
 def is_array(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, np.generic)) or _is_torch(value) or _is_jax(value)
+    """An array of a registered family (numpy arrays and scalars included; Python numbers not)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return True
+    return not isinstance(value, (int, float, complex)) and family(value) is not None
 
 
 def dtype_name(value: Any) -> str:
@@ -106,8 +212,9 @@ def is_real_floating(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return False
-    if _is_torch(value):
-        return value.dtype.is_floating_point
+    flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves
+    if isinstance(flag, bool):
+        return flag
     try:
         return np.issubdtype(np.dtype(dtype), np.floating)
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
@@ -132,15 +239,14 @@ def is_native(value: Any) -> bool:
 
 def private_copy(value: Any) -> Any:
     """A copy of a mutable array (numpy, torch) that ``f`` may write into without touching the user's
-    ``value``; a jax array (immutable) as it is."""
+    ``value``; an immutable one (jax) as it is."""
     if isinstance(value, np.ndarray):
         return value.copy()
-    if _is_torch(value):
-        return value.detach().clone()
-    return value
+    fam = family(value)
+    return _FAMILIES[fam].private_copy(value) if fam is not None and fam != NUMPY else value
 
 
-def to_family(value: Any, fam: str, like: Any = None) -> Any:
+def to_family(value: Any, fam: str | None, like: Any = None) -> Any:
     """``value`` (an engine's array) converted to family ``fam``; zero-copy where the libraries allow it.
 
     ``like``, when given, is an array of the target family whose device the result should share.
@@ -148,33 +254,19 @@ def to_family(value: Any, fam: str, like: Any = None) -> Any:
     src = family(value)
     if src == fam or fam is None:
         return value
+    target = _FAMILIES.get(fam)
+    if target is None:
+        raise ValueError(f"unknown array family {fam!r}; register it with diffinterface.extend.register_family")
+    source = _FAMILIES.get(src) if src not in (None, NUMPY) else None
     if fam == NUMPY:
-        if src == TORCH:
-            if value.requires_grad:
-                value = value.detach()
-            try:
-                return value.numpy()  # a CPU tensor: zero-copy
-            except TypeError:  # on a GPU
-                return value.cpu().numpy()
-        return np.asarray(value)
-    if fam == TORCH:
-        torch = sys.modules["torch"]
-        if src == NUMPY:
-            out = torch.from_numpy(value if value.flags.c_contiguous and value.flags.writeable else value.copy()) if isinstance(value, np.ndarray) else torch.as_tensor(value)
-        else:
-            out = torch.from_dlpack(value)
-        if like is not None and out.device != like.device:
-            out = out.to(like.device)
-        return out
-    if fam == JAX:
-        jnp = importlib.import_module("jax.numpy")  # jax is imported already: value is a jax or torch array
-        if src == TORCH:
-            value = value.detach()
-            if value.device.type == "cpu":
-                return jnp.asarray(value.numpy())
-            return sys.modules["jax"].dlpack.from_dlpack(value)
-        return jnp.asarray(value)
-    raise ValueError(f"unknown array family {fam!r}")
+        return source.to_numpy(value) if source is not None else np.asarray(value)
+    if target.convert is not None and source is not None:
+        out = target.convert(value, src, like)
+        if out is not None:
+            return out
+    if source is not None:
+        value = source.to_numpy(value)
+    return target.from_numpy(value, like)
 
 
 def output_like(value: Any, x: Any) -> Any:

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import importlib.util
 import threading
+import warnings
 from typing import Any, ClassVar
 
 from ._errors import BackendNotAvailableError
@@ -39,11 +40,26 @@ class _Repr:
 
 
 class AbstractBackend(_Repr):
-    """Base of the engine configs; ``engine`` is the module the adapter needs, ``adapter`` its module."""
+    """Base of the backend configs (public as ``diffinterface.extend.BackendConfig``).
 
+    A config describes its engine with four class attributes, and nothing else in the package
+    needs to know it:
+
+    - ``name``: the short name the registry, ``python -m diffinterface check --backend NAME`` and
+      the benchmarks use (``"jax"``);
+    - ``engine``: the module whose presence means the engine is installed (``"jax"``; None: numpy
+      only), looked up without importing it;
+    - ``adapter``: where its adapter class lives, ``"package.module:Class"``, imported at first use;
+    - ``install``: what to install when the engine is missing (``'pip install "diffinterface[jax]"'``).
+
+    A config may also define ``tolerance(dtype, second_order) -> float``: the scaled tolerance the
+    test harness checks its results with (finite differences need looser ones).
+    """
+
+    name: ClassVar[str] = ""
     engine: ClassVar[str | None] = None
-    adapter_module: ClassVar[str] = ""
-    extra: ClassVar[str] = ""
+    adapter: ClassVar[str] = ""
+    install: ClassVar[str] = ""
     closure: str
 
     def _check_closure(self) -> None:
@@ -62,7 +78,8 @@ class AutoFiniteDiff(AbstractBackend):
     method: str = "central"
     rel_step: float | None = None
     closure: str = "duplicated"
-    adapter_module: ClassVar[str] = "finitediff"
+    name: ClassVar[str] = "finitediff"
+    adapter: ClassVar[str] = "diffinterface.backends.finitediff:Adapter"
     mode: ClassVar[str] = "forward"
 
     def __post_init__(self) -> None:
@@ -81,9 +98,10 @@ class AutoJAX(AbstractBackend):
     mode: str | None = None
     jit: bool = True
     closure: str = "duplicated"
+    name: ClassVar[str] = "jax"
     engine: ClassVar[str | None] = "jax"
-    adapter_module: ClassVar[str] = "jax"
-    extra: ClassVar[str] = "jax"
+    adapter: ClassVar[str] = "diffinterface.backends.jax:Adapter"
+    install: ClassVar[str] = 'pip install "diffinterface[jax]"'
 
     def __post_init__(self) -> None:
         _choice(self, "mode", self.mode, _MODES)
@@ -98,9 +116,10 @@ class AutoTorch(AbstractBackend):
     mode: str | None = None
     compile: bool = False
     closure: str = "duplicated"
+    name: ClassVar[str] = "torch"
     engine: ClassVar[str | None] = "torch"
-    adapter_module: ClassVar[str] = "torch"
-    extra: ClassVar[str] = "torch"
+    adapter: ClassVar[str] = "diffinterface.backends.torch:Adapter"
+    install: ClassVar[str] = 'pip install "diffinterface[torch]"'
 
     def __post_init__(self) -> None:
         _choice(self, "mode", self.mode, _MODES)
@@ -114,9 +133,10 @@ class AutoAutograd(AbstractBackend):
 
     mode: str | None = None
     closure: str = "duplicated"
+    name: ClassVar[str] = "autograd"
     engine: ClassVar[str | None] = "autograd"
-    adapter_module: ClassVar[str] = "autograd"
-    extra: ClassVar[str] = "autograd"
+    adapter: ClassVar[str] = "diffinterface.backends.autograd:Adapter"
+    install: ClassVar[str] = 'pip install "diffinterface[autograd]"'
 
     def __post_init__(self) -> None:
         _choice(self, "mode", self.mode, _MODES)
@@ -152,9 +172,82 @@ def check_available(backend: AbstractBackend | SecondOrder) -> bool:
     return backend.engine is None or importlib.util.find_spec(backend.engine) is not None
 
 
+def _adapter_path(backend: AbstractBackend) -> tuple[str, str]:
+    module, _, name = backend.adapter.partition(":")
+    return module, name or "Adapter"
+
+
 def has_adapter(backend: AbstractBackend) -> bool:
-    """Whether this installation ships the adapter module of ``backend`` (imports nothing)."""
-    return importlib.util.find_spec(f"diffinterface.backends.{backend.adapter_module}") is not None
+    """Whether the module of ``backend``'s adapter can be found (imports nothing but its parents)."""
+    module, _ = _adapter_path(backend)
+    if not module:
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+# -- the registry: every config class, built in or added -------------------------------------------
+
+ENTRY_POINTS = "diffinterface.backends"  # the entry-point group through which packages add backends
+_registered: dict[str, type] = {}
+_entry_points_loaded = False
+_registry_lock = threading.Lock()
+
+
+def register_backend(config: type) -> type:
+    """Add a backend config class to the registry (usable as a class decorator). Its ``name`` is what
+    ``python -m diffinterface check --backend NAME`` and :func:`registered_backends` use; a package
+    can do the same without code, through an entry point in the group ``diffinterface.backends``::
+
+        [project.entry-points."diffinterface.backends"]
+        mybackend = "mypackage.backend:AutoMine"
+    """
+    if not (isinstance(config, type) and issubclass(config, AbstractBackend)):
+        raise TypeError(f"register_backend({config!r}): expected a subclass of diffinterface.extend.BackendConfig")
+    if not config.name or not config.adapter:
+        raise ValueError(
+            f"register_backend({config.__name__}): the class must set name (a short name such as 'mine') and "
+            f"adapter ('package.module:AdapterClass'); got name={config.name!r}, adapter={config.adapter!r}"
+        )
+    with _registry_lock:
+        current = _registered.get(config.name)
+        if current is not None and current is not config:
+            raise ValueError(
+                f"register_backend({config.__name__}): the name {config.name!r} is taken by "
+                f"{current.__module__}.{current.__qualname__}; choose another name"
+            )
+        _registered[config.name] = config
+    return config
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    from importlib import metadata
+
+    for entry in metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            config = entry.load()
+        except Exception as error:  # noqa: BLE001 - one broken package must not hide the others
+            warnings.warn(f"diffinterface: the backend entry point {entry.name} = {entry.value!r} failed to load: "
+                          f"{type(error).__name__}: {error}", stacklevel=3)
+            continue
+        register_backend(config)
+    _entry_points_loaded = True
+
+
+def registered_backends() -> dict[str, type]:
+    """Every registered config class by name: the built-in ones, those registered with
+    :func:`register_backend`, and those of installed packages' ``diffinterface.backends`` entry points."""
+    _load_entry_points()
+    return dict(_registered)
+
+
+for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd):
+    register_backend(_config)
 
 
 _adapters: dict = {}
@@ -180,13 +273,18 @@ def adapter_for(backend: AbstractBackend, call: str) -> Any:
     if not check_available(backend):
         raise BackendNotAvailableError(
             f"{call}: {type(backend).__name__} needs {backend.engine}, which is not installed; "
-            f'install it with: pip install "diffinterface[{backend.extra}]"'
+            f"install it with: {backend.install or 'pip install ' + str(backend.engine)}"
         )
+    module_name, class_name = _adapter_path(backend)
     if not has_adapter(backend):
         raise BackendNotAvailableError(
-            f"{call}: this version of diffinterface has no adapter for {type(backend).__name__} yet "
-            f"(diffinterface.backends.{backend.adapter_module}); use AutoFiniteDiff() meanwhile"
+            f"{call}: the adapter of {type(backend).__name__} ({backend.adapter!r}) cannot be found in this "
+            f"installation; use AutoFiniteDiff() meanwhile"
         )
-    module = importlib.import_module(f"diffinterface.backends.{backend.adapter_module}")
+    adapter_class = getattr(importlib.import_module(module_name), class_name, None)
+    if adapter_class is None:
+        raise BackendNotAvailableError(
+            f"{call}: {module_name} has no class {class_name} ({type(backend).__name__}.adapter = {backend.adapter!r})"
+        )
     with _adapters_lock:
-        return _adapters.setdefault(backend, module.Adapter(backend))
+        return _adapters.setdefault(backend, adapter_class(backend))

@@ -14,8 +14,8 @@ import pytest
 
 import diffinterface as di
 from diffinterface import _backends
-from diffinterface._adapter import Adapter
 from diffinterface.backends.finitediff import Adapter as FiniteDiffAdapter
+from diffinterface.extend import Adapter
 from diffinterface.testing import check_scenario, default_scenarios
 
 

@@ -45,7 +45,11 @@ class Outcome:
 
 
 def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
-    """Scaled tolerance: ``max|result - reference| <= tol * max(1, max|reference|)``."""
+    """Scaled tolerance: ``max|result - reference| <= tol * max(1, max|reference|)``; a config that
+    defines ``tolerance(dtype, second_order)`` (an added backend, see ``diffinterface.extend``) gives its own."""
+    own = getattr(backend, "tolerance", None)
+    if callable(own):
+        return float(own(dtype, second_order))
     single = np.dtype(dtype) == np.float32
     fd = isinstance(backend, AutoFiniteDiff) or (
         isinstance(backend, SecondOrder) and AutoFiniteDiff in (type(backend.outer), type(backend.inner))

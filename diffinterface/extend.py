@@ -1,0 +1,38 @@
+"""The extension surface: what a package needs to add a backend, and nothing else.
+
+A backend is two classes in one module of its own, and no change to diffinterface:
+
+- a **config** (subclass :class:`BackendConfig`, a frozen dataclass) naming its adapter by dotted
+  path (``adapter = "mypackage.backend:MyAdapter"``), the module of its engine (``engine``), a short
+  ``name`` and the ``install`` line shown when the engine is missing; optionally
+  ``tolerance(dtype, second_order)`` for the test harness;
+- an **adapter** (subclass :class:`Adapter`) implementing at least ``value_and_pushforward`` or
+  ``value_and_pullback``; every other operator, second order included, is derived by the base
+  class, and the adapter overrides what its engine does better natively.
+
+Register the config with :func:`register_backend` (or a ``diffinterface.backends`` entry point, so
+that ``python -m diffinterface check`` finds it without an import), and check it on the whole
+catalogue with ``diffinterface.testing.test_differentiation``. An engine with its own array type
+also describes it once with :class:`ArrayFamily` and :func:`register_family`. The worked example is
+``tests/test_extend.py``; the documented contract is ``diffinterface/_adapter.py``'s docstring.
+
+What an adapter method receives: ``target`` (the function as adapters call it: ``target.call`` is
+the user's call for messages; :meth:`Adapter.evaluate` runs ``f`` once over fresh duplicates of its
+captured state), ``x`` (an array of the user's family), tangents as a tuple, ``contexts`` (the
+``Constant``/``Cache`` wrappers, passed on to ``evaluate``), and ``info`` (:class:`Info`: the shape
+and dtype of ``f(x)``) at preparation.
+"""
+
+from __future__ import annotations
+
+from ._adapter import Adapter, Info, basis, contract_all, ones, stack_jacobian
+from ._arrays import ArrayFamily, families, family, register_family, to_family
+from ._backends import ENTRY_POINTS, register_backend, registered_backends
+from ._backends import AbstractBackend as BackendConfig
+from ._closure import declare_modules
+
+__all__ = [
+    "Adapter", "Info", "basis", "contract_all", "ones", "stack_jacobian",
+    "ArrayFamily", "families", "family", "register_family", "to_family",
+    "BackendConfig", "ENTRY_POINTS", "register_backend", "registered_backends", "declare_modules",
+]

@@ -1,0 +1,136 @@
+"""A backend added from outside, through diffinterface.extend only: the documented example.
+
+``AutoCentral`` and ``CentralAdapter`` below are all a package writes to add a backend: a config
+naming its adapter by dotted path, and an adapter with one core operator (a pushforward by central
+differences along each tangent). Nothing in diffinterface knows them; the whole catalogue passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from array_api_compat import array_namespace
+
+import diffinterface as di
+from diffinterface import extend
+from diffinterface.testing import default_scenarios, test_differentiation
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutoCentral(extend.BackendConfig):
+    """Central differences along each tangent, written outside the package."""
+
+    closure: str = "duplicated"
+    name: ClassVar[str] = "central-example"
+    engine: ClassVar[str | None] = None  # numpy only
+    adapter: ClassVar[str] = f"{__name__}:CentralAdapter"
+
+    def tolerance(self, dtype: Any, second_order: bool) -> float:
+        single = np.dtype(dtype) == np.float32
+        return (3e-2 if second_order else 1e-2) if single else (2e-4 if second_order else 1e-6)
+
+
+class CentralAdapter(extend.Adapter):
+    """The one core operator; jacobians, gradients, pullbacks and the second order are derived."""
+
+    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: tuple, contexts: tuple) -> tuple:
+        xp = array_namespace(x)
+        finfo = np.finfo(np.dtype(str(x.dtype)) if not hasattr(x.dtype, "kind") else x.dtype)
+        scale = max(1.0, float(xp.max(xp.abs(x)))) if x.ndim else max(1.0, abs(float(x)))
+        out = []
+        for t in tangents:
+            size = float(xp.max(xp.abs(t))) if t.ndim else abs(float(t))
+            h = float(finfo.eps) ** (1 / 3) * scale / max(1.0, size)
+            up = self.evaluate(target, x + h * t, contexts)
+            down = self.evaluate(target, x - h * t, contexts)
+            out.append((up - down) / (2 * h))
+        return self.evaluate(target, x, contexts), tuple(out)
+
+
+extend.register_backend(AutoCentral)
+SCENARIOS = default_scenarios()
+
+
+def test_an_outside_backend_passes_the_whole_catalogue():
+    outcomes = test_differentiation([AutoCentral()], SCENARIOS)
+    assert len(outcomes) == len(SCENARIOS) > 300 and all(o.passed for o in outcomes)
+    assert extend.registered_backends()["central-example"] is AutoCentral
+
+
+def test_an_outside_backend_is_a_backend_like_the_others():
+    x = np.array([0.3, -1.2, 2.0])
+    g = di.gradient(AutoCentral(), lambda z: np.sum(np.sin(z) * z), x)
+    assert np.allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-8)
+    h = di.hessian(di.SecondOrder(di.AutoFiniteDiff(), AutoCentral()), lambda z: np.sum(z**3), x)
+    assert np.allclose(h, np.diag(6 * x), atol=1e-4)
+    assert repr(AutoCentral()) == "AutoCentral()"
+
+
+def test_a_wrong_adapter_path_and_a_taken_name_are_errors_that_say_so():
+    @dataclasses.dataclass(frozen=True, repr=False)
+    class Broken(extend.BackendConfig):
+        closure: str = "duplicated"
+        name: ClassVar[str] = "broken-example"
+        adapter: ClassVar[str] = f"{__name__}:NoSuchAdapter"
+
+    with pytest.raises(di.BackendNotAvailableError, match=r"gradient\(Broken\(\), f, x\): .*has no class NoSuchAdapter"):
+        di.gradient(Broken(), lambda z: np.sum(z), np.ones(2))
+
+    @dataclasses.dataclass(frozen=True, repr=False)
+    class Taken(extend.BackendConfig):
+        closure: str = "duplicated"
+        name: ClassVar[str] = "jax"
+        adapter: ClassVar[str] = f"{__name__}:CentralAdapter"
+
+    with pytest.raises(ValueError, match="the name 'jax' is taken by diffinterface._backends.AutoJAX"):
+        extend.register_backend(Taken)
+
+
+def test_a_package_adds_a_backend_through_an_entry_point(tmp_path):
+    """A distribution that declares ``[diffinterface.backends] central = module:Config`` is found by
+    ``python -m diffinterface check`` in a fresh process, which imports nothing of it beforehand."""
+    package = tmp_path / "site"
+    package.mkdir()
+    (package / "outside_backend.py").write_text(textwrap.dedent('''
+        import dataclasses
+        from typing import ClassVar
+
+        import numpy as np
+
+        from diffinterface import extend
+
+
+        @dataclasses.dataclass(frozen=True, repr=False)
+        class AutoOutside(extend.BackendConfig):
+            closure: str = "duplicated"
+            name: ClassVar[str] = "outside"
+            adapter: ClassVar[str] = "outside_backend:OutsideAdapter"
+
+            def tolerance(self, dtype, second_order):
+                return 2e-4 if second_order else 1e-6
+
+
+        class OutsideAdapter(extend.Adapter):
+            def value_and_pushforward(self, data, target, x, tangents, contexts):
+                h = 1e-5 * max(1.0, float(np.max(np.abs(x))))
+                out = tuple((self.evaluate(target, x + h * t, contexts) - self.evaluate(target, x - h * t, contexts)) / (2 * h)
+                            for t in tangents)
+                return self.evaluate(target, x, contexts), out
+    '''))
+    info = package / "outside_backend-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-backend\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[diffinterface.backends]\noutside = outside_backend:AutoOutside\n")
+    env = {"PYTHONPATH": str(package)}
+    import os
+
+    done = subprocess.run([sys.executable, "-m", "diffinterface", "check", "--backend", "outside", "--family", "numpy"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "AutoOutside()" in done.stdout and "FAIL" not in done.stdout
