@@ -340,7 +340,18 @@ class _Prepared:
                 return self._invoke(compiled, value, x, tangents, contexts)
         return self._invoke(compiled, value, x, tangents, contexts)
 
-    def _invoke(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple) -> Any:
+    def compile_ahead(self, x: Any, tangents: tuple, contexts: tuple) -> None:
+        """Lower and compile both forms for these arguments now (``jit(...).lower(...).compile()``),
+        so that preparation pays the compile and the first prepared call does not. JAX caches the
+        trace and the executable by the arguments' shapes and dtypes, which the prepared calls share."""
+        for compiled, value in ((self.plain_form, False), (self.value_form, True)):
+            if self.x64 and not jax.config.jax_enable_x64:
+                with enable_x64(True):
+                    self._invoke(compiled, value, x, tangents, contexts, ahead=True)
+            else:
+                self._invoke(compiled, value, x, tangents, contexts, ahead=True)
+
+    def _invoke(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context
             x, tangents = to_family(x, "jax"), tuple(to_family(t, "jax") for t in tangents)
         args = (x,)
@@ -352,6 +363,9 @@ class _Prepared:
                 compiled, args = compiled[0], args + (dyn,)
             else:
                 compiled, args = compiled[1], args + (dyn, static)
+        if ahead:
+            compiled.lower(*args).compile()
+            return None
         results = compiled(*args)
         if not self.bare:
             return results
@@ -418,4 +432,7 @@ class Adapter(_Base):
             body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
-        return _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))
+        prepared = _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))
+        if jit:  # a user's prepare_*: compiled here (an unprepared call compiles nothing: jit=False there)
+            prepared.compile_ahead(x, tangents, contexts)
+        return prepared
