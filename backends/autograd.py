@@ -40,8 +40,8 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
+from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
-from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
 from diffinterface._closure import (
     const_write_error,
@@ -513,7 +513,7 @@ class Adapter(_Base):
             )
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
+    def prepare(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         fn = _Function(target, contexts)
         forward = self.forward(operator, info)
 

@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, contract_all
-from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
 from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
@@ -423,9 +423,9 @@ class Adapter(_Base):
             raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare_operator(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
-        """The compiled value and plain forms of one operator (see _Prepared); the runners of
-        ``RunnerAdapter`` call them, and ``plain`` is one call into the compiled function."""
+    def prepare(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
+        """The adapter contract (``diffinterface._adapter``): the compiled value and plain forms of one
+        operator (see _Prepared), ``plain`` one call into the compiled function."""
         forward = self.forward(operator_name, info)
         body = _builders(forward)[operator_name]
         if operator_name not in ("second_derivative", "hvp", "hessian"):

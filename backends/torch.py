@@ -47,8 +47,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
+from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
-from diffinterface._adapter import RunnerAdapter as _Base
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
 from diffinterface._closure import const_write_error, duplicate, numpy_write_refused, raised_by, refusals
 from diffinterface._contexts import context_values
@@ -673,7 +673,7 @@ class Adapter(_Base):
             y = fn.eager(as_tensor(x), contexts)
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare_operator(self, operator, target, x, tangents, contexts, info) -> _Prepared:
+    def prepare(self, operator, target, x, tangents, contexts, info) -> _Prepared:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)

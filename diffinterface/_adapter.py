@@ -1,12 +1,28 @@
 """The adapter contract, and the generic fallbacks that derive every operator from a small core.
 
-An adapter subclasses :class:`Adapter` and implements at least ``value_and_pushforward`` or
-``value_and_pullback``; everything else has a fallback here, and an adapter overrides whatever its
-engine does better natively (a vmapped Jacobian, a jitted gradient).
+**The contract.** The frontend asks an adapter one thing per operator:
+``adapter.prepare(operator, target, x, tangents, contexts, info) -> runners``, where ``runners``
+has two callables ``(x, tangents, contexts) ->``: ``plain`` (the result: an array, or a tuple of
+arrays for the tangent operators) and ``value`` (the value form's tuple: ``(y, result)`` for the
+first order, ``(grad, hvps)``, ``(y, grad, hess)``, ``(y, der, der2)``). The frontend calls them and
+converts what they return once, for every operator (``_frontend.run``).
 
-Every operator ``op`` has ``prepare_op(target, x, [tangents,] contexts, info) -> data`` and
-``value_and_op(data, target, x, [tangents,] contexts)`` (or its ``value_gradient_and_hessian``-style
-name), plus a plain form that defaults to dropping the value. Conventions at this boundary:
+**Two ways to meet it.**
+
+- An engine that compiles or traces per operator (JAX, torch, autograd) overrides :meth:`Adapter.prepare`
+  and builds both runners itself; :meth:`Adapter.forward` gives the direction of each first-order
+  operator (SPEC section 2) and :meth:`Adapter.direction_fallback` switches a ``mode=None`` operator
+  to reverse mode where the engine lacks forward rules.
+- Any other adapter implements at least ``value_and_pushforward`` or ``value_and_pullback`` (the
+  methods below, with ``data`` what its ``prepare_<operator>`` returned); overriding a method is
+  declaring that the engine does that operator natively. The base :meth:`Adapter.prepare` binds the
+  methods into runners, and every other operator has a fallback here: derivative and gradient
+  through the core operator, the Jacobian from batched pushforwards or pullbacks (the direction by
+  :meth:`Adapter.jacobian_forward`), a pushforward or pullback through the Jacobian when only the
+  other direction is native (:func:`through_jacobian` says which; engines use the same rule), and
+  the second order by nesting the adapter's first order over itself (``_second_order``).
+
+Conventions at this boundary:
 
 - ``x``, tangents and context values arrive in the user's array family (a Python float already
   turned into a 0-d numpy array); results may be in the engine's family: the frontend converts them.
@@ -109,6 +125,26 @@ def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
     return tuple(out)
 
 
+TANGENT_OPERATORS = ("pushforward", "pullback", "hvp")
+# the method of the value form of each operator (the method-style adapters' names)
+VALUE_METHOD = {
+    "pushforward": "value_and_pushforward", "pullback": "value_and_pullback",
+    "derivative": "value_and_derivative", "gradient": "value_and_gradient", "jacobian": "value_and_jacobian",
+    "hvp": "gradient_and_hvp", "hessian": "value_gradient_and_hessian",
+    "second_derivative": "value_derivative_and_second_derivative",
+}
+_FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
+
+
+class Runners:
+    """What :meth:`Adapter.prepare` returns: ``plain`` and ``value``, ``(x, tangents, contexts) ->``."""
+
+    __slots__ = ("plain", "value", "data")
+
+    def __init__(self, plain: Any, value: Any, data: Any = None) -> None:
+        self.plain, self.value, self.data = plain, value, data
+
+
 class _Derived:
     """Preparation data of a fallback: the seeds it passes and the data of the operator it calls."""
 
@@ -140,16 +176,36 @@ class Adapter:
             y = np.asarray(y)
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
-    def plain_runner(self, operator: str, data: Any, target: Any) -> Any:
-        """``(x, tangents, contexts) -> result`` of the plain operator, bound to its preparation.
+    def prepare(self, operator: str, target: Any, x: Any, tangents: tuple, contexts: tuple, info: Info) -> Any:
+        """The contract (see the module docstring): the runners of ``operator`` bound to this
+        preparation. Here: the adapter's ``prepare_<operator>`` and its plain and value methods
+        (native or derived); an engine that builds its runners per operator overrides this."""
+        method = getattr(self, "prepare_" + operator)
+        tangent = operator in TANGENT_OPERATORS
+        data = method(target, x, tangents, contexts, info) if tangent else method(target, x, contexts, info)
+        plain, value = getattr(self, operator), getattr(self, VALUE_METHOD[operator])
+        if tangent:
+            return Runners(lambda x, ts, cs: plain(data, target, x, ts, cs),
+                           lambda x, ts, cs: value(data, target, x, ts, cs), data)
+        return Runners(lambda x, ts, cs: plain(data, target, x, cs), lambda x, ts, cs: value(data, target, x, cs), data)
 
-        The frontend's prepared fast path calls this; an adapter may return its compiled function's
-        own runner to save the method call (the JAX adapter does).
-        """
-        method = getattr(self, operator)
-        if operator in ("pushforward", "pullback", "hvp"):
-            return lambda x, tangents, contexts: method(data, target, x, tangents, contexts)
-        return lambda x, tangents, contexts: method(data, target, x, contexts)
+    def forward(self, operator: str, info: Info) -> bool:
+        """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
+        forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
+        mode = getattr(self.backend, "mode", None)
+        if operator == "jacobian":
+            if mode is None and complex_dtype(info.y_dtype):
+                return True  # a complex f(x) of a real x: pullbacks would carry the real part only
+            return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
+        return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
+
+    def direction_fallback(self, operator: str, forward: bool, target: Any, build: Any) -> DirectionFallback | None:
+        """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
+        (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
+        directions are fixed."""
+        if not forward or operator not in _FIRST_ORDER:
+            return None
+        return DirectionFallback(build, target.call, self.backend, switch=getattr(self.backend, "mode", None) is None)
 
     def jacobian_forward(self, x_size: int, y_size: int) -> bool:
         """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""
@@ -301,9 +357,6 @@ def _copy_value(value: Any) -> Any:
     return duplicate(value, copy_leaf)
 
 
-_FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
-
-
 class DirectionFallback:
     """The runners (``plain``, ``value``) of an operator that ``mode=None`` routed forward, for an
     engine that lacks forward rules for some of its operations (torch's forward AD, autograd's JVPs
@@ -337,107 +390,3 @@ class DirectionFallback:
                 return self._current[which](x, tangents, contexts)
 
         return run
-
-
-class RunnerAdapter(Adapter):
-    """An adapter whose preparation builds, per operator, two runners ``(x, tangents, contexts) ->``:
-    ``data.plain`` (the result) and ``data.value`` (the value form's tuple: ``(y, result)``,
-    ``(y, der, der2)``, ``(grad, hvps)``, ``(y, grad, hess)``). The operator methods below only pick
-    one; a subclass implements :meth:`prepare_operator`. The JAX, torch and autograd adapters are such.
-    """
-
-    def prepare_operator(self, operator: str, target: Any, x: Any, tangents: tuple, contexts: tuple, info: Info) -> Any:
-        raise NotImplementedError  # pragma: no cover - every subclass implements it
-
-    def forward(self, operator: str, info: Info) -> bool:
-        """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
-        forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
-        if operator == "jacobian":
-            if self.backend.mode is None and complex_dtype(info.y_dtype):
-                return True  # a complex f(x) of a real x: pullbacks would carry the real part only
-            return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
-        mode = self.backend.mode
-        return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
-
-    def plain_runner(self, operator, data, target):
-        return data.plain  # the frontend's fast path calls the runner itself
-
-    def direction_fallback(self, operator: str, forward: bool, target: Any, build: Any) -> DirectionFallback | None:
-        """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
-        (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
-        directions are fixed."""
-        if not forward or operator not in _FIRST_ORDER:
-            return None
-        return DirectionFallback(build, target.call, self.backend, switch=self.backend.mode is None)
-
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
-        return self.prepare_operator("pushforward", target, x, tangents, contexts, info)
-
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pushforward(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_pullback(self, target, x, tangents, contexts, info):
-        return self.prepare_operator("pullback", target, x, tangents, contexts, info)
-
-    def value_and_pullback(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def pullback(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_derivative(self, target, x, contexts, info):
-        return self.prepare_operator("derivative", target, x, (), contexts, info)
-
-    def value_and_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_gradient(self, target, x, contexts, info):
-        return self.prepare_operator("gradient", target, x, (), contexts, info)
-
-    def value_and_gradient(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def gradient(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_jacobian(self, target, x, contexts, info):
-        return self.prepare_operator("jacobian", target, x, (), contexts, info)
-
-    def value_and_jacobian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def jacobian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_second_derivative(self, target, x, contexts, info):
-        return self.prepare_operator("second_derivative", target, x, (), contexts, info)
-
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def second_derivative(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)
-
-    def prepare_hvp(self, target, x, tangents, contexts, info):
-        return self.prepare_operator("hvp", target, x, tangents, contexts, info)
-
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
-        return data.value(x, tangents, contexts)
-
-    def hvp(self, data, target, x, tangents, contexts):
-        return data.plain(x, tangents, contexts)
-
-    def prepare_hessian(self, target, x, contexts, info):
-        return self.prepare_operator("hessian", target, x, (), contexts, info)
-
-    def value_gradient_and_hessian(self, data, target, x, contexts):
-        return data.value(x, (), contexts)
-
-    def hessian(self, data, target, x, contexts):
-        return data.plain(x, (), contexts)

@@ -147,8 +147,7 @@ def prepare(
     _check_output(operator, info, call)
     if tangent_name == "ty":
         tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
-    method = getattr(adapter, "prepare_" + operator)
-    data = method(target, x_in, tangents, contexts, info) if tangent_name else method(target, x_in, contexts, info)
+    data = adapter.prepare(operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
     names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
@@ -183,6 +182,40 @@ def tangents_of(tangent: Any, x: Any) -> tuple:
             return items  # the fast path: tangents already of x's own array type
     fam = family(x)
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
+
+
+# How each result of a runner comes back to the user: "value" and "result" in x's family, "out" also
+# written into out= when given, "tangents" a tuple for a tuple of tangents (else the one result).
+PLAIN_RESULT = {"pushforward": "tangents", "pullback": "tangents", "hvp": "tangents", "derivative": "result",
+                "second_derivative": "result", "gradient": "out", "jacobian": "out", "hessian": "out"}
+VALUE_RESULTS = {"pushforward": ("value", "tangents"), "pullback": ("value", "tangents"), "hvp": ("result", "tangents"),
+                 "derivative": ("value", "result"), "gradient": ("value", "out"), "jacobian": ("value", "out"),
+                 "hessian": ("value", "result", "out"), "second_derivative": ("value", "result", "result")}
+VALUE_NAME = {"pushforward": "value_and_pushforward", "pullback": "value_and_pullback", "hvp": "gradient_and_hvp",
+              "derivative": "value_and_derivative", "gradient": "value_and_gradient", "jacobian": "value_and_jacobian",
+              "hessian": "value_gradient_and_hessian", "second_derivative": "value_derivative_and_second_derivative"}
+
+
+def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
+    if kind == "tangents":
+        return tangent_result(result, tangent, x)
+    if kind == "out":
+        return finish(result, x, out, name, backend)
+    return output_like(result, x)
+
+
+def run(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, prep: Any,
+        out: Any = None, value: bool = False) -> Any:
+    """An operator call: resolve the prep, run its plain or value runner, and convert what it
+    returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
+    p = resolve(operator, backend, f, x, tangent, contexts, y, prep)
+    tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()
+    x_in = as_input(x)
+    if not value:
+        return _convert(PLAIN_RESULT[operator], p.data.plain(x_in, tangents, contexts), x, tangent, out, operator, backend)
+    results = p.data.value(x_in, tangents, contexts)
+    name = VALUE_NAME[operator]
+    return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(VALUE_RESULTS[operator], results))
 
 
 def run_prepared(operator: str, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple, out: Any = None) -> Any:

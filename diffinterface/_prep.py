@@ -58,7 +58,7 @@ class Prep:
         self.args = () if oneshot else tuple(describe_arg(a) for a in args)
         self.signature = () if oneshot else tuple(signature(a) for a in args)
         # the plain operator bound to this preparation: what the frontend's fast path calls
-        self.plain = adapter.plain_runner(operator, data, target)
+        self.plain = data.plain
         if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
             plain = self.plain
             self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)

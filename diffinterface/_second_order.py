@@ -29,47 +29,37 @@ _NESTING = {"hvp": ("gradient", "pushforward"), "hessian": ("gradient", "jacobia
 class Nested:
     """The preparation of ``outer``'s first-order operator over ``inner``'s first-order operator."""
 
-    __slots__ = ("operator", "target", "inner_adapter", "outer_adapter", "first_target", "outer_data",
-                 "outer_name")
+    __slots__ = ("operator", "target", "inner_adapter", "outer", "tangent")
 
     def __init__(self, operator: str, outer: Any, inner: Any, target: Any, x: Any, tangents: tuple, contexts: tuple) -> None:
         inner_name, outer_name = _NESTING[operator]
-        self.operator, self.target, self.outer_name = operator, target, outer_name
+        self.operator, self.target, self.tangent = operator, target, outer_name == "pushforward"
         call = target.call
         self.inner_adapter = inner_adapter = adapter_for(inner, call)
-        self.outer_adapter = outer_adapter = adapter_for(outer, call)
+        outer_adapter = adapter_for(outer, call)
         inner_info = inner_adapter.output_info(target, private_copy(x), contexts, False)
-        inner_data = getattr(inner_adapter, "prepare_" + inner_name)(target, x, contexts, inner_info)
-        run_inner = inner_adapter.plain_runner(inner_name, inner_data, target)
+        run_inner = inner_adapter.prepare(inner_name, target, x, (), contexts, inner_info).plain
         kinds = tuple(type(c) for c in contexts)
 
         def first(x_: Any, *values: Any) -> Any:
             """The inner derivative at ``x_`` (in the outer engine's arrays), context values rewrapped."""
             return output_like(run_inner(x_, (), tuple(k(v) for k, v in zip(kinds, values))), x_)
 
-        closure = getattr(outer, "closure", "duplicated")
-        self.first_target = first_target = Target(first, None, closure, call)
+        first_target = Target(first, None, getattr(outer, "closure", "duplicated"), call)
         outer_info = outer_adapter.output_info(first_target, private_copy(x), contexts, False)
-        prepare = getattr(outer_adapter, "prepare_" + outer_name)
-        if outer_name == "pushforward":
-            self.outer_data = prepare(first_target, x, tangents, contexts, outer_info)
-        else:
-            self.outer_data = prepare(first_target, x, contexts, outer_info)
+        self.outer = outer_adapter.prepare(outer_name, first_target, x, tangents if self.tangent else (), contexts, outer_info)
 
     def run_second(self, x: Any, tangents: tuple, contexts: tuple) -> Any:
         """The second-order result: hvps (a tuple), the Hessian or the second derivative."""
-        method = getattr(self.outer_adapter, self.outer_name)
-        if self.outer_name == "pushforward":
-            return method(self.outer_data, self.first_target, x, tangents, contexts)
-        return method(self.outer_data, self.first_target, x, contexts)
+        return self.outer.plain(x, tangents, contexts)
 
     def run_gradient_and_hvp(self, x: Any, tangents: tuple, contexts: tuple) -> tuple:
-        return self.outer_adapter.value_and_pushforward(self.outer_data, self.first_target, x, tangents, contexts)
+        return self.outer.value(x, tangents, contexts)
 
     def run_value_gradient_and_hessian(self, x: Any, contexts: tuple) -> tuple:
-        grad, hess = self.outer_adapter.value_and_jacobian(self.outer_data, self.first_target, x, contexts)
+        grad, hess = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), grad, hess
 
     def run_value_derivative_and_second_derivative(self, x: Any, contexts: tuple) -> tuple:
-        der, der2 = self.outer_adapter.value_and_derivative(self.outer_data, self.first_target, x, contexts)
+        der, der2 = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), der, der2

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import as_input, output_like
-from .._frontend import finish, prepare, resolve, run_prepared
+from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
@@ -17,14 +16,12 @@ def prepare_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, strict: 
 
 def value_and_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> tuple:
     """``(f(x), grad)``; ``out=`` receives the gradient."""
-    p = resolve("gradient", backend, f, x, None, contexts, None, prep)
-    value, grad = p.adapter.value_and_gradient(p.data, p.target, as_input(x), contexts)
-    return output_like(value, x), finish(grad, x, out, "value_and_gradient", backend)
+    return run("gradient", backend, f, x, None, contexts, None, prep, out, value=True)
+
 
 
 def gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
     """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given."""
     if type(prep) is Prep:
         return run_prepared("gradient", prep, backend, f, x, contexts, out)
-    p = resolve("gradient", backend, f, x, None, contexts, None, prep)
-    return finish(p.adapter.gradient(p.data, p.target, as_input(x), contexts), x, out, "gradient", backend)
+    return run("gradient", backend, f, x, None, contexts, None, prep, out)

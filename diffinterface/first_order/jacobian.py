@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import as_input, output_like
-from .._frontend import finish, prepare, resolve, run_prepared
+from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
@@ -17,9 +16,8 @@ def prepare_jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any =
 
 def value_and_jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None) -> tuple:
     """``(f(x), J)``; ``out=`` receives the Jacobian."""
-    p = resolve("jacobian", backend, f, x, None, contexts, y, prep)
-    value, jac = p.adapter.value_and_jacobian(p.data, p.target, as_input(x), contexts)
-    return output_like(value, x), finish(jac, x, out, "value_and_jacobian", backend)
+    return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True)
+
 
 
 def jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None) -> Any:
@@ -30,5 +28,4 @@ def jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, p
     """
     if type(prep) is Prep and y is None:
         return run_prepared("jacobian", prep, backend, f, x, contexts, out)
-    p = resolve("jacobian", backend, f, x, None, contexts, y, prep)
-    return finish(p.adapter.jacobian(p.data, p.target, as_input(x), contexts), x, out, "jacobian", backend)
+    return run("jacobian", backend, f, x, None, contexts, y, prep, out)

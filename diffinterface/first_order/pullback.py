@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
+from .._frontend import prepare, run, run_prepared_tangent
 from .._prep import Prep
 
 
@@ -17,14 +16,12 @@ def prepare_pullback(backend: Any, f: Callable, x: Any, ty: Any, *contexts: Any,
 
 def value_and_pullback(backend: Any, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> tuple:
     """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can."""
-    p = resolve("pullback", backend, f, x, ty, contexts, y, prep)
-    value, results = p.adapter.value_and_pullback(p.data, p.target, as_input(x), tangents_of(ty, x), contexts)
-    return output_like(value, x), tangent_result(results, ty, x)
+    return run("pullback", backend, f, x, ty, contexts, y, prep, value=True)
+
 
 
 def pullback(backend: Any, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple."""
     if type(prep) is Prep and y is None and type(ty) is type(x) is not float:
         return run_prepared_tangent("pullback", prep, backend, f, x, ty, contexts)
-    p = resolve("pullback", backend, f, x, ty, contexts, y, prep)
-    return tangent_result(p.adapter.pullback(p.data, p.target, as_input(x), tangents_of(ty, x), contexts), ty, x)
+    return run("pullback", backend, f, x, ty, contexts, y, prep)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
+from .._frontend import prepare, run, run_prepared_tangent
 from .._prep import Prep
 
 
@@ -20,14 +19,12 @@ def value_and_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts:
 
     ``f(x, *contexts)`` returns its output, or with ``y=`` is ``f(y, x, *contexts)`` writing it into ``y``.
     """
-    p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
-    value, results = p.adapter.value_and_pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts)
-    return output_like(value, x), tangent_result(results, tx, x)
+    return run("pushforward", backend, f, x, tx, contexts, y, prep, value=True)
+
 
 
 def pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
         return run_prepared_tangent("pushforward", prep, backend, f, x, tx, contexts)
-    p = resolve("pushforward", backend, f, x, tx, contexts, y, prep)
-    return tangent_result(p.adapter.pushforward(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)
+    return run("pushforward", backend, f, x, tx, contexts, y, prep)

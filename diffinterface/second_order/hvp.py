@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._arrays import as_input, output_like
-from .._frontend import prepare, resolve, run_prepared_tangent, tangent_result, tangents_of
+from .._frontend import prepare, run, run_prepared_tangent
 from .._prep import Prep
 
 
@@ -17,14 +16,12 @@ def prepare_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, stri
 
 def gradient_and_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> tuple:
     """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products."""
-    p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
-    grad, results = p.adapter.gradient_and_hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts)
-    return output_like(grad, x), tangent_result(results, tx, x)
+    return run("hvp", backend, f, x, tx, contexts, None, prep, value=True)
+
 
 
 def hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and type(tx) is type(x) is not float:
         return run_prepared_tangent("hvp", prep, backend, f, x, tx, contexts)
-    p = resolve("hvp", backend, f, x, tx, contexts, None, prep)
-    return tangent_result(p.adapter.hvp(p.data, p.target, as_input(x), tangents_of(tx, x), contexts), tx, x)
+    return run("hvp", backend, f, x, tx, contexts, None, prep)
