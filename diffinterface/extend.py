@@ -13,7 +13,8 @@ A backend is two classes in one module of its own, and no change to diffinterfac
 Register the config with :func:`register_backend` (or a ``diffinterface.backends`` entry point, so
 that ``python -m diffinterface check`` finds it without an import), and check it on the whole
 catalogue with ``diffinterface.testing.test_differentiation``. An engine with its own array type
-also describes it once with :class:`ArrayFamily` and :func:`register_family`. The worked example is
+also describes it once with :class:`ArrayFamily` and :func:`register_family`, and makes custom
+rules (``diffinterface.rules``) work inside it with :func:`register_rules`. The worked example is
 ``tests/test_extend.py``; the documented contract is ``diffinterface/_adapter.py``'s docstring.
 
 What an adapter method receives: ``target`` (the function as adapters call it: ``target.call`` is
@@ -30,9 +31,10 @@ from ._arrays import ArrayFamily, families, family, register_family, to_family
 from ._backends import ENTRY_POINTS, register_backend, registered_backends
 from ._backends import AbstractBackend as BackendConfig
 from ._closure import declare_modules
+from .rules import register_rules
 
 __all__ = [
     "Adapter", "Info", "basis", "contract_all", "ones", "stack_jacobian",
     "ArrayFamily", "families", "family", "register_family", "to_family",
-    "BackendConfig", "ENTRY_POINTS", "register_backend", "registered_backends", "declare_modules",
+    "BackendConfig", "ENTRY_POINTS", "register_backend", "registered_backends", "declare_modules", "register_rules",
 ]

@@ -164,14 +164,14 @@ class Rule:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(a) for a in args)  # the JAX and autograd adapters' captured-state stand-ins
-        engine = _engine_of(args)
-        if engine is None:
+        registrar = _registrar_of(args)
+        if registrar is None:
             if self.opaque:
                 return self.primal(*(_np(a) for a in args), **kwargs)
             return self.primal(*args, **kwargs)
-        module = _ENGINES.get(engine)
+        module = _MODULES.get(registrar)
         if module is None:
-            module = _ENGINES[engine] = importlib.import_module(f"diffinterface.backends.{engine}_rules")
+            module = _MODULES[registrar] = importlib.import_module(registrar)
         return module.call(self, args, kwargs)
 
     def native(self, key: Any, build: Callable) -> Any:
@@ -216,7 +216,27 @@ class Rule:
         return f"<custom_rule {self.__name__} opaque={self.opaque} rules={rules or 'none'}>"
 
 
-_ENGINES: dict = {}  # engine name -> its rules module, imported at first use
+# The rule registrars: (the engine's traced or array type as "module.Type", the module whose
+# call(rule, args, kwargs) registers a rule natively), consulted in order; a backend adds its own with
+# register_rules. The types are resolved through sys.modules: nothing is imported to find them.
+_REGISTRARS: list[tuple[str, str]] = [
+    ("jax.Array", "diffinterface.backends.jax_rules"),
+    ("torch.Tensor", "diffinterface.backends.torch_rules"),
+    ("autograd.tracer.Box", "diffinterface.backends.autograd_rules"),
+]
+_MODULES: dict = {}  # registrar module name -> the module, imported at first use
+_REGISTRAR_OF_TYPE: dict = {}  # type -> registrar module (or None), filled as types are met
+
+
+def register_rules(array_type: str, module: str) -> None:
+    """Make rules (:func:`custom_rule`) work inside another engine: where an argument is an instance
+    of ``array_type`` (``"module.Type"``, the engine's array or traced type), the rule calls
+    ``module.call(rule, args, kwargs)``, which registers it with the engine's own mechanism (see
+    ``diffinterface/backends/jax_rules.py`` for one)."""
+    if array_type.rpartition(".")[0] == "" or not module:
+        raise ValueError(f"register_rules({array_type!r}, {module!r}): expected 'module.Type' and a module name")
+    _REGISTRARS.insert(0, (array_type, module))
+    _REGISTRAR_OF_TYPE.clear()
 
 
 def _lookup(module: str, qualname: str) -> Any:
@@ -281,16 +301,23 @@ def cotangent_like(value: Any, ref: Any) -> Any:
     return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)
 
 
-def _engine_of(args: tuple) -> str | None:
-    """The engine whose arrays are among ``args`` (imports nothing)."""
-    modules = sys.modules
+def _registrar_of(args: tuple) -> str | None:
+    """The rules module of the engine whose arrays or traced values are among ``args`` (imports nothing)."""
     for a in args:
-        t = type(a)
-        mod = t.__module__
-        if mod.startswith("jax") and "jax" in modules and isinstance(a, modules["jax"].Array):
-            return "jax"
-        if mod.startswith("torch") and "torch" in modules and isinstance(a, modules["torch"].Tensor):
-            return "torch"
-        if mod.startswith("autograd") and "autograd.tracer" in modules and isinstance(a, modules["autograd.tracer"].Box):
-            return "autograd"
+        kind = type(a)
+        try:
+            found = _REGISTRAR_OF_TYPE[kind]
+        except KeyError:
+            found = None
+            for array_type, module in _REGISTRARS:
+                owner, _, name = array_type.rpartition(".")
+                loaded = sys.modules.get(owner)
+                cls = getattr(loaded, name, None) if loaded is not None else None
+                if cls is not None and isinstance(a, cls):
+                    found = module
+                    break
+            if found is not None or kind.__module__.split(".")[0] in ("numpy", "builtins"):
+                _REGISTRAR_OF_TYPE[kind] = found  # engines' types are cached once their module is loaded
+        if found is not None:
+            return found
     return None

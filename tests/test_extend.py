@@ -134,3 +134,39 @@ def test_a_package_adds_a_backend_through_an_entry_point(tmp_path):
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "AutoOutside()" in done.stdout and "FAIL" not in done.stdout
+
+
+class Tagged:
+    """An outside engine's traced value (a stand-in for one)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+CALLS: list = []
+
+
+def call(rule: Any, args: tuple, kwargs: dict) -> Any:
+    """This module as the outside engine's rule registrar: record the call, run the forward rule."""
+    CALLS.append(rule.__name__)
+    (x,) = args
+    y, dy = rule.forward(1.0, x.value)
+    return Tagged(y + dy)
+
+
+def test_an_outside_engine_registers_rules_through_the_extension_surface():
+    from diffinterface.rules import custom_rule
+
+    @custom_rule
+    def cube(x):
+        return x**3
+
+    @cube.def_forward
+    def _(dx, x):
+        return x**3, 3 * x**2 * dx
+
+    extend.register_rules(f"{__name__}.Tagged", __name__)
+    assert cube(2.0) == 8.0 and not CALLS  # plain numbers: the primal
+    assert cube(Tagged(2.0)).value == 8.0 + 12.0 and CALLS == ["cube"]
+    with pytest.raises(ValueError, match="expected 'module.Type'"):
+        extend.register_rules("Tagged", __name__)
