@@ -105,5 +105,9 @@ def wheel(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff (lint and format) and mypy over the package and its adapters (configured in pyproject.toml)."""
+    session.install(TORCH)
+    session.install("-e", ".[all,lint]")
     session.run("ruff", "check", str(ROOT))
+    session.run("ruff", "format", "--check", str(ROOT))
+    session.run("mypy", "diffinterface", "backends")

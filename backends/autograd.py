@@ -53,7 +53,7 @@ from diffinterface._closure import (
     standin_error,
 )
 from diffinterface._contexts import context_values
-from diffinterface._errors import LostDerivativeError, structured_output_error
+from diffinterface._errors import LostDerivativeError, structured_output
 from diffinterface._writable import StandInConversionError, unwrap
 from diffinterface._writable import WritableArray as _Writable
 
@@ -177,7 +177,7 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     makes of traced values: autograd would return zero derivatives (it only warns "Output seems
     independent of input"), so it is an error."""
     if isinstance(y, (tuple, list, dict)):
-        raise structured_output_error(y, target.call)
+        raise structured_output(y, target.call)
     if isinstance(y, Box) or not isinstance(x, Box):
         return y
     if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):
@@ -196,7 +196,8 @@ _BOX_WRITES: frozenset | None = None
 def _chain(error: BaseException) -> tuple:
     """``error`` and the errors it was raised from (explicit causes only: what was being handled
     when it was raised depends on the caller)."""
-    out, seen, current = [], set(), error
+    out, seen = [], set()
+    current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         out.append((type(current), str(current)))
@@ -313,6 +314,8 @@ class _Prepared:
     __slots__ = ("plain", "value", "reverse_inner")  # reverse_inner: a JVP was missing, second order goes reverse over reverse
 
     def __init__(self) -> None:
+        self.plain: Any = None
+        self.value: Any = None
         self.reverse_inner = False
 
 

@@ -34,7 +34,7 @@ from diffinterface._adapter import Adapter as _Base
 from diffinterface._arrays import NUMPY, family, is_array, private_copy, to_family
 from diffinterface._closure import copy_leaf, duplicate, read_only_alias
 from diffinterface._contexts import context_values
-from diffinterface._errors import structured_output_error
+from diffinterface._errors import structured_output
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -130,7 +130,7 @@ class Adapter(_Base):
         def as_array(y: Any) -> Any:
             if not is_array(y):  # a Python number
                 if isinstance(y, (tuple, list, dict)):
-                    raise structured_output_error(y, target.call)
+                    raise structured_output(y, target.call)
                 return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
             if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
                 return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)

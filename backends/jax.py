@@ -24,6 +24,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from typing import Any
 
 import jax
@@ -35,17 +37,14 @@ from diffinterface._adapter import Info, contract_all
 from diffinterface._arrays import NUMPY, TORCH, family, to_family
 from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
-from diffinterface._errors import structured_output_error
+from diffinterface._errors import structured_output
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import note_conversion, take_conversion
 from diffinterface._writable import unwrap as _unwrap
 
 # float64 inside a thread-local context: jax.enable_x64 from JAX 0.5 on (jax.experimental.enable_x64,
 # with the same signature, before; pyproject.toml admits JAX 0.4.35)
-if hasattr(jax, "enable_x64"):
-    enable_x64 = jax.enable_x64
-else:  # pragma: no cover - exercised by nox -s tests-oldest
-    from jax.experimental import enable_x64
+enable_x64: Any = getattr(jax, "enable_x64", None) or importlib.import_module("jax.experimental").enable_x64
 
 
 class WritableArray(_Writable):
@@ -57,7 +56,7 @@ class WritableArray(_Writable):
 
     __slots__ = ()
     _namespace = jnp
-    _wrap = staticmethod(jnp.asarray)
+    _wrap = staticmethod(jnp.asarray)  # type: ignore[assignment]  # narrower than the base's (value) -> Any
 
     @staticmethod
     def _update(value: Any, index: Any, item: Any) -> Any:
@@ -171,7 +170,7 @@ class _Function:
 def _output(y: Any, target: Any) -> Any:
     """``f``'s output as one jax array (checked while JAX traces: no cost in a compiled call)."""
     if isinstance(y, (tuple, list, dict)):
-        raise structured_output_error(y, target.call)
+        raise structured_output(y, target.call)
     return jnp.asarray(y)
 
 
@@ -309,33 +308,37 @@ class _Prepared:
             results = body(f, x, (ts,), value)  # ts is the one tangent, bare
             return (results[0], results[1][0]) if value else results[0]
 
-        if function.simple and self.tangents:
-            def run(x, ts):
-                return call(function.pure, x, ts)
-        elif function.simple:
-            def run(x):
-                return body(function.pure, x, (), value)
-        elif self.tangents:
-            def run(x, ts, dyn, static):
-                return call(lambda z: function.pure(z, dyn, static), x, ts)
-        else:
-            def run(x, dyn, static):
-                return body(lambda z: function.pure(z, dyn, static), x, (), value)
+        def simple_tangents(x, ts):
+            return call(function.pure, x, ts)
+
+        def simple(x):
+            return body(function.pure, x, (), value)
+
+        def with_tangents(x, ts, dyn, static):
+            return call(lambda z: function.pure(z, dyn, static), x, ts)
+
+        def without_tangents(x, dyn, static):
+            return body(lambda z: function.pure(z, dyn, static), x, (), value)
+
         if function.simple:
+            run: Any = simple_tangents if self.tangents else simple
             return jax.jit(run) if jit else run
+        run = with_tangents if self.tangents else without_tangents
         common = function.common
-        if self.tangents:
-            def run_common(x, ts, dyn):
-                return run(x, ts, dyn, common)
-        else:
-            def run_common(x, dyn):
-                return run(x, dyn, common)
+
+        def common_tangents(x, ts, dyn):
+            return run(x, ts, dyn, common)
+
+        def common_plain(x, dyn):
+            return run(x, dyn, common)
+
+        run_common = common_tangents if self.tangents else common_plain
         if not jit:
             return run_common, run
         return jax.jit(run_common), jax.jit(run, static_argnums=3 if self.tangents else 2)
 
     def run(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple) -> Any:
-        if self.x64 and not jax.config.jax_enable_x64:
+        if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
             with enable_x64(True):
                 return self._invoke(compiled, value, x, tangents, contexts)
         return self._invoke(compiled, value, x, tangents, contexts)
@@ -345,7 +348,7 @@ class _Prepared:
         so that preparation pays the compile and the first prepared call does not. JAX caches the
         trace and the executable by the arguments' shapes and dtypes, which the prepared calls share."""
         for compiled, value in ((self.plain_form, False), (self.value_form, True)):
-            if self.x64 and not jax.config.jax_enable_x64:
+            if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
                 with enable_x64(True):
                     self._invoke(compiled, value, x, tangents, contexts, ahead=True)
             else:
@@ -354,7 +357,7 @@ class _Prepared:
     def _invoke(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context
             x, tangents = to_family(x, "jax"), tuple(to_family(t, "jax") for t in tangents)
-        args = (x,)
+        args: tuple = (x,)
         if self.tangents:
             args += (tangents[0] if self.bare else tangents,)
         if not self.function.simple:
@@ -411,7 +414,7 @@ class Adapter(_Base):
 
         take_conversion()  # a stand-in converted from here on is this trace's
         try:  # the first trace of f: where writes into captured state fail
-            if x64 and not jax.config.jax_enable_x64:
+            if x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
                 with enable_x64(True):
                     out = shape()
             else:

@@ -53,13 +53,13 @@ def _register(rule: Rule, mode: str, kwargs: dict) -> Any:
         return rule.primal(*args, **kwargs)
 
     if mode == "forward":
-        fn = jax.custom_jvp(primal)
-        fn.defjvp(_forward_rule(rule, kwargs), symbolic_zeros=True)
-        return fn
-    fn = jax.custom_vjp(primal)
+        forward = jax.custom_jvp(primal)
+        forward.defjvp(_forward_rule(rule, kwargs), symbolic_zeros=True)
+        return forward
+    reverse = jax.custom_vjp(primal)
     fwd, bwd = _reverse_rules(rule, kwargs, primal)
-    fn.defvjp(fwd, bwd, symbolic_zeros=True)
-    return fn
+    reverse.defvjp(fwd, bwd, symbolic_zeros=True)
+    return reverse
 
 
 def _forward_rule(rule: Rule, kwargs: dict) -> Any:

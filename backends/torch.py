@@ -244,9 +244,9 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     lost. That is an error, never a silent zero derivative."""
     if isinstance(y, _Tensor):  # a subclass (nn.Parameter)
         return y.as_subclass(_Tensor)
-    error = structured_output_error(y, target.call)
-    if error is not None:
-        raise error
+    structured = structured_output_error(y, target.call)
+    if structured is not None:
+        raise structured
     error = const_write_error(target, f"f returned a {type(y).__name__}, not a tensor computed from x", "numpy")
     if error is not None:
         raise error
@@ -374,6 +374,7 @@ def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
     with torch.enable_grad():
         root = leaf.clone()  # f may write into its input: never into the user's x
         mode = _Provenance(root)
+        cause: Exception | None = None
         try:
             with mode:
                 y = fn.eager(root, contexts)
@@ -381,8 +382,6 @@ def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
             if not mode.escapes:
                 raise
             y, cause = None, error
-        else:
-            cause = None
     if not mode.escapes:  # constant in x, or through operations torch defines with no derivative
         if forward and _reaches(y, root):
             raise NotImplementedError(
@@ -492,7 +491,7 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
             y = _no_graph(eager(primal_x, contexts))
             out = y.new_zeros((0,) + tuple(y.shape))
         else:
-            primal = []
+            primal: list = []
 
             def tangent_only(t: Any) -> Any:
                 y, dy = one(t)
@@ -603,7 +602,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         def body(x, ts, contexts):
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # reverse over forward; reverse over reverse without forward AD
-        reverse_inner = []  # set at the first op without a forward derivative, for this prep
+        reverse_inner: list = []  # set at the first op without a forward derivative, for this prep
 
         def forward_body(x, contexts):
             xt = x.detach().requires_grad_()

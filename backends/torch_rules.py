@@ -36,7 +36,8 @@ class _Spec:
     __slots__ = ("rule", "kwargs", "active", "tape")
 
     def __init__(self, rule: Rule, kwargs: dict, active: tuple) -> None:
-        self.rule, self.kwargs, self.active, self.tape = rule, kwargs, active, None
+        self.rule, self.kwargs, self.active = rule, kwargs, active
+        self.tape: Any = None
 
     def again(self) -> _Spec:
         return _Spec(self.rule, self.kwargs, self.active)

@@ -402,12 +402,13 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
     rng = np.random.default_rng(size)
     backend = config(name)
     A = None
+    f: Callable[..., Any]
     if operator.startswith("jacobian"):
         shape = (size, 10) if operator.endswith("tall") else (10, size)
         A = eng.array(rng.normal(size=shape) / np.sqrt(shape[1]))
         x = eng.array(rng.normal(size=shape[1]))
 
-        def f(z, A=A):
+        def f(z: Any, A: Any = A) -> Any:
             return array_namespace(z).sin(A @ z)
     else:
         x = eng.array(rng.normal(size=size))
@@ -469,7 +470,7 @@ def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: C
         progress(i, len(plan), f"cheap gradient {name} {n}")
         eng, backend = engine(name), config(name)
         x = eng.array(np.random.default_rng(n).normal(size=n))
-        f = eng.jax.jit(sum_sin2) if name == "jax" else sum_sin2
+        f = getattr(eng, "jax").jit(sum_sin2) if name == "jax" else sum_sin2
         prep = prepare_gradient(backend, sum_sin2, x)
         r = ratio(lambda: eng.ready(gradient(backend, sum_sin2, x, prep=prep)), lambda: eng.ready(f(x)), timing)
         rows.append({"backend": repr(backend), "size": n, "inputs": eng.inputs, "gradient_s": r["ours_s"],
@@ -536,9 +537,7 @@ def finite_differences(progress: Callable) -> list[dict]:
         ("jacobian of sin(x)*sum(x)", sin_times_sum,
          lambda x: np.diag(np.cos(x) * np.sum(x)) + np.sin(x)[:, None] * np.ones(n)[None, :], False),
     ]
-    nd = None
-    if importlib.util.find_spec("numdifftools") is not None:
-        import numdifftools as nd
+    nd: Any = importlib.import_module("numdifftools") if importlib.util.find_spec("numdifftools") is not None else None
     rows = []
     for i, (name, f, exact, scalar) in enumerate(functions):
         progress(i, len(functions), f"finite differences {name}")

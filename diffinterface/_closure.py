@@ -229,7 +229,7 @@ def _code_names(code: types.CodeType) -> set:
 class _Leaf:
     __slots__ = ("get", "where")
 
-    def __init__(self, get: Callable[[], Any], where: str) -> None:
+    def __init__(self, get: Callable[..., Any], where: str) -> None:
         self.get, self.where = get, where
 
 
@@ -244,7 +244,7 @@ class _Walker:
         # rebuilt f holds something f may change, or that the user may rebind, so it is not reused
         self.structural = False
 
-    def leaf(self, get: Callable[[], Any], where: str) -> int:
+    def leaf(self, get: Callable[..., Any], where: str) -> int:
         self.leaves.append(_Leaf(get, where))
         value = get()
         self.writable = self.writable or not _immutable(value)
@@ -272,7 +272,7 @@ class _Walker:
         self._seen[id(obj)] = build
         return build
 
-    def _part(self, value: Any, get: Callable[[], Any], where: str) -> Any:
+    def _part(self, value: Any, get: Callable[..., Any], where: str) -> Any:
         """A rebuild for one captured slot: a leaf index, a nested rebuild, or None."""
         if is_state(value):
             index = self.leaf(get, where)
@@ -330,7 +330,7 @@ class _Walker:
             closure = fn.__closure__
             if cells:
                 closure = tuple(
-                    types.CellType(cells[i](values, memo)) if i in cells else c for i, c in enumerate(closure)
+                    types.CellType(cells[i](values, memo)) if i in cells else c for i, c in enumerate(closure or ())
                 )
             new_fn = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
             memo[id(fn)] = new_fn
@@ -339,11 +339,11 @@ class _Walker:
             new_fn.__qualname__, new_fn.__module__, new_fn.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
             if defaults:
                 new_fn.__defaults__ = tuple(
-                    defaults[i](values, memo) if i in defaults else d for i, d in enumerate(fn.__defaults__)
+                    defaults[i](values, memo) if i in defaults else d for i, d in enumerate(fn.__defaults__ or ())
                 )
             if kwdefaults:
                 new_fn.__kwdefaults__ = {
-                    k: kwdefaults[k](values, memo) if k in kwdefaults else d for k, d in fn.__kwdefaults__.items()
+                    k: kwdefaults[k](values, memo) if k in kwdefaults else d for k, d in (fn.__kwdefaults__ or {}).items()
                 }
             for var, part in global_parts.items():
                 new_globals[var] = part(values, memo)

@@ -36,6 +36,11 @@ def structured_output_error(y: object, call: str) -> TypeError | None:
     every backend raises the same error rather than return a different answer each."""
     if not isinstance(y, (tuple, list, dict)):
         return None
+    return structured_output(y, call)
+
+
+def structured_output(y: tuple | list | dict, call: str) -> TypeError:
+    """:func:`structured_output_error` for a ``y`` known to be a tuple, list or dict."""
     kind = type(y).__name__
     what = f"a {kind} of {len(y)} items"
     return TypeError(

@@ -79,14 +79,15 @@ class Target:
         makes the state's arrays aliases instead (``leaf`` copies where there is none); ``y`` is
         still duplicated with ``leaf``.
         """
-        if not self.has_state or (values is None and self.plan.read_only):
+        plan = self.plan
+        if plan is None or plan.empty or (values is None and plan.read_only):
             fn = self.f
         elif guard is not None:
-            fn = self.plan.aliased(guard, leaf, key)
+            fn = plan.aliased(guard, leaf, key)
         elif values is None:
-            fn = self.plan.duplicated(leaf)
+            fn = plan.duplicated(leaf)
         else:
-            fn = self.plan.rebuild([duplicate(v, leaf) for v in values])
+            fn = plan.rebuild([duplicate(v, leaf) for v in values])
         y = self.y
         if y is None:
             return fn

@@ -120,7 +120,7 @@ for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operato
 for _name, _op in [("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge),
                    ("eq", operator.eq), ("ne", operator.ne)]:
     setattr(WritableArray, f"__{_name}__", _binary(_op))
-WritableArray.__neg__ = lambda self: -self.value
-WritableArray.__pos__ = lambda self: +self.value
-WritableArray.__abs__ = lambda self: abs(self.value)
+setattr(WritableArray, "__neg__", lambda self: -self.value)
+setattr(WritableArray, "__pos__", lambda self: +self.value)
+setattr(WritableArray, "__abs__", lambda self: abs(self.value))
 WritableArray.__hash__ = None  # type: ignore[assignment]

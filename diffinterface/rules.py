@@ -119,6 +119,12 @@ class Rule:
     """A function with derivative rules; made by :func:`custom_rule`. Calling it runs the primal, or
     the engine registration where an argument is an engine's array (see the module docstring)."""
 
+    __name__: str  # set from the primal by functools.update_wrapper
+    # the rules, None until defined (has_forward, has_reverse say which are)
+    forward: Any
+    augmented_primal: Any
+    reverse: Any
+
     def __init__(self, primal: Callable, *, opaque: bool = False, vectorized: bool = False,
                  out_shape: Callable | None = None, forward: Callable | None = None,
                  augmented_primal: Callable | None = None, reverse: Callable | None = None) -> None:

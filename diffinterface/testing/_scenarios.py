@@ -329,10 +329,10 @@ def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include
     if family == "jax" and np.dtype(dtype) == np.float64:
         import jax
 
-        if not jax.config.jax_enable_x64:
+        if not jax.config.read("jax_enable_x64"):
             dtype = np.float32  # jax arrays are float32 unless the user enabled x64
     dtype = np.dtype(dtype)
-    scenarios: list[Scenario] = []
+    scenarios: list[Scenario | list[Scenario]] = []
     closure_variants: set = set()  # the operators that already have the closure variants
     for ref in _references():
         scenarios += _scenarios_of(ref, family, dtype, include, closure_variants)
