@@ -43,7 +43,9 @@ def lowest_pins() -> list[str]:
     for requirement in declared:
         found = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)", requirement.strip())
         if found:
-            pins[found[1].lower()] = f"{found[1].lower()}=={found[2]}" if found[2].count(".") >= 2 else f"{found[1].lower()}=={found[2]}.*"
+            pins[found[1].lower()] = (
+                f"{found[1].lower()}=={found[2]}" if found[2].count(".") >= 2 else f"{found[1].lower()}=={found[2]}.*"
+            )
     pins["torch"] = TORCH
     return sorted(pins.values())
 
@@ -96,7 +98,8 @@ def wheel(session: nox.Session) -> None:
     session.install("--force-reinstall", "--no-deps", str(built))  # a reused venv (-r) keeps the same version
     session.chdir(tmp)
     session.run(
-        "python", "-c",
+        "python",
+        "-c",
         "import diffinterface.backends.finitediff as m, diffinterface.testing as t; "
         "assert 'site-packages' in m.__file__ and 'site-packages' in t.__file__, m.__file__; print(m.__file__)",
     )

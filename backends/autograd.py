@@ -59,6 +59,7 @@ from diffinterface._writable import WritableArray as _Writable
 
 # -- the functional update and the stand-in ---------------------------------------------------
 
+
 @primitive
 def set_item(value: Any, index: Any, item: Any) -> Any:
     """``value`` with ``value[index] = item``, as a new array (a primitive: derivatives flow through)."""
@@ -85,8 +86,15 @@ class _Namespace:
     """autograd's numpy under the array API's names: what ``array_namespace`` gives inside a trace."""
 
     _RENAMED = {
-        "concat": "concatenate", "pow": "power", "permute_dims": "transpose", "acos": "arccos",
-        "asin": "arcsin", "atan": "arctan", "atan2": "arctan2", "acosh": "arccosh", "asinh": "arcsinh",
+        "concat": "concatenate",
+        "pow": "power",
+        "permute_dims": "transpose",
+        "acos": "arccos",
+        "asin": "arcsin",
+        "atan": "arctan",
+        "atan2": "arctan2",
+        "acosh": "arccosh",
+        "asinh": "arcsinh",
         "atanh": "arctanh",
     }
 
@@ -139,12 +147,15 @@ class WritableArray(_Writable):
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         if isinstance(self.value, Box):  # anp.sin(buf) would compute on the value and drop the derivative
-            raise StandInConversionError("a stand-in holding a value that depends on x was converted to a numpy "
-                                         "array, which would drop its derivative")
+            raise StandInConversionError(
+                "a stand-in holding a value that depends on x was converted to a numpy "
+                "array, which would drop its derivative"
+            )
         return np.asarray(self.value, dtype=dtype)
 
 
 # -- f as the adapter calls it -----------------------------------------------------------------
+
 
 class _Function:
     """``fn(x, contexts) -> y``: ``f`` over stand-ins for its captured state, caches and output buffer."""
@@ -223,8 +234,16 @@ def _box_write(error: BaseException) -> bool:
 def _foreign_output(error: BaseException) -> bool:
     """autograd cannot differentiate an output of another library (``vspace`` has no entry for
     ``torch.Tensor``: a ``KeyError`` of that type): ``f`` returned what it wrote into a torch buffer."""
-    return raised_by(error, lambda e: isinstance(e, KeyError) and bool(e.args) and isinstance(e.args[0], type)
-                     and e.args[0] not in Box.type_mappings and family_of_type(e.args[0]) is not None)
+    return raised_by(
+        error,
+        lambda e: (
+            isinstance(e, KeyError)
+            and bool(e.args)
+            and isinstance(e.args[0], type)
+            and e.args[0] not in Box.type_mappings
+            and family_of_type(e.args[0]) is not None
+        ),
+    )
 
 
 def _leaked(error: BaseException) -> bool:
@@ -285,7 +304,9 @@ class _Traces:
         self._lock.acquire()
         self._depth += 1
         if self._depth == 1:
-            self._saved = {name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")}
+            self._saved = {
+                name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")
+            }
             ArrayBox.__array_namespace__ = _box_namespace
             ArrayBox.device = _box_device
 
@@ -311,7 +332,11 @@ _TRACES = _Traces()
 
 
 class _Prepared:
-    __slots__ = ("plain", "value", "reverse_inner")  # reverse_inner: a JVP was missing, second order goes reverse over reverse
+    __slots__ = (
+        "plain",
+        "value",
+        "reverse_inner",
+    )  # reverse_inner: a JVP was missing, second order goes reverse over reverse
 
     def __init__(self) -> None:
         self.plain: Any = None
@@ -359,29 +384,36 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             if record is not None:
                 record.append(getval(y))
             return pull(vspace(y).ones())
+
         return grad
 
     if operator == "pushforward" and forward:
+
         def body(x, ts, contexts):
             results = [jvp(x, t, contexts) for t in ts]
             return results[0][0], tuple(cast(r[1]) for r in results)
     elif operator == "pullback" and not forward:
+
         def body(x, ts, contexts):
             pull, y = vjp(x, contexts)
             return y, tuple(cast(pull(t)) for t in ts)
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+
         def body(x, ts, contexts):
             y, jac = jacobian(x, contexts)
             return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator == "pushforward"))
     elif operator == "derivative" and forward:
+
         def body(x, ts, contexts):
             y, der = jvp(x, one, contexts)
             return y, cast(der)
     elif operator == "gradient" and not forward:
+
         def body(x, ts, contexts):
             pull, y = vjp(x, contexts)
             return y, cast(pull(vspace(y).ones()))
     elif operator in ("derivative", "gradient", "jacobian"):
+
         def body(x, ts, contexts):
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # forward over forward; reverse over reverse without JVPs
@@ -417,6 +449,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
                     data.reverse_inner = True
             return reverse_body(x, contexts)
     elif operator == "hvp":
+
         def body(x, ts, contexts):
             record = []
             grad = gradient_of(contexts, record)
@@ -430,6 +463,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             pull, g = make_vjp(grad, x)
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
     elif operator == "hessian":  # reverse over reverse
+
         def body(x, ts, contexts):
             record = []
             pull, g = make_vjp(gradient_of(contexts, record), x)

@@ -63,11 +63,11 @@ def _register(rule: Rule, kwargs: dict) -> Any:
         values = args[1:]
         active = tuple(i + 1 in argnums for i in range(len(values)))
         tangents = dict(zip(argnums, gs))
-        _, dy = rule.forward(*annotate(values, active, Active, tuple(tangents.get(i + 1) for i in range(len(values)))),
-                             **kwargs)
+        _, dy = rule.forward(
+            *annotate(values, active, Active, tuple(tangents.get(i + 1) for i in range(len(values)))), **kwargs
+        )
         return cotangent_like(dy, ans)
 
     defvjp_argnums(prim, vjpmaker)
     defjvp_argnums(prim, jvpmaker)
     return prim
-

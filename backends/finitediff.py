@@ -67,7 +67,9 @@ class _Points:
         self.n = flat.shape[0]
         self.idx = xp.arange(self.n, device=self.dev)
         r = float(xp.finfo(x.dtype).eps) ** exponent
-        sign = xp.where(flat >= 0, xp.asarray(1.0, dtype=x.dtype, device=self.dev), xp.asarray(-1.0, dtype=x.dtype, device=self.dev))
+        sign = xp.where(
+            flat >= 0, xp.asarray(1.0, dtype=x.dtype, device=self.dev), xp.asarray(-1.0, dtype=x.dtype, device=self.dev)
+        )
         default = r * sign * xp.maximum(xp.abs(flat), xp.ones_like(flat))
         if rel_step is None:
             h = default
@@ -89,7 +91,9 @@ class _Points:
         moving = tabs > 0
         if not bool(xp.any(moving)):
             return 0.0
-        ratio = xp.where(moving, xp.abs(self.h) / xp.where(moving, tabs, xp.ones_like(tabs)), xp.full_like(tabs, xp.inf))
+        ratio = xp.where(
+            moving, xp.abs(self.h) / xp.where(moving, tabs, xp.ones_like(tabs)), xp.full_like(tabs, xp.inf)
+        )
         return float(xp.min(ratio))
 
     def divisor(self, method: str) -> Any:
@@ -228,7 +232,9 @@ class Adapter(_Base):
             if k == 0.0:
                 results.append(xp.zeros(data.y_shape, dtype=x.dtype, device=device(x)))
                 continue
-            k = xp.asarray(k, dtype=x.dtype, device=device(x))  # a Python float makes float64 of float32 scalars (NumPy 1)
+            k = xp.asarray(
+                k, dtype=x.dtype, device=device(x)
+            )  # a Python float makes float64 of float32 scalars (NumPy 1)
             if complex_step:
                 cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
                 results.append(xp.imag(ev(xp.astype(x, cdtype) + (1j * k) * xp.astype(t, cdtype))) / k)
@@ -273,8 +279,10 @@ class Adapter(_Base):
                     value = (ev(p.point(flat + 2 * ei)) - 2 * y0 + ev(p.point(flat - 2 * ei))) / (4 * h[i] * h[i])
                 else:
                     value = (
-                        ev(p.point(flat + ei + ej)) - ev(p.point(flat + ei - ej))
-                        - ev(p.point(flat - ei + ej)) + ev(p.point(flat - ei - ej))
+                        ev(p.point(flat + ei + ej))
+                        - ev(p.point(flat + ei - ej))
+                        - ev(p.point(flat - ei + ej))
+                        + ev(p.point(flat - ei - ej))
                     ) / (4 * h[i] * h[j])
                 rows[i][j] = rows[j][i] = xp.reshape(xp.asarray(value), ())
         if n == 0:
@@ -296,8 +304,10 @@ class Adapter(_Base):
             for i in range(n):
                 ei = xp.where(p.idx == i, h, xp.zeros_like(h))
                 value = (
-                    ev(p.point(flat + ei + tk)) - ev(p.point(flat + ei - tk))
-                    - ev(p.point(flat - ei + tk)) + ev(p.point(flat - ei - tk))
+                    ev(p.point(flat + ei + tk))
+                    - ev(p.point(flat + ei - tk))
+                    - ev(p.point(flat - ei + tk))
+                    + ev(p.point(flat - ei - tk))
                 ) / (4 * h[i] * k)
                 out.append(xp.reshape(xp.asarray(value), ()))
             results.append(xp.reshape(xp.stack(out), p.shape))

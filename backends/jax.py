@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import importlib
-
 from typing import Any
 
 import jax
@@ -44,7 +43,9 @@ from diffinterface._writable import unwrap as _unwrap
 
 # float64 inside a thread-local context: jax.enable_x64 from JAX 0.5 on (jax.experimental.enable_x64,
 # with the same signature, before; pyproject.toml admits JAX 0.4.35)
-enable_x64: Any = getattr(jax, "enable_x64", None) or importlib.import_module("jax.experimental").enable_x64
+enable_x64: Any = (
+    jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
+)
 
 
 class WritableArray(_Writable):
@@ -71,16 +72,25 @@ class WritableArray(_Writable):
 
 
 # JAX's errors for a tracer that meets code which needs a concrete value (numpy's setitem, float())
-_TRACER_ERRORS = tuple(getattr(jax.errors, name) for name in (
-    "ConcretizationTypeError", "TracerArrayConversionError", "TracerIntegerConversionError",
-    "TracerBoolConversionError", "UnexpectedTracerError") if hasattr(jax.errors, name))
+_TRACER_ERRORS = tuple(
+    getattr(jax.errors, name)
+    for name in (
+        "ConcretizationTypeError",
+        "TracerArrayConversionError",
+        "TracerIntegerConversionError",
+        "TracerBoolConversionError",
+        "UnexpectedTracerError",
+    )
+    if hasattr(jax.errors, name)
+)
 
 
 def _leaked(error: BaseException) -> bool:
     """The recogniser of ``const_write_error``: one of JAX's tracer errors in the chain (a tracer
     written into a numpy array), or an operator error in ``f`` between a tracer and a foreign array."""
     return raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS)) or operand_error(
-        error, lambda v: isinstance(v, jax.core.Tracer))
+        error, lambda v: isinstance(v, jax.core.Tracer)
+    )
 
 
 def _is_dynamic(leaf: Any) -> bool:
@@ -253,8 +263,14 @@ def _builders(forward: bool) -> dict:
         return y, g, hess
 
     return {
-        "pushforward": pushforward, "pullback": pullback, "derivative": derivative, "gradient": gradient,
-        "jacobian": jacobian, "second_derivative": second_derivative, "hvp": hvp, "hessian": hessian,
+        "pushforward": pushforward,
+        "pullback": pullback,
+        "derivative": derivative,
+        "gradient": gradient,
+        "jacobian": jacobian,
+        "second_derivative": second_derivative,
+        "hvp": hvp,
+        "hessian": hessian,
     }
 
 
@@ -272,8 +288,9 @@ class _Prepared:
 
     __slots__ = ("function", "value_form", "plain_form", "x64", "convert", "tangents", "bare", "plain", "value")
 
-    def __init__(self, function: _Function, operator_name: str, body: Any, jit: bool, x64: bool, convert: bool,
-                 n_tangents: int) -> None:
+    def __init__(
+        self, function: _Function, operator_name: str, body: Any, jit: bool, x64: bool, convert: bool, n_tangents: int
+    ) -> None:
         self.function, self.x64, self.convert = function, x64, convert
         self.tangents = operator_name in _TANGENTS
         self.bare = self.tangents and n_tangents == 1

@@ -72,7 +72,7 @@ def _forward_rule(rule: Rule, kwargs: dict) -> Any:
             live = tuple(t for t, a in zip(tangents, active) if a)
 
             def host(*arrays):
-                values, ts = arrays[: len(primals)], iter(arrays[len(primals):])
+                values, ts = arrays[: len(primals)], iter(arrays[len(primals) :])
                 full = tuple(next(ts) if a else None for a in active)
                 y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
                 return np.zeros_like(y) if dy is None else dy
@@ -97,8 +97,10 @@ def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
         values = tuple(c.value for c in cargs)
         active = tuple(bool(c.perturbed) for c in cargs)
         # the activity travels to bwd in the residuals' structure (None for a constant): static
-        split = (tuple(v if a else None for v, a in zip(values, active)),
-                 tuple(None if a else v for v, a in zip(values, active)))
+        split = (
+            tuple(v if a else None for v, a in zip(values, active)),
+            tuple(None if a else v for v, a in zip(values, active)),
+        )
         if rule.opaque:
             return primal(*values), (split, None)
         y, tape = rule.augmented_primal(*annotate(values, active, Active), **kwargs)
@@ -123,8 +125,10 @@ def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
             got = iter(_host(host, wanted, values + (ct,), rule.vectorized))
             return tuple(next(got) if a else None for a in active)
         cts = cotangents(rule.reverse(tape, ct, *annotate(values, active, Active), **kwargs), len(values))
-        return tuple((jnp.zeros_like(v) if c is None else jnp.asarray(c, dtype=_dtype(v))) if a else None
-                     for c, v, a in zip(cts, values, active))
+        return tuple(
+            (jnp.zeros_like(v) if c is None else jnp.asarray(c, dtype=_dtype(v))) if a else None
+            for c, v, a in zip(cts, values, active)
+        )
 
     return fwd, bwd
 
@@ -158,8 +162,12 @@ def _out(rule: Rule, args: tuple, kwargs: dict) -> Any:
         if rule.out_shape is not None:
             shape, dtype = rule.out_shape(*structs, **kwargs)
         else:
-            probes = [(_PROBE.standard_normal(s.shape) if np.issubdtype(s.dtype, np.inexact)
-                       else np.ones(s.shape)).astype(s.dtype) for s in structs]
+            probes = [
+                (_PROBE.standard_normal(s.shape) if np.issubdtype(s.dtype, np.inexact) else np.ones(s.shape)).astype(
+                    s.dtype
+                )
+                for s in structs
+            ]
             try:
                 y = np.asarray(rule.primal(*probes, **kwargs))
             except Exception as error:  # noqa: BLE001 - reported with what to do

@@ -142,10 +142,15 @@ def _alias_write_refused(error: BaseException) -> bool:
     if _REFUSALS is None:
         found = refusals(
             _leaf,
-            lambda t: t.__setitem__(0, 1.0), lambda t: t.add_(1.0), lambda t: t[0:2].mul_(2.0),
-            lambda t: t.copy_(torch.ones(3, dtype=t.dtype)), lambda t: t.numpy(), lambda t: torch.add(t, 1.0, out=t),
-            lambda t: torch.nn.functional.batch_norm(torch.ones(2, 3, dtype=t.dtype), t, torch.ones(3, dtype=t.dtype),
-                                                     training=True),
+            lambda t: t.__setitem__(0, 1.0),
+            lambda t: t.add_(1.0),
+            lambda t: t[0:2].mul_(2.0),
+            lambda t: t.copy_(torch.ones(3, dtype=t.dtype)),
+            lambda t: t.numpy(),
+            lambda t: torch.add(t, 1.0, out=t),
+            lambda t: torch.nn.functional.batch_norm(
+                torch.ones(2, 3, dtype=t.dtype), t, torch.ones(3, dtype=t.dtype), training=True
+            ),
         )
         _REFUSALS = frozenset((kind, _shape(message)) for kind, message in found)
     return (type(error), _shape(str(error))) in _REFUSALS
@@ -179,6 +184,7 @@ class _Function:
     def _runner(self, call: Any) -> Any:
         target = self.target
         if self.simple:  # the common case, on the prepared fast path: one call and a type check
+
             def run(x: Any, contexts: tuple) -> Any:
                 y = call(x)
                 return y if type(y) is _Tensor else _output(y, x, target)
@@ -202,7 +208,9 @@ class _Function:
             def run(aliased: bool) -> Any:
                 constant = constant_alias if aliased else fresh
                 values = context_values(contexts, lambda v: duplicate(v, fresh), lambda v: duplicate(v, constant))
-                y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(x, *values)
+                y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(
+                    x, *values
+                )
                 return y if type(y) is _Tensor else _output(y, x, target)
 
             # Under grad mode the captured arrays and Constant contexts are guarded aliases until f
@@ -272,9 +280,16 @@ def _compilable(target: Any) -> bool:
 # Tensor methods that hand out a value with no derivative attached, by the name torch gives them in
 # __torch_function__, and how a user writes them.
 _ESCAPES = {
-    "detach": ".detach()", "detach_": ".detach_()", "item": ".item()", "tolist": ".tolist()",
-    "numpy": ".numpy()", "__array__": "a conversion to numpy (np.asarray, np.array([...]))",
-    "__float__": "float(t)", "__int__": "int(t)", "__index__": "an index taken from x", "__complex__": "complex(t)",
+    "detach": ".detach()",
+    "detach_": ".detach_()",
+    "item": ".item()",
+    "tolist": ".tolist()",
+    "numpy": ".numpy()",
+    "__array__": "a conversion to numpy (np.asarray, np.array([...]))",
+    "__float__": "float(t)",
+    "__int__": "int(t)",
+    "__index__": "an index taken from x",
+    "__complex__": "complex(t)",
 }
 
 
@@ -398,6 +413,7 @@ def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
 
 # -- the two directions ------------------------------------------------------------------------
 
+
 def _record(fn: Any, x: Any, contexts: tuple, run: Any = None) -> tuple:
     """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
     grad (a write into it raises: the user's ``x`` is never modified). A ``y`` with no graph is
@@ -431,15 +447,18 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
             if cotangents.shape[0] == 1:  # one row (a scalar f): one plain backward pass, no vmap
                 return torch.autograd.grad(y, xt, cotangents[0], create_graph=create_graph)[0][None]
             try:
-                return torch.autograd.grad(y, xt, cotangents, retain_graph=True, create_graph=create_graph,
-                                           is_grads_batched=True)[0]
+                return torch.autograd.grad(
+                    y, xt, cotangents, retain_graph=True, create_graph=create_graph, is_grads_batched=True
+                )[0]
             except RuntimeError as error:  # a backward torch cannot vmap: one pass per cotangent
                 if _unused(error):
                     raise
-                return torch.stack([
-                    torch.autograd.grad(y, xt, ct, retain_graph=True, create_graph=create_graph)[0]
-                    for ct in cotangents
-                ])
+                return torch.stack(
+                    [
+                        torch.autograd.grad(y, xt, ct, retain_graph=True, create_graph=create_graph)[0]
+                        for ct in cotangents
+                    ]
+                )
         except RuntimeError as error:
             if not _unused(error):
                 raise
@@ -572,6 +591,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         return y, rows.reshape(y_shape + x_shape)
 
     if operator == "pushforward" and forward:
+
         def body(x, ts, contexts):
             if len(ts) == 1:
                 y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
@@ -579,6 +599,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             y, out = _jvps(fn, x, _stack(ts, x), contexts, True, loop)
             return y, tuple(out)
     elif operator == "pullback" and not forward:
+
         def body(x, ts, contexts):
             y, xt = _record(fn, x, contexts)
             unused = lambda: _lost(fn, x, contexts)  # noqa: E731
@@ -586,6 +607,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
             return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+
         def body(x, ts, contexts):
             y, jac = jacobian(x, contexts)
             return y, contract_all(jac, tuple(_stack(ts, x)), x, operator == "pushforward")
@@ -595,10 +617,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         def body(x, ts, contexts):
             return _jvps(fn, x, one, contexts, False)
     elif operator == "gradient" and not forward:
+
         def body(x, ts, contexts):
             y, xt = _record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator in ("derivative", "gradient", "jacobian"):
+
         def body(x, ts, contexts):
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # reverse over forward; reverse over reverse without forward AD
@@ -628,6 +652,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                     reverse_inner.append(True)
             return reverse_body(x, contexts)
     elif operator in ("hvp", "hessian"):  # reverse over reverse
+
         def body(x, ts, contexts):
             y, g, xt = _differentiable_gradient(fn, x, contexts)
             if operator == "hessian":

@@ -48,14 +48,16 @@ class _Batched(list):
 
 
 def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
-    active = tuple(isinstance(a, _Tensor) and a.requires_grad and (a.is_floating_point() or a.is_complex())
-                   for a in args)
+    active = tuple(
+        isinstance(a, _Tensor) and a.requires_grad and (a.is_floating_point() or a.is_complex()) for a in args
+    )
     # through the Function even where nothing requires grad: dual tensors and torch.func's wrapped
     # tensors (vmap, jvp) say nothing of it, and only the Function's forward gets plain tensors
     return _RuleFunction.apply(_Spec(rule, kwargs, active if rule.has_reverse else (False,) * len(args)), *args)
 
 
 # -- the bodies, on tensors or (opaque) on NumPy ---------------------------------------------------
+
 
 def _like(args: tuple) -> Any:
     return next((a for a in args if isinstance(a, _Tensor)), None)
@@ -117,9 +119,11 @@ def _forward(spec: _Spec, active: tuple, tangents: tuple, args: tuple) -> Any:
 
 # -- vmap: a loop over the batch, or the batch whole (vectorized) ---------------------------------
 
+
 def _slices(info: Any, in_dims: tuple, args: tuple) -> list:
-    return [tuple(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims))
-            for i in range(info.batch_size)]
+    return [
+        tuple(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)) for i in range(info.batch_size)
+    ]
 
 
 def _whole(info: Any, in_dims: tuple, args: tuple) -> tuple:
@@ -203,8 +207,10 @@ class _Pass(torch.autograd.Function):
 class _Reverse(_Pass):
     """The cotangents of the active arguments: ``reverse(tape, dy, *args)``."""
 
-    unsupported = ("{name}: second derivatives through a custom rule are not supported under torch (its "
-                   "reverse pass has no rule of its own); use a SecondOrder(AutoFiniteDiff(), AutoTorch()) backend")
+    unsupported = (
+        "{name}: second derivatives through a custom rule are not supported under torch (its "
+        "reverse pass has no rule of its own); use a SecondOrder(AutoFiniteDiff(), AutoTorch()) backend"
+    )
 
     @staticmethod
     def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
@@ -225,8 +231,10 @@ class _Reverse(_Pass):
 class _Forward(_Pass):
     """The forward rule's tangent: ``forward(*args with tangents)[1]``."""
 
-    unsupported = ("{name}: reverse mode over a custom forward rule is not supported under torch; use "
-                   "the function's reverse rules (def_augmented_primal, def_reverse)")
+    unsupported = (
+        "{name}: reverse mode over a custom forward rule is not supported under torch; use "
+        "the function's reverse rules (def_augmented_primal, def_reverse)"
+    )
 
     @staticmethod
     def forward(spec: _Spec, active: tuple, n: int, *rest: Any) -> Any:

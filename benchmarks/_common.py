@@ -13,7 +13,9 @@ from typing import Any
 from diffinterface import _bench
 
 
-def ratio(ours: Callable[[], Any], native: Callable[[], Any], rounds: int = 21, seconds: float = 0.03, warmup: float = 0.5) -> dict:
+def ratio(
+    ours: Callable[[], Any], native: Callable[[], Any], rounds: int = 21, seconds: float = 0.03, warmup: float = 0.5
+) -> dict:
     """:func:`diffinterface._bench.ratio` (interleaved batches), with its rounds as arguments."""
     return _bench.ratio(ours, native, _bench.Timing(rounds=rounds, seconds=seconds, warmup=warmup))
 
@@ -31,16 +33,27 @@ def measure(cases: list, runs: int) -> list[dict]:
         for operator, size, inputs, ours, native in cases:
             r = ratio(ours, native)
             measured.setdefault((operator, size, inputs), []).append(r)
-            print(f"run {run + 1}: {operator:>16} {size!s:>9} {inputs:>24}: ours {r['ours_s'] * 1e6:9.1f} us  "
-                  f"native {r['native_s'] * 1e6:9.1f} us  ratio {r['ratio']:.3f}", flush=True)
+            print(
+                f"run {run + 1}: {operator:>16} {size!s:>9} {inputs:>24}: ours {r['ours_s'] * 1e6:9.1f} us  "
+                f"native {r['native_s'] * 1e6:9.1f} us  ratio {r['ratio']:.3f}",
+                flush=True,
+            )
     rows = []
     for (operator, size, inputs), rs in measured.items():
         ratios = [r["ratio"] for r in rs]
-        rows.append({
-            "operator": operator, "size": size, "inputs": inputs,
-            "ours_s": statistics.median(r["ours_s"] for r in rs), "native_s": statistics.median(r["native_s"] for r in rs),
-            "ratio": statistics.median(ratios), "runs_min": min(ratios), "runs_max": max(ratios), "runs": runs,
-        })
+        rows.append(
+            {
+                "operator": operator,
+                "size": size,
+                "inputs": inputs,
+                "ours_s": statistics.median(r["ours_s"] for r in rs),
+                "native_s": statistics.median(r["native_s"] for r in rs),
+                "ratio": statistics.median(ratios),
+                "runs_min": min(ratios),
+                "runs_max": max(ratios),
+                "runs": runs,
+            }
+        )
     return rows
 
 
@@ -48,9 +61,11 @@ COLUMNS = ["operator", "size", "inputs", "ours_s", "native_s", "ratio", "runs_mi
 
 
 def notes(runs: int) -> str:
-    return (f"Each run: median of 21 interleaved rounds after 0.5 s of warm-up; ratio = ours / native. "
-            f"The table: median over {runs} runs, and the smallest and largest run. "
-            "Budget (SPEC section 11): 1.05 at sizes >= 1e4, 1.25 at 10.")
+    return (
+        f"Each run: median of 21 interleaved rounds after 0.5 s of warm-up; ratio = ours / native. "
+        f"The table: median over {runs} runs, and the smallest and largest run. "
+        "Budget (SPEC section 11): 1.05 at sizes >= 1e4, 1.25 at 10."
+    )
 
 
 def run_and_write(name: str, title: str, cases: list, runs: int) -> list[dict]:

@@ -39,16 +39,36 @@ def cases(quick: bool) -> list:
     for n in sizes:
         x, t = rng.normal(size=n), rng.normal(size=n)
         prep = di.prepare_gradient(ab, sum_sin2, x)
-        out.append(("gradient", n, "vs autograd.grad", lambda x=x, p=prep: di.gradient(ab, sum_sin2, x, prep=p),
-                    lambda x=x: grad(x)))
+        out.append(
+            (
+                "gradient",
+                n,
+                "vs autograd.grad",
+                lambda x=x, p=prep: di.gradient(ab, sum_sin2, x, prep=p),
+                lambda x=x: grad(x),
+            )
+        )
         prep_h = di.prepare_hvp(ab, sum_sin2, x, t)
-        out.append(("hvp", n, "vs make_jvp(grad(f))", lambda x=x, t=t, p=prep_h: di.hvp(ab, sum_sin2, x, t, prep=p),
-                    lambda x=x, t=t: make_jvp(grad, x)(t)[1]))
+        out.append(
+            (
+                "hvp",
+                n,
+                "vs make_jvp(grad(f))",
+                lambda x=x, t=t, p=prep_h: di.hvp(ab, sum_sin2, x, t, prep=p),
+                lambda x=x, t=t: make_jvp(grad, x)(t)[1],
+            )
+        )
         f_vec = lambda z: anp.sin(z) * anp.sum(z)  # noqa: E731
         prep_p = di.prepare_pushforward(ab, f_vec, x, t)
-        out.append(("pushforward", n, "vs make_jvp(f)",
-                    lambda x=x, t=t, p=prep_p, f=f_vec: di.pushforward(ab, f, x, t, prep=p),
-                    lambda x=x, t=t, f=f_vec: make_jvp(f, x)(t)[1]))
+        out.append(
+            (
+                "pushforward",
+                n,
+                "vs make_jvp(f)",
+                lambda x=x, t=t, p=prep_p, f=f_vec: di.pushforward(ab, f, x, t, prep=p),
+                lambda x=x, t=t, f=f_vec: make_jvp(f, x)(t)[1],
+            )
+        )
     for m, n in [(1000, 10), (10, 1000)]:
         A = rng.normal(size=(m, n))
         x = rng.normal(size=n)

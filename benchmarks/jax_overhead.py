@@ -39,25 +39,41 @@ def cases(quick: bool) -> list:
         x64 = rng.normal(size=n)
         x32 = jnp.asarray(x64, dtype=jnp.float32)
         prep32 = di.prepare_gradient(jx, sum_sin2, x32)
-        out.append(("gradient", n, "jax float32",
-                    lambda x=x32, p=prep32: di.gradient(jx, sum_sin2, x, prep=p).block_until_ready(),
-                    lambda x=x32, grad=grad: grad(x).block_until_ready()))
+        out.append(
+            (
+                "gradient",
+                n,
+                "jax float32",
+                lambda x=x32, p=prep32: di.gradient(jx, sum_sin2, x, prep=p).block_until_ready(),
+                lambda x=x32, grad=grad: grad(x).block_until_ready(),
+            )
+        )
         prep64 = di.prepare_gradient(jx, sum_sin2, x64)
 
         def native64(x=x64, grad=grad):
             with jax.enable_x64(True):
                 return np.asarray(grad(x))
 
-        out.append(("gradient", n, "numpy float64",
-                    lambda x=x64, p=prep64: di.gradient(jx, sum_sin2, x, prep=p), native64))
+        out.append(
+            ("gradient", n, "numpy float64", lambda x=x64, p=prep64: di.gradient(jx, sum_sin2, x, prep=p), native64)
+        )
         t32 = jnp.asarray(rng.normal(size=n), dtype=jnp.float32)
         hvp_native = jax.jit(lambda x, t: jax.jvp(jax.grad(sum_sin2), (x,), (t,))[1])
         prep_h = di.prepare_hvp(jx, sum_sin2, x32, t32)
         if n <= 10_000:
-            out.append(("hvp", n, "jax float32",
-                        lambda x=x32, t=t32, p=prep_h: di.hvp(jx, sum_sin2, x, t, prep=p).block_until_ready(),
-                        lambda x=x32, t=t32, native=hvp_native: native(x, t).block_until_ready()))
-    for shape, name, transform in [((1000, 10), "jacobian tall", jax.jacfwd), ((10, 1000), "jacobian wide", jax.jacrev)]:
+            out.append(
+                (
+                    "hvp",
+                    n,
+                    "jax float32",
+                    lambda x=x32, t=t32, p=prep_h: di.hvp(jx, sum_sin2, x, t, prep=p).block_until_ready(),
+                    lambda x=x32, t=t32, native=hvp_native: native(x, t).block_until_ready(),
+                )
+            )
+    for shape, name, transform in [
+        ((1000, 10), "jacobian tall", jax.jacfwd),
+        ((10, 1000), "jacobian wide", jax.jacrev),
+    ]:
         A = rng.normal(size=shape).astype(np.float32)
 
         def f(x, A=A):
@@ -66,9 +82,15 @@ def cases(quick: bool) -> list:
         native = jax.jit(transform(lambda x, A: jnp.sin(A @ x)))
         x = jnp.asarray(rng.normal(size=shape[1]), dtype=jnp.float32)
         prep = di.prepare_jacobian(jx, f, x)
-        out.append((name, f"{shape[0]}x{shape[1]}", "jax float32",
-                    lambda x=x, p=prep, f=f: di.jacobian(jx, f, x, prep=p).block_until_ready(),
-                    lambda x=x, A=A, native=native: native(x, A).block_until_ready()))
+        out.append(
+            (
+                name,
+                f"{shape[0]}x{shape[1]}",
+                "jax float32",
+                lambda x=x, p=prep, f=f: di.jacobian(jx, f, x, prep=p).block_until_ready(),
+                lambda x=x, A=A, native=native: native(x, A).block_until_ready(),
+            )
+        )
     return out
 
 

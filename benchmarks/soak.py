@@ -53,7 +53,9 @@ def _function(n: int):
     return f
 
 
-def soak(engine: str, prepared_calls: int, unprepared_calls: int, every: int, every_unprepared: int, n: int = 10) -> list[dict]:
+def soak(
+    engine: str, prepared_calls: int, unprepared_calls: int, every: int, every_unprepared: int, n: int = 10
+) -> list[dict]:
     """Checkpoint rows ``{engine, phase, calls, rss_bytes, traced_bytes, cache_entries, seconds}``,
     each gradient checked against its closed form (a soak that drifts into wrong numbers fails)."""
     backend = BACKENDS[engine]()
@@ -75,9 +77,17 @@ def soak(engine: str, prepared_calls: int, unprepared_calls: int, every: int, ev
 
     def checkpoint(phase: str, calls: int) -> None:
         gc.collect()
-        rows.append({"engine": engine, "phase": phase, "calls": calls, "rss_bytes": rss_bytes(),
-                     "traced_bytes": tracemalloc.get_traced_memory()[0], "cache_entries": library_cache_entries(),
-                     "seconds": time.perf_counter() - started})
+        rows.append(
+            {
+                "engine": engine,
+                "phase": phase,
+                "calls": calls,
+                "rss_bytes": rss_bytes(),
+                "traced_bytes": tracemalloc.get_traced_memory()[0],
+                "cache_entries": library_cache_entries(),
+                "seconds": time.perf_counter() - started,
+            }
+        )
 
     try:
         checkpoint("prepared", 0)
@@ -107,18 +117,26 @@ def main(argv: list[str]) -> None:
         for phase in ("prepared", "unprepared"):
             points = [r for r in measured if r["phase"] == phase]
             first, last = points[0], points[-1]
-            print(f"{engine} {phase}: traced {first['traced_bytes']} -> {last['traced_bytes']} bytes, "
-                  f"rss {first['rss_bytes'] >> 20} -> {last['rss_bytes'] >> 20} MiB, "
-                  f"{last['seconds']:.1f} s", flush=True)
+            print(
+                f"{engine} {phase}: traced {first['traced_bytes']} -> {last['traced_bytes']} bytes, "
+                f"rss {first['rss_bytes'] >> 20} -> {last['rss_bytes'] >> 20} MiB, "
+                f"{last['seconds']:.1f} s",
+                flush=True,
+            )
     results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     os.makedirs(results, exist_ok=True)
     _bench.write_table(
-        os.path.join(results, "soak"), "Soak: 20,000 prepared and 500 unprepared gradient calls per backend",
-        _bench.machine(), rows, ["engine", "phase", "calls", "rss_bytes", "traced_bytes", "cache_entries", "seconds"],
-        notes=("f(x) = sum(2 w x^2) + sum(x[:-1] x[1:]) at n = 10, a closure over w, a Constant scale; a fresh x "
-               "each call; every checkpoint's gradient checked against the closed form. traced_bytes: Python "
-               "allocations alive (tracemalloc, after gc.collect()), counted from the start of the soak; "
-               "rss_bytes: the whole process. Unprepared calls build a new closure each time."),
+        os.path.join(results, "soak"),
+        "Soak: 20,000 prepared and 500 unprepared gradient calls per backend",
+        _bench.machine(),
+        rows,
+        ["engine", "phase", "calls", "rss_bytes", "traced_bytes", "cache_entries", "seconds"],
+        notes=(
+            "f(x) = sum(2 w x^2) + sum(x[:-1] x[1:]) at n = 10, a closure over w, a Constant scale; a fresh x "
+            "each call; every checkpoint's gradient checked against the closed form. traced_bytes: Python "
+            "allocations alive (tracemalloc, after gc.collect()), counted from the start of the soak; "
+            "rss_bytes: the whole process. Unprepared calls build a new closure each time."
+        ),
     )
 
 

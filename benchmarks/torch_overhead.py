@@ -76,9 +76,15 @@ def cases(quick: bool) -> list:
         out.append(("gradient", n, "vs torch.func.grad", ours, lambda x=x: func_grad(x)))
         xn = x.numpy()
         prep_np = di.prepare_gradient(tb, sum_sin2, xn)
-        out.append(("gradient", n, "numpy in, vs autograd.grad",
-                    lambda x=xn, p=prep_np: di.gradient(tb, sum_sin2, x, prep=p),
-                    lambda x=xn: grad(torch.from_numpy(x)).numpy()))
+        out.append(
+            (
+                "gradient",
+                n,
+                "numpy in, vs autograd.grad",
+                lambda x=xn, p=prep_np: di.gradient(tb, sum_sin2, x, prep=p),
+                lambda x=xn: grad(torch.from_numpy(x)).numpy(),
+            )
+        )
         prep_h = di.prepare_hvp(tb, sum_sin2, x, t)
         ours_h = lambda x=x, t=t, p=prep_h: di.hvp(tb, sum_sin2, x, t, prep=p)  # noqa: E731
         out.append(("hvp", n, "vs double backward", ours_h, lambda x=x, t=t: hvp(x, t)))
@@ -87,14 +93,27 @@ def cases(quick: bool) -> list:
         f_vec = lambda z: torch.sin(z) * torch.sum(z)  # noqa: E731
         jvp = eager_jvp(f_vec)
         prep_p = di.prepare_pushforward(tb, f_vec, x, t)
-        out.append(("pushforward", n, "vs forward_ad",
-                    lambda x=x, t=t, p=prep_p, f=f_vec: di.pushforward(tb, f, x, t, prep=p),
-                    lambda x=x, t=t: jvp(x, t)))
+        out.append(
+            (
+                "pushforward",
+                n,
+                "vs forward_ad",
+                lambda x=x, t=t, p=prep_p, f=f_vec: di.pushforward(tb, f, x, t, prep=p),
+                lambda x=x, t=t: jvp(x, t),
+            )
+        )
         compiled = di.AutoTorch(compile=True)
         prep_c = di.prepare_gradient(compiled, sum_sin2, x)
         native_c = eager_grad(torch.compile(sum_sin2, dynamic=False))
-        out.append(("gradient compile=True", n, "vs autograd.grad(compile(f))",
-                    lambda x=x, p=prep_c: di.gradient(compiled, sum_sin2, x, prep=p), lambda x=x: native_c(x)))
+        out.append(
+            (
+                "gradient compile=True",
+                n,
+                "vs autograd.grad(compile(f))",
+                lambda x=x, p=prep_c: di.gradient(compiled, sum_sin2, x, prep=p),
+                lambda x=x: native_c(x),
+            )
+        )
     for (m, n), direction in [((1000, 10), "forward"), ((10, 1000), "reverse")]:
         A = torch.randn(m, n, dtype=torch.float64, generator=gen)
         x = torch.randn(n, dtype=torch.float64, generator=gen)
@@ -111,8 +130,15 @@ def cases(quick: bool) -> list:
             ours = lambda x=x, p=prep, b=backend, f=f: di.jacobian(b, f, x, prep=p)  # noqa: E731
             label = "" if closure == "duplicated" else ", closure=const"
             out.append((name, f"{m}x{n}", f"vs torch.func{label}", ours, lambda x=x, j=func_jac: j(x)))
-            out.append((name, f"{m}x{n}", f"vs autograd.functional{label}", ours,
-                        lambda x=x, f=f, s=strategy: torch.autograd.functional.jacobian(f, x, vectorize=True, strategy=s)))
+            out.append(
+                (
+                    name,
+                    f"{m}x{n}",
+                    f"vs autograd.functional{label}",
+                    ours,
+                    lambda x=x, f=f, s=strategy: torch.autograd.functional.jacobian(f, x, vectorize=True, strategy=s),
+                )
+            )
     return out
 
 

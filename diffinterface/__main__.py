@@ -47,7 +47,9 @@ def _select(names: list[str] | None) -> tuple[list, list[str]]:
             raise SystemExit(f"diffinterface check: unknown backend {name!r}; choose from {', '.join(backends)}")
         backend = backends[name]()
         if not check_available(backend):
-            skipped.append(f"{backend!r}: {backend.engine} is not installed ({backend.install or 'pip install ' + str(backend.engine)})")
+            skipped.append(
+                f"{backend!r}: {backend.engine} is not installed ({backend.install or 'pip install ' + str(backend.engine)})"
+            )
         elif not has_adapter(backend):
             skipped.append(f"{backend!r}: no adapter in this version of diffinterface")
         else:
@@ -57,8 +59,16 @@ def _select(names: list[str] | None) -> tuple[list, list[str]]:
 
 def check(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m diffinterface check", description=__doc__)
-    parser.add_argument("--backend", action="append", help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; default: all installed")
-    parser.add_argument("--family", action="append", help="array family of the inputs (numpy, jax, torch); repeatable; default: all installed")
+    parser.add_argument(
+        "--backend",
+        action="append",
+        help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; default: all installed",
+    )
+    parser.add_argument(
+        "--family",
+        action="append",
+        help="array family of the inputs (numpy, jax, torch); repeatable; default: all installed",
+    )
     parser.add_argument("--failures-only", action="store_true", help="print only the rows with a failure")
     args = parser.parse_args(argv)
 
@@ -104,18 +114,29 @@ def check(argv: list[str]) -> int:
 def bench(argv: list[str]) -> int:
     from . import _bench
 
-    parser = argparse.ArgumentParser(prog="python -m diffinterface bench", description=_bench.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="every size, 21 rounds a ratio (minutes); default: a quick subset (under two minutes)")
+    parser = argparse.ArgumentParser(
+        prog="python -m diffinterface bench",
+        description=_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="every size, 21 rounds a ratio (minutes); default: a quick subset (under two minutes)",
+    )
     parser.add_argument("--backend", action="append", choices=_bench.ENGINES, help="repeatable; default: all installed")
     parser.add_argument("--table", action="append", choices=_bench.TABLES, help="repeatable; default: all")
-    parser.add_argument("--out", default=os.path.join("benchmarks", "results"), help="where the tables and plots go (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("benchmarks", "results"),
+        help="where the tables and plots go (default: %(default)s)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="tables only")
     args = parser.parse_args(argv)
     engines = _bench.installed_engines(args.backend)
     missing = sorted(set(args.backend or _bench.ENGINES) - set(engines))
     for name in missing:
-        print(f"skipped {name}: not installed (pip install \"diffinterface[{name}]\")")
+        print(f'skipped {name}: not installed (pip install "diffinterface[{name}]")')
     if not engines:
         print("no backend to benchmark")
         return 1
@@ -124,14 +145,20 @@ def bench(argv: list[str]) -> int:
     done = _bench.run(engines, full=args.full, out=args.out, tables=args.table, progress=show, plots=not args.no_plots)
     overhead = done["results"].get("overhead", [])
     misses = [r for r in overhead if r["within_budget"] != "yes"]
-    print(f"benchmarked {', '.join(engines)} in {time.perf_counter() - start:.0f} s ({'full' if args.full else 'quick'}); "
-          f"{done['machine']['machine']}")
+    print(
+        f"benchmarked {', '.join(engines)} in {time.perf_counter() - start:.0f} s ({'full' if args.full else 'quick'}); "
+        f"{done['machine']['machine']}"
+    )
     for path in done["written"]:
         print(f"  wrote {path}")
     if overhead:
-        print(f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of SPEC section 11")
+        print(
+            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of SPEC section 11"
+        )
         for r in misses:
-            print(f"  over budget: {r['backend']} {r['operator']} {r['shape']}: {r['prepared_ratio']:.3f} (budget {r['budget']})")
+            print(
+                f"  over budget: {r['backend']} {r['operator']} {r['shape']}: {r['prepared_ratio']:.3f} (budget {r['budget']})"
+            )
     return 0
 
 
@@ -139,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"check": check, "bench": bench}
     if not argv or argv[0] not in commands:
-        print("usage: python -m diffinterface check [--backend NAME] [--family NAME] [--failures-only]\n"
-              "       python -m diffinterface bench [--full] [--backend NAME] [--table NAME] [--out DIR] [--no-plots]",
-              file=sys.stderr)
+        print(
+            "usage: python -m diffinterface check [--backend NAME] [--family NAME] [--failures-only]\n"
+            "       python -m diffinterface bench [--full] [--backend NAME] [--table NAME] [--out DIR] [--no-plots]",
+            file=sys.stderr,
+        )
         return 2
     return commands[argv[0]](argv[1:])
 

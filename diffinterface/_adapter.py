@@ -107,7 +107,11 @@ def through_jacobian(operator: str, forward: bool) -> bool:
     if operator == "jacobian":
         return True
     return forward != (operator in ("pushforward", "derivative")) and operator in (
-        "pushforward", "derivative", "pullback", "gradient")
+        "pushforward",
+        "derivative",
+        "pullback",
+        "gradient",
+    )
 
 
 def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
@@ -128,9 +132,13 @@ def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
 TANGENT_OPERATORS = ("pushforward", "pullback", "hvp")
 # the method of the value form of each operator (the method-style adapters' names)
 VALUE_METHOD = {
-    "pushforward": "value_and_pushforward", "pullback": "value_and_pullback",
-    "derivative": "value_and_derivative", "gradient": "value_and_gradient", "jacobian": "value_and_jacobian",
-    "hvp": "gradient_and_hvp", "hessian": "value_gradient_and_hessian",
+    "pushforward": "value_and_pushforward",
+    "pullback": "value_and_pullback",
+    "derivative": "value_and_derivative",
+    "gradient": "value_and_gradient",
+    "jacobian": "value_and_jacobian",
+    "hvp": "gradient_and_hvp",
+    "hessian": "value_gradient_and_hessian",
     "second_derivative": "value_derivative_and_second_derivative",
 }
 _FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
@@ -185,8 +193,9 @@ class Adapter:
         data = method(target, x, tangents, contexts, info) if tangent else method(target, x, contexts, info)
         plain, value = getattr(self, operator), getattr(self, VALUE_METHOD[operator])
         if tangent:
-            return Runners(lambda x, ts, cs: plain(data, target, x, ts, cs),
-                           lambda x, ts, cs: value(data, target, x, ts, cs), data)
+            return Runners(
+                lambda x, ts, cs: plain(data, target, x, ts, cs), lambda x, ts, cs: value(data, target, x, ts, cs), data
+            )
         return Runners(lambda x, ts, cs: plain(data, target, x, cs), lambda x, ts, cs: value(data, target, x, cs), data)
 
     def forward(self, operator: str, info: Info) -> bool:

@@ -31,8 +31,9 @@ class ArrayFamily:
 
     __slots__ = ("name", "array_type", "to_numpy", "from_numpy", "convert", "private_copy")
 
-    def __init__(self, name: str, array_type: str, to_numpy: Any, from_numpy: Any, convert: Any = None,
-                 private_copy: Any = None) -> None:
+    def __init__(
+        self, name: str, array_type: str, to_numpy: Any, from_numpy: Any, convert: Any = None, private_copy: Any = None
+    ) -> None:
         module, _, attr = array_type.rpartition(".")
         if not module or not attr:
             raise ValueError(f"ArrayFamily({name!r}, array_type={array_type!r}): expected 'module.Type'")
@@ -121,7 +122,9 @@ def _torch_private_copy(value: Any) -> Any:
 
 
 register_family(ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, private_copy=np.copy))
-register_family(ArrayFamily(TORCH, "torch.Tensor", _torch_to_numpy, _torch_from_numpy, _torch_convert, _torch_private_copy))
+register_family(
+    ArrayFamily(TORCH, "torch.Tensor", _torch_to_numpy, _torch_from_numpy, _torch_convert, _torch_private_copy)
+)
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert))
 
 

@@ -22,8 +22,7 @@ _MODES = (None, "forward", "reverse")
 def _choice(config: object, field: str, value: object, allowed: tuple) -> None:
     if value not in allowed:
         raise ValueError(
-            f"{type(config).__name__}({field}={value!r}): {field} must be one of "
-            f"{', '.join(repr(a) for a in allowed)}"
+            f"{type(config).__name__}({field}={value!r}): {field} must be one of {', '.join(repr(a) for a in allowed)}"
         )
 
 
@@ -232,8 +231,11 @@ def _load_entry_points() -> None:
         try:
             config = entry.load()
         except Exception as error:  # noqa: BLE001 - one broken package must not hide the others
-            warnings.warn(f"diffinterface: the backend entry point {entry.name} = {entry.value!r} failed to load: "
-                          f"{type(error).__name__}: {error}", stacklevel=3)
+            warnings.warn(
+                f"diffinterface: the backend entry point {entry.name} = {entry.value!r} failed to load: "
+                f"{type(error).__name__}: {error}",
+                stacklevel=3,
+            )
             continue
         register_backend(config)
     _entry_points_loaded = True

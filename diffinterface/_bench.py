@@ -86,6 +86,7 @@ def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = F
         for _ in range(n_native):
             native()
     times_ours, times_native, ratios = [], [], []
+
     def batch(fn: Callable[[], Any], number: int) -> float:
         start = time.perf_counter()
         for _ in range(number):
@@ -100,8 +101,13 @@ def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = F
         times_ours.append(t_ours)
         times_native.append(t_native)
         ratios.append(t_ours / t_native)
-    return {"ours_s": statistics.median(times_ours), "native_s": statistics.median(times_native),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    return {
+        "ours_s": statistics.median(times_ours),
+        "native_s": statistics.median(times_native),
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
 
 
 def once(fn: Callable[[], Any], repeat: int) -> float:
@@ -155,8 +161,14 @@ def write_table(path: str, title: str, info: dict, rows: list[dict], columns: li
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"# {title}", "", f"- date: {info['date']}", f"- machine: {info['machine']}",
-             f"- python {info['python']}; {info['versions']}", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"- date: {info['date']}",
+        f"- machine: {info['machine']}",
+        f"- python {info['python']}; {info['versions']}",
+        "",
+    ]
     if notes:
         lines += [notes, ""]
     lines.append("| " + " | ".join(columns) + " |")
@@ -180,7 +192,9 @@ def installed_engines(names: list[str] | None = None) -> list[str]:
 def config(engine: str, **options: Any) -> Any:
     from . import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch
 
-    return {"finitediff": AutoFiniteDiff, "jax": AutoJAX, "torch": AutoTorch, "autograd": AutoAutograd}[engine](**options)
+    return {"finitediff": AutoFiniteDiff, "jax": AutoJAX, "torch": AutoTorch, "autograd": AutoAutograd}[engine](
+        **options
+    )
 
 
 def sum_sin2(x):
@@ -236,6 +250,7 @@ class _FiniteDiff(Engine):
             def central():
                 h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
                 return (f(x + h * t) - f(x - h * t)) / (2 * h)
+
             return central
         return None
 
@@ -275,7 +290,13 @@ class _JAX(Engine):
         g = self._compiled(operator, f)
         if g is None:
             return None
-        args = (x, A) if operator.startswith("jacobian") else (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
+        args = (
+            (x, A)
+            if operator.startswith("jacobian")
+            else (x, t)
+            if operator in ("hvp", "pushforward", "pullback")
+            else (x,)
+        )
         return lambda: self.jax.block_until_ready(g(*args))
 
     def native_first(self, operator, f, x, t, A):
@@ -304,31 +325,41 @@ class _Torch(Engine):
             return x.detach().requires_grad_()
 
         if operator == "gradient":
+
             def grad():
                 xt = leaf()
                 return torch.autograd.grad(f(xt), xt)[0]
+
             return grad
         if operator == "hvp":
+
             def hvp():
                 xt = leaf()
                 (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
                 return torch.autograd.grad(g, xt, t)[0]
+
             return hvp
         if operator == "hessian":
             return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
         if operator == "pushforward":
+
             def jvp():
                 with fwAD.dual_level():
                     return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
+
             return jvp
         if operator == "pullback":
+
             def vjp():
                 xt = leaf()
                 return torch.autograd.grad(f(xt), xt, t)[0]
+
             return vjp
         if operator in ("jacobian tall", "jacobian wide"):
             strategy = "forward-mode" if operator.endswith("tall") else "reverse-mode"
-            return lambda: torch.autograd.functional.jacobian(lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy)
+            return lambda: torch.autograd.functional.jacobian(
+                lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy
+            )
         return None
 
 
@@ -363,6 +394,7 @@ class _Autograd(Engine):
             def columns():
                 push = ag.make_jvp(lambda z: sin(A @ z))(x)
                 return np.stack([push(e)[1] for e in eye], axis=1)
+
             return columns
         if operator == "jacobian wide":
             j = ag.jacobian(lambda z: sin(A @ z))
@@ -379,12 +411,24 @@ def engine(name: str) -> Engine:
 OPERATORS = ("gradient", "hvp", "hessian", "pushforward", "pullback", "jacobian tall", "jacobian wide")
 # sizes "where they make sense": the length of x (the long side of a jacobian, whose short side is 10)
 SIZES = {
-    "quick": {"gradient": (10, 100_000), "hvp": (10, 100_000), "hessian": (10,), "pushforward": (100_000,),
-              "pullback": (100_000,), "jacobian tall": (1_000,), "jacobian wide": (1_000,)},
-    "full": {"gradient": (10, 1_000, 100_000, 1_000_000), "hvp": (10, 1_000, 100_000, 1_000_000),
-             "hessian": (10, 1_000), "pushforward": (10, 1_000, 100_000, 1_000_000),
-             "pullback": (10, 1_000, 100_000, 1_000_000), "jacobian tall": (10, 1_000, 100_000),
-             "jacobian wide": (10, 1_000, 100_000)},
+    "quick": {
+        "gradient": (10, 100_000),
+        "hvp": (10, 100_000),
+        "hessian": (10,),
+        "pushforward": (100_000,),
+        "pullback": (100_000,),
+        "jacobian tall": (1_000,),
+        "jacobian wide": (1_000,),
+    },
+    "full": {
+        "gradient": (10, 1_000, 100_000, 1_000_000),
+        "hvp": (10, 1_000, 100_000, 1_000_000),
+        "hessian": (10, 1_000),
+        "pushforward": (10, 1_000, 100_000, 1_000_000),
+        "pullback": (10, 1_000, 100_000, 1_000_000),
+        "jacobian tall": (10, 1_000, 100_000),
+        "jacobian wide": (10, 1_000, 100_000),
+    },
 }
 # finite differences cost an evaluation of f per coordinate: the sizes where that stays reasonable
 _FD_LIMIT = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
@@ -433,8 +477,13 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
 
 
 def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable) -> list[dict]:
-    plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op]
-            if name != "finitediff" or (op in _FD_LIMIT and n <= _FD_LIMIT[op])]
+    plan = [
+        (name, op, n)
+        for name in engines
+        for op in OPERATORS
+        for n in sizes[op]
+        if name != "finitediff" or (op in _FD_LIMIT and n <= _FD_LIMIT[op])
+    ]
     rows = []
     for i, (name, operator, size) in enumerate(plan):
         progress(i, len(plan), f"overhead {name} {operator} {size}")
@@ -446,16 +495,29 @@ def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable
         unprepared = ratio(case["unprepared"], case["native"], timing)
         prep_s = once(case["prepare"], timing.prep_repeat)
         first_s = once(case["native_first"], timing.prep_repeat)
-        rows.append({
-            "backend": repr(config(name)), "operator": operator, "size": size, "shape": case["shape"],
-            "inputs": eng.inputs,
-            "prepared_s": prepared["ours_s"], "native_s": prepared["native_s"],
-            "prepared_ratio": prepared["ratio"], "prepared_min": prepared["ratio_min"], "prepared_max": prepared["ratio_max"],
-            "unprepared_s": unprepared["ours_s"], "unprepared_ratio": unprepared["ratio"],
-            "unprepared_min": unprepared["ratio_min"], "unprepared_max": unprepared["ratio_max"],
-            "prepare_s": prep_s, "native_first_s": first_s, "prepare_ratio": prep_s / first_s,
-            "budget": budget(size), "within_budget": "yes" if prepared["ratio"] <= budget(size) else "NO",
-        })
+        rows.append(
+            {
+                "backend": repr(config(name)),
+                "operator": operator,
+                "size": size,
+                "shape": case["shape"],
+                "inputs": eng.inputs,
+                "prepared_s": prepared["ours_s"],
+                "native_s": prepared["native_s"],
+                "prepared_ratio": prepared["ratio"],
+                "prepared_min": prepared["ratio_min"],
+                "prepared_max": prepared["ratio_max"],
+                "unprepared_s": unprepared["ours_s"],
+                "unprepared_ratio": unprepared["ratio"],
+                "unprepared_min": unprepared["ratio_min"],
+                "unprepared_max": unprepared["ratio_max"],
+                "prepare_s": prep_s,
+                "native_first_s": first_s,
+                "prepare_ratio": prep_s / first_s,
+                "budget": budget(size),
+                "within_budget": "yes" if prepared["ratio"] <= budget(size) else "NO",
+            }
+        )
     progress(len(plan), len(plan), "overhead")
     return rows
 
@@ -470,11 +532,21 @@ def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: C
         progress(i, len(plan), f"cheap gradient {name} {n}")
         eng, backend = engine(name), config(name)
         x = eng.array(np.random.default_rng(n).normal(size=n))
-        f = getattr(eng, "jax").jit(sum_sin2) if name == "jax" else sum_sin2
+        f = getattr(eng, "jax").jit(sum_sin2) if name == "jax" else sum_sin2  # noqa: B009 - the JAX engine's only
         prep = prepare_gradient(backend, sum_sin2, x)
         r = ratio(lambda: eng.ready(gradient(backend, sum_sin2, x, prep=prep)), lambda: eng.ready(f(x)), timing)
-        rows.append({"backend": repr(backend), "size": n, "inputs": eng.inputs, "gradient_s": r["ours_s"],
-                     "f_s": r["native_s"], "gradient_over_f": r["ratio"], "min": r["ratio_min"], "max": r["ratio_max"]})
+        rows.append(
+            {
+                "backend": repr(backend),
+                "size": n,
+                "inputs": eng.inputs,
+                "gradient_s": r["ours_s"],
+                "f_s": r["native_s"],
+                "gradient_over_f": r["ratio"],
+                "min": r["ratio_min"],
+                "max": r["ratio_max"],
+            }
+        )
     progress(len(plan), len(plan), "cheap gradient")
     return rows
 
@@ -505,11 +577,21 @@ def mode_choice(engines: list[str], sizes: tuple, timing: Timing, progress: Call
         fwd = ratio(calls["forward"], calls["reverse"], timing)
         better = "forward" if fwd["ratio"] <= 1 else "reverse"
         r = ratio(calls[None], calls[better], timing)
-        rows.append({"backend": repr(config(name)), "shape": f"{shape[0]}x{shape[1]}", "kind": kind,
-                     "auto_s": r["ours_s"], "better": better, "better_s": r["native_s"],
-                     "forward_over_reverse": fwd["ratio"], "auto_over_better": r["ratio"],
-                     "min": r["ratio_min"], "max": r["ratio_max"],
-                     "within_1.1": "yes" if r["ratio"] <= 1.1 else "NO"})
+        rows.append(
+            {
+                "backend": repr(config(name)),
+                "shape": f"{shape[0]}x{shape[1]}",
+                "kind": kind,
+                "auto_s": r["ours_s"],
+                "better": better,
+                "better_s": r["native_s"],
+                "forward_over_reverse": fwd["ratio"],
+                "auto_over_better": r["ratio"],
+                "min": r["ratio_min"],
+                "max": r["ratio_max"],
+                "within_1.1": "yes" if r["ratio"] <= 1.1 else "NO",
+            }
+        )
     progress(len(plan), len(plan), "mode choice")
     return rows
 
@@ -532,10 +614,18 @@ def finite_differences(progress: Callable) -> list[dict]:
     x = np.linspace(0.3, 1.7, n)
     functions = [
         ("gradient of sum(sin(x)^2)", sum_sin2, lambda x: np.sin(2 * x), True),
-        ("gradient of sum(exp(x)/x)", lambda x: array_namespace(x).sum(array_namespace(x).exp(x) / x),
-         lambda x: np.exp(x) * (x - 1) / x**2, True),
-        ("jacobian of sin(x)*sum(x)", sin_times_sum,
-         lambda x: np.diag(np.cos(x) * np.sum(x)) + np.sin(x)[:, None] * np.ones(n)[None, :], False),
+        (
+            "gradient of sum(exp(x)/x)",
+            lambda x: array_namespace(x).sum(array_namespace(x).exp(x) / x),
+            lambda x: np.exp(x) * (x - 1) / x**2,
+            True,
+        ),
+        (
+            "jacobian of sin(x)*sum(x)",
+            sin_times_sum,
+            lambda x: np.diag(np.cos(x) * np.sum(x)) + np.sin(x)[:, None] * np.ones(n)[None, :],
+            False,
+        ),
     ]
     nd: Any = importlib.import_module("numdifftools") if importlib.util.find_spec("numdifftools") is not None else None
     rows = []
@@ -548,11 +638,15 @@ def finite_differences(progress: Callable) -> list[dict]:
             op = gradient if scalar else jacobian
             methods.append((f"AutoFiniteDiff(method={method!r})", lambda g, b=backend, op=op: op(b, g, x)))
         for method in ("2-point", "3-point", "cs"):
-            methods.append((f"scipy approx_derivative({method!r})", lambda g, m=method: approx_derivative(g, x, method=m)))
+            methods.append(
+                (f"scipy approx_derivative({method!r})", lambda g, m=method: approx_derivative(g, x, method=m))
+            )
         if nd is not None:
             for method in ("central", "complex"):
                 cls = nd.Gradient if scalar else nd.Jacobian
-                methods.append((f"numdifftools {cls.__name__}({method!r})", lambda g, c=cls, m=method: c(g, method=m)(x)))
+                methods.append(
+                    (f"numdifftools {cls.__name__}({method!r})", lambda g, c=cls, m=method: c(g, method=m)(x))
+                )
         for label, run in methods:
             count = _Count()  # not state (a list would be duplicated for each evaluation, as SPEC section 7 says)
 
@@ -565,11 +659,25 @@ def finite_differences(progress: Callable) -> list[dict]:
                 err = float(np.max(np.abs(got.reshape(want.shape) - want)) / np.max(np.abs(want)))
                 rows.append({"function": name, "method": label, "f_evaluations": count.calls, "max_rel_error": err})
             except Exception as e:  # noqa: BLE001 - a method that cannot run is a row saying so
-                rows.append({"function": name, "method": label, "f_evaluations": count.calls, "max_rel_error": float("nan"),
-                             "error": f"{type(e).__name__}: {e}"})
+                rows.append(
+                    {
+                        "function": name,
+                        "method": label,
+                        "f_evaluations": count.calls,
+                        "max_rel_error": float("nan"),
+                        "error": f"{type(e).__name__}: {e}",
+                    }
+                )
     if nd is None:
-        rows.append({"function": "-", "method": "numdifftools", "f_evaluations": 0, "max_rel_error": float("nan"),
-                     "error": "not installed (pip install numdifftools)"})
+        rows.append(
+            {
+                "function": "-",
+                "method": "numdifftools",
+                "f_evaluations": 0,
+                "max_rel_error": float("nan"),
+                "error": "not installed (pip install numdifftools)",
+            }
+        )
     progress(len(functions), len(functions), "finite differences")
     return rows
 
@@ -605,9 +713,11 @@ def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callabl
 
         x, t = np.linspace(-1.0, 1.0, n), np.linspace(0.5, 1.5, n)
         duplicated, const = config(name), config(name, closure="const")
-        for label, f_dup, f_const in [("captures a float", captures_float, captures_float),
-                                      ("reads a captured array", reads_array, reads_array),
-                                      ("writes a captured buffer", writes_buffer, without_buffer)]:
+        for label, f_dup, f_const in [
+            ("captures a float", captures_float, captures_float),
+            ("reads a captured array", reads_array, reads_array),
+            ("writes a captured buffer", writes_buffer, without_buffer),
+        ]:
             for operator in ("gradient", "pushforward"):
                 if name == "finitediff" and operator == "gradient" and n > _FD_LIMIT["gradient"]:
                     continue
@@ -620,9 +730,19 @@ def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callabl
                     ours = lambda f=f_dup, p=pd: eng.ready(pushforward(duplicated, f, x, t, prep=p))  # noqa: E731
                     native = lambda f=f_const, p=pc: eng.ready(pushforward(const, f, x, t, prep=p))  # noqa: E731
                 r = ratio(ours, native, timing)
-                rows.append({"backend": repr(duplicated), "function": label, "operator": operator, "size": n,
-                             "duplicated_s": r["ours_s"], "const_s": r["native_s"], "ratio": r["ratio"],
-                             "min": r["ratio_min"], "max": r["ratio_max"]})
+                rows.append(
+                    {
+                        "backend": repr(duplicated),
+                        "function": label,
+                        "operator": operator,
+                        "size": n,
+                        "duplicated_s": r["ours_s"],
+                        "const_s": r["native_s"],
+                        "ratio": r["ratio"],
+                        "min": r["ratio_min"],
+                        "max": r["ratio_max"],
+                    }
+                )
     progress(len(plan), len(plan), "closures")
     return rows
 
@@ -637,11 +757,16 @@ def catalogue(engines: list[str], full: bool, progress: Callable) -> list[dict]:
         scenarios = list({s.operator: s for s in reversed(scenarios)}.values())
     backends = [config(name) for name in engines]
     total = len(backends) * len(scenarios)
-    return benchmark_differentiation(backends, scenarios, repeat=5 if full else 2,
-                                     progress=lambda i, n, row: progress(i, total, f"catalogue {row['backend']} {row['scenario']}"))
+    return benchmark_differentiation(
+        backends,
+        scenarios,
+        repeat=5 if full else 2,
+        progress=lambda i, n, row: progress(i, total, f"catalogue {row['backend']} {row['scenario']}"),
+    )
 
 
 # -- plots ---------------------------------------------------------------------------------------
+
 
 def plot_overhead(rows: list[dict], out: str) -> list[str]:
     """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend."""
@@ -656,7 +781,9 @@ def plot_overhead(rows: list[dict], out: str) -> list[str]:
     for operator in dict.fromkeys(r["operator"] for r in rows):
         fig, ax = plt.subplots(figsize=(6, 4))
         for k, backend in enumerate(dict.fromkeys(r["backend"] for r in rows if r["operator"] == operator)):
-            sel = sorted((r for r in rows if r["operator"] == operator and r["backend"] == backend), key=lambda r: r["size"])
+            sel = sorted(
+                (r for r in rows if r["operator"] == operator and r["backend"] == backend), key=lambda r: r["size"]
+            )
             sizes = [r["size"] for r in sel]
             color = f"C{k}"
             ax.plot(sizes, [r["prepared_s"] for r in sel], "o-", color=color, label=f"{backend} prepared")
@@ -681,15 +808,48 @@ def plot_overhead(rows: list[dict], out: str) -> list[str]:
 TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "catalogue")
 
 _COLUMNS = {
-    "overhead": ["backend", "operator", "shape", "inputs", "prepared_s", "native_s", "prepared_ratio", "prepared_min",
-                 "prepared_max", "unprepared_ratio", "prepare_s", "native_first_s", "prepare_ratio", "within_budget"],
+    "overhead": [
+        "backend",
+        "operator",
+        "shape",
+        "inputs",
+        "prepared_s",
+        "native_s",
+        "prepared_ratio",
+        "prepared_min",
+        "prepared_max",
+        "unprepared_ratio",
+        "prepare_s",
+        "native_first_s",
+        "prepare_ratio",
+        "within_budget",
+    ],
     "cheap_gradient": ["backend", "size", "inputs", "gradient_s", "f_s", "gradient_over_f", "min", "max"],
-    "mode_choice": ["backend", "shape", "auto_s", "better", "better_s", "forward_over_reverse", "auto_over_better",
-                    "min", "max", "within_1.1"],
+    "mode_choice": [
+        "backend",
+        "shape",
+        "auto_s",
+        "better",
+        "better_s",
+        "forward_over_reverse",
+        "auto_over_better",
+        "min",
+        "max",
+        "within_1.1",
+    ],
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
-    "catalogue": ["backend", "scenario", "prepared_s", "unprepared_s", "prepare_s", "prepared_calls",
-                  "unprepared_calls", "prepare_calls", "error"],
+    "catalogue": [
+        "backend",
+        "scenario",
+        "prepared_s",
+        "unprepared_s",
+        "prepare_s",
+        "prepared_calls",
+        "unprepared_calls",
+        "prepare_calls",
+        "error",
+    ],
 }
 
 _TITLES = {
@@ -703,9 +863,11 @@ _TITLES = {
 
 
 def _notes(table: str, timing: Timing) -> str:
-    how = (f"Interleaved timing: {timing.rounds} rounds of batches of about {timing.seconds * 1e3:.0f} ms of each "
-           f"call, after {timing.warmup} s of warm-up; a ratio is the median of the per-round ratios, min and max "
-           f"the smallest and largest round.")
+    how = (
+        f"Interleaved timing: {timing.rounds} rounds of batches of about {timing.seconds * 1e3:.0f} ms of each "
+        f"call, after {timing.warmup} s of warm-up; a ratio is the median of the per-round ratios, min and max "
+        f"the smallest and largest round."
+    )
     return {
         "overhead": how + " Natives: JAX `jax.jit` of `grad`, `jvp(grad)`, `hessian`, `jvp`, `vjp`, `jacfwd` (tall) "
         "and `jacrev` (wide); torch eager autograd (`autograd.grad`, double backward, forward-mode dual tensors, "
@@ -723,9 +885,15 @@ def _notes(table: str, timing: Timing) -> str:
     }[table]
 
 
-def run(engines: list[str] | None = None, full: bool = False, out: str = os.path.join("benchmarks", "results"),
-        tables: list[str] | None = None, progress: Callable | None = None, plots: bool = True,
-        timing: Timing | None = None) -> dict:
+def run(
+    engines: list[str] | None = None,
+    full: bool = False,
+    out: str = os.path.join("benchmarks", "results"),
+    tables: list[str] | None = None,
+    progress: Callable | None = None,
+    plots: bool = True,
+    timing: Timing | None = None,
+) -> dict:
     """Run the benchmarks and write their tables; returns ``{"results": {table: rows}, "written":
     paths, "machine": record}``. ``timing`` overrides the rounds of ``QUICK`` or ``FULL``."""
     engines = installed_engines(engines)
@@ -740,7 +908,9 @@ def run(engines: list[str] | None = None, full: bool = False, out: str = os.path
         if table == "overhead":
             rows = overhead(engines, SIZES[kind], timing, progress)
         elif table == "cheap_gradient":
-            rows = cheap_gradient(engines, (10, 1_000, 100_000, 1_000_000) if full else (1_000, 100_000), timing, progress)
+            rows = cheap_gradient(
+                engines, (10, 1_000, 100_000, 1_000_000) if full else (1_000, 100_000), timing, progress
+            )
         elif table == "mode_choice":
             rows = mode_choice(engines, (100, 10_000) if full else (1_000,), timing, progress)
         elif table == "finite_differences":

@@ -46,10 +46,39 @@ from ._arrays import is_array
 # array libraries and the scientific stack. Extended, or overridden for a sub-namespace, with
 # declare_modules; the most specific prefix of a module's name decides.
 _LIBRARIES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
-    "__future__", "builtins", "_pytest", "pytest", "hypothesis", "pluggy", "numpy", "scipy", "jax", "jaxlib",
-    "torch", "functorch", "torchvision", "autograd", "array_api_compat", "array_api_strict", "ml_dtypes",
-    "opt_einsum", "numdifftools", "sympy", "pandas", "matplotlib", "sklearn", "numba", "cupy", "dask",
-    "xarray", "flax", "optax", "equinox", "diffrax", "chex", "diffinterface",
+    "__future__",
+    "builtins",
+    "_pytest",
+    "pytest",
+    "hypothesis",
+    "pluggy",
+    "numpy",
+    "scipy",
+    "jax",
+    "jaxlib",
+    "torch",
+    "functorch",
+    "torchvision",
+    "autograd",
+    "array_api_compat",
+    "array_api_strict",
+    "ml_dtypes",
+    "opt_einsum",
+    "numdifftools",
+    "sympy",
+    "pandas",
+    "matplotlib",
+    "sklearn",
+    "numba",
+    "cupy",
+    "dask",
+    "xarray",
+    "flax",
+    "optax",
+    "equinox",
+    "diffrax",
+    "chex",
+    "diffinterface",
 }
 _declared: dict[str, bool] = {}  # module-name prefix -> walk
 _walk_cache: dict[str | None, bool] = {}
@@ -68,7 +97,9 @@ def declare_modules(*names: str, walk: bool) -> None:
     """
     for name in names:
         if not isinstance(name, str) or not name or name.startswith(".") or name.endswith("."):
-            raise ValueError(f"declare_modules({name!r}, walk={walk!r}): expected a module name such as 'mylib' or 'mylib.models'")
+            raise ValueError(
+                f"declare_modules({name!r}, walk={walk!r}): expected a module name such as 'mylib' or 'mylib.models'"
+            )
     if not isinstance(walk, bool):
         raise TypeError(f"declare_modules(..., walk={walk!r}): walk must be True or False")
     for name in names:
@@ -180,9 +211,16 @@ def numpy_write_refused(error: BaseException) -> bool:
     if _NUMPY_REFUSALS is None:
         _NUMPY_REFUSALS = refusals(
             _numpy_alias,
-            lambda a: a.__setitem__(0, 1.0), lambda a: a.__iadd__(1.0), lambda a: np.add(a, 1.0, out=a),
-            lambda a: np.copyto(a, 1.0), lambda a: a.fill(1.0), lambda a: a.sort(), lambda a: a.put(0, 1.0),
-            lambda a: a.setflags(write=True), lambda a: np.put(a, 0, 1.0), lambda a: np.place(a, a == 0, 1.0),
+            lambda a: a.__setitem__(0, 1.0),
+            lambda a: a.__iadd__(1.0),
+            lambda a: np.add(a, 1.0, out=a),
+            lambda a: np.copyto(a, 1.0),
+            lambda a: a.fill(1.0),
+            lambda a: a.sort(),
+            lambda a: a.put(0, 1.0),
+            lambda a: a.setflags(write=True),
+            lambda a: np.put(a, 0, 1.0),
+            lambda a: np.place(a, a == 0, 1.0),
         )
     return (type(error), str(error)) in _NUMPY_REFUSALS
 
@@ -343,7 +381,8 @@ class _Walker:
                 )
             if kwdefaults:
                 new_fn.__kwdefaults__ = {
-                    k: kwdefaults[k](values, memo) if k in kwdefaults else d for k, d in (fn.__kwdefaults__ or {}).items()
+                    k: kwdefaults[k](values, memo) if k in kwdefaults else d
+                    for k, d in (fn.__kwdefaults__ or {}).items()
                 }
             for var, part in global_parts.items():
                 new_globals[var] = part(values, memo)
@@ -377,7 +416,11 @@ class _Walker:
     def _method(self, m: types.MethodType, where: str) -> Any:
         func = self.visit(m.__func__, where)
         owner = m.__self__
-        obj = self._object(owner, f"{where}.__self__") if hasattr(owner, "__dict__") and not isinstance(owner, type) else None
+        obj = (
+            self._object(owner, f"{where}.__self__")
+            if hasattr(owner, "__dict__") and not isinstance(owner, type)
+            else None
+        )
         if func is None and obj is None:
             return None
 
@@ -395,7 +438,9 @@ class _Walker:
             if name == "_modules" and _is_torch_module(obj):  # submodules: their parameters and buffers
                 part = self._submodules(value, type(obj).__name__)
             else:
-                part = self._part(value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}")
+                part = self._part(
+                    value, (lambda o=obj, n=name: vars(o)[n]), f"attribute {name!r} of {type(obj).__name__}"
+                )
             if part is not None:
                 attrs[name] = part
         # Even without state attributes the object is copied: its methods may set attributes on it
@@ -415,7 +460,9 @@ class _Walker:
 
     def _submodules(self, modules: dict, owner: str) -> Any:
         """The ``_modules`` dict of an ``nn.Module``: each submodule rebuilt like its parent."""
-        parts = {name: self.visit(sub, f"submodule {name!r} of {owner}") for name, sub in modules.items() if sub is not None}
+        parts = {
+            name: self.visit(sub, f"submodule {name!r} of {owner}") for name, sub in modules.items() if sub is not None
+        }
         parts = {name: part for name, part in parts.items() if part is not None}
         if not parts:
             return None
@@ -535,8 +582,13 @@ def operand_error(error: BaseException, traced: Callable[[Any], bool]) -> bool:
     return any(traced(v) for v in values) and any(is_array(v) and not traced(v) for v in values)
 
 
-def const_write_error(target: Any, error: BaseException | str, engine: str,
-                      leaked: Callable[[BaseException], bool] | None = None, kind: type | None = None) -> Exception | None:
+def const_write_error(
+    target: Any,
+    error: BaseException | str,
+    engine: str,
+    leaked: Callable[[BaseException], bool] | None = None,
+    kind: type | None = None,
+) -> Exception | None:
     """Under ``closure="const"``, the error for ``f`` writing a value that depends on ``x`` into its
     own captured state (SPEC section 7): it names the captured arrays, lists and dicts and points to
     ``closure="duplicated"``. None when the closure is duplicated, when ``leaked(error)`` (the
@@ -548,7 +600,9 @@ def const_write_error(target: Any, error: BaseException | str, engine: str,
     if not isinstance(error, str) and (leaked is None or not leaked(error)):
         return None
     plan = StatePlan(target.f)
-    captured = [where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (list, dict)) or is_array(value)]
+    captured = [
+        where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (list, dict)) or is_array(value)
+    ]
     if not captured:
         return None
     reason = str(error).strip()
@@ -580,8 +634,11 @@ def standin_error(target: Any, error: BaseException, engine: str) -> Exception |
 
     converted = take_conversion()
     if not converted and not raised_by(error, lambda e: isinstance(e, StandInConversionError)):
-        frames = [fr for fr in _frames(error) if not _in_user_code(fr)
-                  and not fr.f_globals.get("__name__", "").startswith("diffinterface")]
+        frames = [
+            fr
+            for fr in _frames(error)
+            if not _in_user_code(fr) and not fr.f_globals.get("__name__", "").startswith("diffinterface")
+        ]
         if not any(_holds_standin(fr) for fr in frames):
             return None
     plan = getattr(target, "plan", None)

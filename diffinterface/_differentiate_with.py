@@ -37,8 +37,14 @@ class DifferentiateWith(Rule):
                 f"DifferentiateWith(f, backend): backend must be a config such as AutoTorch(), got {type(backend).__name__}"
             )
         self.f, self.backend = f, backend
-        super().__init__(self._primal, opaque=True, out_shape=out_shape, forward=self._forward,
-                         augmented_primal=self._augmented, reverse=self._reverse)
+        super().__init__(
+            self._primal,
+            opaque=True,
+            out_shape=out_shape,
+            forward=self._forward,
+            augmented_primal=self._augmented,
+            reverse=self._reverse,
+        )
         self.__name__ = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
 
     def _primal(self, x: Any) -> Any:

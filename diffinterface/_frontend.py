@@ -115,7 +115,14 @@ def _check_output(operator: str, info: Any, call: str) -> None:
 
 
 def prepare(
-    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, strict: bool,
+    operator: str,
+    backend: Any,
+    f: Any,
+    x: Any,
+    tangent: Any,
+    contexts: tuple,
+    y: Any,
+    strict: bool,
     oneshot: bool = False,
 ) -> Prep:
     call = _call(operator, backend, y)
@@ -140,8 +147,9 @@ def prepare(
     x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if closure == "const" and traced is not None:
-        info = const_trace_checked(target, lambda: adapter.output_info(target, x_eval, contexts, oneshot), traced,
-                                   adapter.engine_name)
+        info = const_trace_checked(
+            target, lambda: adapter.output_info(target, x_eval, contexts, oneshot), traced, adapter.engine_name
+        )
     else:
         info = adapter.output_info(target, x_eval, contexts, oneshot)
     _check_output(operator, info, call)
@@ -186,14 +194,36 @@ def tangents_of(tangent: Any, x: Any) -> tuple:
 
 # How each result of a runner comes back to the user: "value" and "result" in x's family, "out" also
 # written into out= when given, "tangents" a tuple for a tuple of tangents (else the one result).
-PLAIN_RESULT = {"pushforward": "tangents", "pullback": "tangents", "hvp": "tangents", "derivative": "result",
-                "second_derivative": "result", "gradient": "out", "jacobian": "out", "hessian": "out"}
-VALUE_RESULTS = {"pushforward": ("value", "tangents"), "pullback": ("value", "tangents"), "hvp": ("result", "tangents"),
-                 "derivative": ("value", "result"), "gradient": ("value", "out"), "jacobian": ("value", "out"),
-                 "hessian": ("value", "result", "out"), "second_derivative": ("value", "result", "result")}
-VALUE_NAME = {"pushforward": "value_and_pushforward", "pullback": "value_and_pullback", "hvp": "gradient_and_hvp",
-              "derivative": "value_and_derivative", "gradient": "value_and_gradient", "jacobian": "value_and_jacobian",
-              "hessian": "value_gradient_and_hessian", "second_derivative": "value_derivative_and_second_derivative"}
+PLAIN_RESULT = {
+    "pushforward": "tangents",
+    "pullback": "tangents",
+    "hvp": "tangents",
+    "derivative": "result",
+    "second_derivative": "result",
+    "gradient": "out",
+    "jacobian": "out",
+    "hessian": "out",
+}
+VALUE_RESULTS = {
+    "pushforward": ("value", "tangents"),
+    "pullback": ("value", "tangents"),
+    "hvp": ("result", "tangents"),
+    "derivative": ("value", "result"),
+    "gradient": ("value", "out"),
+    "jacobian": ("value", "out"),
+    "hessian": ("value", "result", "out"),
+    "second_derivative": ("value", "result", "result"),
+}
+VALUE_NAME = {
+    "pushforward": "value_and_pushforward",
+    "pullback": "value_and_pullback",
+    "hvp": "gradient_and_hvp",
+    "derivative": "value_and_derivative",
+    "gradient": "value_and_gradient",
+    "jacobian": "value_and_jacobian",
+    "hessian": "value_gradient_and_hessian",
+    "second_derivative": "value_derivative_and_second_derivative",
+}
 
 
 def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
@@ -204,15 +234,27 @@ def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, 
     return output_like(result, x)
 
 
-def run(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, prep: Any,
-        out: Any = None, value: bool = False) -> Any:
+def run(
+    operator: str,
+    backend: Any,
+    f: Any,
+    x: Any,
+    tangent: Any,
+    contexts: tuple,
+    y: Any,
+    prep: Any,
+    out: Any = None,
+    value: bool = False,
+) -> Any:
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
     returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
     p = resolve(operator, backend, f, x, tangent, contexts, y, prep)
     tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()
     x_in = as_input(x)
     if not value:
-        return _convert(PLAIN_RESULT[operator], p.data.plain(x_in, tangents, contexts), x, tangent, out, operator, backend)
+        return _convert(
+            PLAIN_RESULT[operator], p.data.plain(x_in, tangents, contexts), x, tangent, out, operator, backend
+        )
     results = p.data.value(x_in, tangents, contexts)
     name = VALUE_NAME[operator]
     return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(VALUE_RESULTS[operator], results))

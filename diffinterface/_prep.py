@@ -48,8 +48,20 @@ class Prep:
     with ``strict=True`` a call whose arguments differ raises :class:`PreparationMismatchError`.
     """
 
-    __slots__ = ("operator", "backend", "f", "adapter", "data", "target", "names", "args", "signature", "strict",
-                 "plain", "_arrays")
+    __slots__ = (
+        "operator",
+        "backend",
+        "f",
+        "adapter",
+        "data",
+        "target",
+        "names",
+        "args",
+        "signature",
+        "strict",
+        "plain",
+        "_arrays",
+    )
 
     def __init__(self, operator, backend, f, adapter, data, target, names, args, strict, oneshot=False) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
@@ -89,7 +101,14 @@ class Prep:
             elif len(args) == 2 == len(arrays):  # x and one tangent, unrolled
                 x, t = args
                 (kx, sx, dx), (kt, st, dt) = arrays
-                if type(x) is kx and type(t) is kt and x.shape == sx and t.shape == st and x.dtype == dx and t.dtype == dt:
+                if (
+                    type(x) is kx
+                    and type(t) is kt
+                    and x.shape == sx
+                    and t.shape == st
+                    and x.dtype == dx
+                    and t.dtype == dt
+                ):
                     return
         if self.operator != operator:
             raise PreparationMismatchError(
@@ -125,7 +144,9 @@ class Prep:
             name = self.names[i] if i < len(self.names) else f"contexts[{i - len(self.names)}]"
             made = self.args[i] if i < len(self.args) else "(nothing)"
             now = got[i] if i < len(got) else "(nothing)"
-            mark = "" if made == now and (i < len(args) and signature(args[i]) == self.signature[i]) else "   <- differs"
+            mark = (
+                "" if made == now and (i < len(args) and signature(args[i]) == self.signature[i]) else "   <- differs"
+            )
             lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
         raise PreparationMismatchError(
             f"{self.call(operator, backend)}: the arguments differ from the ones the prep was made for:\n"

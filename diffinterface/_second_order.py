@@ -22,8 +22,11 @@ from ._backends import adapter_for
 from ._target import Target
 
 # second-order operator -> (the inner first-order operator, the outer one)
-_NESTING = {"hvp": ("gradient", "pushforward"), "hessian": ("gradient", "jacobian"),
-            "second_derivative": ("derivative", "derivative")}
+_NESTING = {
+    "hvp": ("gradient", "pushforward"),
+    "hessian": ("gradient", "jacobian"),
+    "second_derivative": ("derivative", "derivative"),
+}
 
 
 class Nested:
@@ -31,7 +34,9 @@ class Nested:
 
     __slots__ = ("operator", "target", "inner_adapter", "outer", "tangent")
 
-    def __init__(self, operator: str, outer: Any, inner: Any, target: Any, x: Any, tangents: tuple, contexts: tuple) -> None:
+    def __init__(
+        self, operator: str, outer: Any, inner: Any, target: Any, x: Any, tangents: tuple, contexts: tuple
+    ) -> None:
         inner_name, outer_name = _NESTING[operator]
         self.operator, self.target, self.tangent = operator, target, outer_name == "pushforward"
         call = target.call
@@ -47,7 +52,9 @@ class Nested:
 
         first_target = Target(first, None, getattr(outer, "closure", "duplicated"), call)
         outer_info = outer_adapter.output_info(first_target, private_copy(x), contexts, False)
-        self.outer = outer_adapter.prepare(outer_name, first_target, x, tangents if self.tangent else (), contexts, outer_info)
+        self.outer = outer_adapter.prepare(
+            outer_name, first_target, x, tangents if self.tangent else (), contexts, outer_info
+        )
 
     def run_second(self, x: Any, tangents: tuple, contexts: tuple) -> Any:
         """The second-order result: hvps (a tuple), the Hessian or the second derivative."""

@@ -39,7 +39,9 @@ class Target:
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
 
-    def guarded(self, run: Callable[[bool], Any], refused: Callable[[BaseException], bool] = numpy_write_refused) -> Any:
+    def guarded(
+        self, run: Callable[[bool], Any], refused: Callable[[BaseException], bool] = numpy_write_refused
+    ) -> Any:
         """``run(aliased)``: first with ``aliased=True`` (``run`` then builds ``f`` with
         ``instance(leaf, guard=...)``) while the plan still lets ``f`` read its arrays through guarded
         aliases; where that raises the guard's own error (``refused(error)``: a write into an alias
@@ -48,8 +50,12 @@ class Target:
         is raised as it is, after one run of ``f``."""
         return self.guarded_with(run, False, refused)
 
-    def guarded_with(self, run: Callable[[bool], Any], constants: bool,
-                     refused: Callable[[BaseException], bool] = numpy_write_refused) -> Any:
+    def guarded_with(
+        self,
+        run: Callable[[bool], Any],
+        constants: bool,
+        refused: Callable[[BaseException], bool] = numpy_write_refused,
+    ) -> Any:
         """:meth:`guarded`, where ``run(aliased)`` also passes the ``Constant`` contexts as guarded
         aliases (``constants``): the caller's constants are never modified (a ``batch_norm`` in
         training mode updates the running statistics it is given). After a write refused over
@@ -69,8 +75,13 @@ class Target:
         self.constant_aliases = False
         return out
 
-    def instance(self, leaf: Callable[[Any], Any] = copy_leaf, values: list | None = None,
-                 guard: Callable[[Any], Any] | None = None, key: Any = None) -> Callable:
+    def instance(
+        self,
+        leaf: Callable[[Any], Any] = copy_leaf,
+        values: list | None = None,
+        guard: Callable[[Any], Any] | None = None,
+        key: Any = None,
+    ) -> Callable:
         """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``).
 
         ``values`` replaces the user's current state (``plan.read()``): a compiling engine passes the

@@ -112,15 +112,34 @@ def _inplace(op: Any) -> Any:
     return update
 
 
-for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("truediv", operator.truediv),
-                   ("floordiv", operator.floordiv), ("mod", operator.mod), ("pow", operator.pow), ("matmul", operator.matmul)]:
+for _name, _op in [
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("matmul", operator.matmul),
+]:
     setattr(WritableArray, f"__{_name}__", _binary(_op))
     setattr(WritableArray, f"__r{_name}__", _reflected(_op))
     setattr(WritableArray, f"__i{_name}__", _inplace(_op))
-for _name, _op in [("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge),
-                   ("eq", operator.eq), ("ne", operator.ne)]:
+for _name, _op in [
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+    ("eq", operator.eq),
+    ("ne", operator.ne),
+]:
     setattr(WritableArray, f"__{_name}__", _binary(_op))
-setattr(WritableArray, "__neg__", lambda self: -self.value)
-setattr(WritableArray, "__pos__", lambda self: +self.value)
-setattr(WritableArray, "__abs__", lambda self: abs(self.value))
+
+
+def _unary(op: Any) -> Any:
+    return lambda self: op(self.value)
+
+
+for _name, _op in [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]:
+    setattr(WritableArray, f"__{_name}__", _unary(_op))
 WritableArray.__hash__ = None  # type: ignore[assignment]

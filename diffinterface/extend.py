@@ -34,7 +34,21 @@ from ._closure import declare_modules
 from .rules import register_rules
 
 __all__ = [
-    "Adapter", "Info", "basis", "contract_all", "ones", "stack_jacobian",
-    "ArrayFamily", "families", "family", "register_family", "to_family",
-    "BackendConfig", "ENTRY_POINTS", "register_backend", "registered_backends", "declare_modules", "register_rules",
+    "Adapter",
+    "Info",
+    "basis",
+    "contract_all",
+    "ones",
+    "stack_jacobian",
+    "ArrayFamily",
+    "families",
+    "family",
+    "register_family",
+    "to_family",
+    "BackendConfig",
+    "ENTRY_POINTS",
+    "register_backend",
+    "registered_backends",
+    "declare_modules",
+    "register_rules",
 ]

@@ -125,9 +125,17 @@ class Rule:
     augmented_primal: Any
     reverse: Any
 
-    def __init__(self, primal: Callable, *, opaque: bool = False, vectorized: bool = False,
-                 out_shape: Callable | None = None, forward: Callable | None = None,
-                 augmented_primal: Callable | None = None, reverse: Callable | None = None) -> None:
+    def __init__(
+        self,
+        primal: Callable,
+        *,
+        opaque: bool = False,
+        vectorized: bool = False,
+        out_shape: Callable | None = None,
+        forward: Callable | None = None,
+        augmented_primal: Callable | None = None,
+        reverse: Callable | None = None,
+    ) -> None:
         if not callable(primal):
             raise TypeError(f"custom_rule: expected a function, got {type(primal).__name__}")
         functools.update_wrapper(self, primal)
@@ -198,7 +206,7 @@ class Rule:
             what, how = "reverse rules", f"@{self.__name__}.def_augmented_primal and @{self.__name__}.def_reverse"
         other = "reverse" if mode == "forward" else "forward"
         has_other = self.has_reverse if mode == "forward" else self.has_forward
-        alt = f"; it has {other} rules: use {other} mode (e.g. mode=\"{other}\")" if has_other else ""
+        alt = f'; it has {other} rules: use {other} mode (e.g. mode="{other}")' if has_other else ""
         return NotImplementedError(
             f"{self.__name__} ({where}): {mode} mode needs {what}, which this function does not have; "
             f"define them with {how}{alt}"
@@ -214,8 +222,18 @@ class Rule:
             obj = getattr(obj, part, None)
         if obj is self:
             return (_lookup, (module.__name__, qualname))
-        return (_rebuild, (self.primal, self.opaque, self.vectorized, self.out_shape, self.forward,
-                           self.augmented_primal, self.reverse))
+        return (
+            _rebuild,
+            (
+                self.primal,
+                self.opaque,
+                self.vectorized,
+                self.out_shape,
+                self.forward,
+                self.augmented_primal,
+                self.reverse,
+            ),
+        )
 
     def __repr__(self) -> str:
         rules = [n for n, present in (("forward", self.has_forward), ("reverse", self.has_reverse)) if present]
@@ -253,12 +271,20 @@ def _lookup(module: str, qualname: str) -> Any:
 
 
 def _rebuild(primal, opaque, vectorized, out_shape, forward, augmented_primal, reverse) -> Rule:
-    return Rule(primal, opaque=opaque, vectorized=vectorized, out_shape=out_shape, forward=forward,
-                augmented_primal=augmented_primal, reverse=reverse)
+    return Rule(
+        primal,
+        opaque=opaque,
+        vectorized=vectorized,
+        out_shape=out_shape,
+        forward=forward,
+        augmented_primal=augmented_primal,
+        reverse=reverse,
+    )
 
 
-def custom_rule(fn: Callable | None = None, *, opaque: bool = False, vectorized: bool = False,
-                out_shape: Callable | None = None) -> Any:
+def custom_rule(
+    fn: Callable | None = None, *, opaque: bool = False, vectorized: bool = False, out_shape: Callable | None = None
+) -> Any:
     """Make ``fn`` a function with derivative rules (a :class:`Rule`).
 
     - ``opaque=True``: every body (primal and rules) receives and returns NumPy arrays; engines call
@@ -272,6 +298,7 @@ def custom_rule(fn: Callable | None = None, *, opaque: bool = False, vectorized:
       callbacks need it before running. Without it the primal is run once on random inputs of the
       right shapes (per shape), which fails for a primal that needs specific values.
     """
+
     def wrap(f: Callable) -> Rule:
         return Rule(f, opaque=opaque, vectorized=vectorized, out_shape=out_shape)
 

@@ -36,6 +36,7 @@ def _signal() -> Any:
 
 # -- solve -----------------------------------------------------------------------------------------
 
+
 def _solve_shape(A: Any, b: Any) -> tuple:
     return tuple(b.shape), np.result_type(A.dtype, b.dtype)
 
@@ -79,6 +80,7 @@ def _solve_reverse(tape: tuple, dy: Any, A: Any, b: Any) -> tuple:
 
 # -- expm ------------------------------------------------------------------------------------------
 
+
 @custom_rule(opaque=True, out_shape=lambda A: (tuple(A.shape), A.dtype))
 def expm(A: Any) -> Any:
     """The matrix exponential (``scipy.linalg.expm``)."""
@@ -105,6 +107,7 @@ def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple:
 
 
 # -- fftconvolve -----------------------------------------------------------------------------------
+
 
 def _conv_shape(in1: Any, in2: Any, mode: str = "full") -> tuple:
     s1, s2 = np.array(in1.shape), np.array(in2.shape)

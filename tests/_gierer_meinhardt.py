@@ -26,7 +26,9 @@ def jacobian(x):
     """The analytic Jacobian of ``rhs``."""
     u, v = x[:N], x[N:]
     eye = np.eye(N)
-    return np.block([
-        [Ay + np.diag(2 * u / v - 1), np.diag(-(u**2) / v**2)],
-        [np.diag(2 * u), Ay - eye],
-    ])
+    return np.block(
+        [
+            [Ay + np.diag(2 * u / v - 1), np.diag(-(u**2) / v**2)],
+            [np.diag(2 * u), Ay - eye],
+        ]
+    )

@@ -19,7 +19,7 @@ def family_params(families=("numpy", "jax", "torch")) -> list:
     for fam in families:
         marks = ()
         if fam != "numpy" and not installed(fam):
-            marks = pytest.mark.skip(reason=f"{fam} is not installed: pip install \"diffinterface[{fam}]\"")
+            marks = pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
         out.append(pytest.param(fam, marks=marks, id=fam))
     return out
 
@@ -30,7 +30,11 @@ def family_dtype_params(pairs) -> list:
 
     out = []
     for fam, dtype in pairs:
-        marks = () if fam == "numpy" or installed(fam) else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        marks = (
+            ()
+            if fam == "numpy" or installed(fam)
+            else pytest.mark.skip(reason=f'{fam} is not installed: pip install "diffinterface[{fam}]"')
+        )
         out.append(pytest.param(fam, dtype, marks=marks, id=f"{fam}-{np.dtype(dtype)}"))
     return out
 

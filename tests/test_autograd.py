@@ -9,7 +9,9 @@ import diffinterface as di
 from conftest import MODE_IDS, MODES, family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
-pytestmark = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+pytestmark = pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
 
 SCENARIOS = default_scenarios("numpy", np.float64)
 
@@ -21,7 +23,10 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("family, dtype", family_dtype_params([("numpy", np.float32), ("torch", np.float64), ("torch", np.float32), ("jax", np.float32)]))
+@pytest.mark.parametrize(
+    "family, dtype",
+    family_dtype_params([("numpy", np.float32), ("torch", np.float64), ("torch", np.float32), ("jax", np.float32)]),
+)
 def test_catalogue_on_each_family(family, dtype, mode):
     outcomes = test_differentiation([di.AutoAutograd(mode=mode)], default_scenarios(family, dtype))
     assert len(outcomes) > 300
@@ -46,8 +51,10 @@ def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(buffer, prep
 
     before = [float(v) for v in buffer]
     backend = di.AutoAutograd()
-    preps = {op: getattr(di, "prepare_" + op)(backend, f, 0.0) if prepared else None
-             for op in ("derivative", "gradient", "second_derivative")}
+    preps = {
+        op: getattr(di, "prepare_" + op)(backend, f, 0.0) if prepared else None
+        for op in ("derivative", "gradient", "second_derivative")
+    }
     for x in (0.3, 0.3, -1.2, 2.5):
         assert di.derivative(backend, f, x, prep=preps["derivative"]) == pytest.approx(2 * (1 + x), rel=1e-14)
         assert di.gradient(backend, f, x, prep=preps["gradient"]) == pytest.approx(2 * (1 + x), rel=1e-14)
@@ -108,7 +115,9 @@ def test_hvp_falls_back_to_reverse_over_reverse_where_a_primitive_has_no_jvp():
         assert np.allclose(di.pushforward(backend, f, x, t, prep=prep), np.sum(3 * x**2 * t), rtol=1e-15)
     assert np.allclose(di.derivative(backend, lambda s: cube(s), 2.0), 12.0, rtol=1e-15)
     assert np.allclose(di.jacobian(backend, lambda v: cube(v) * 2, x), np.diag(6 * x**2), rtol=1e-15)
-    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoAutograd\(mode='forward'\).*JVP of cube.*mode='reverse'"):
+    with pytest.raises(
+        NotImplementedError, match=r"pushforward\(AutoAutograd\(mode='forward'\).*JVP of cube.*mode='reverse'"
+    ):
         di.pushforward(di.AutoAutograd(mode="forward"), f, x, t)
 
 
@@ -145,8 +154,11 @@ def test_writing_x_into_a_fresh_numpy_array_is_a_clear_error():
         a[:] = x
         return a.sum()
 
-    with pytest.raises(ValueError, match=r"gradient\(AutoAutograd\(\), f, x\): autograd could not trace f: setting an "
-                                         r"array element with a sequence\. .*Cache\(a\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"gradient\(AutoAutograd\(\), f, x\): autograd could not trace f: setting an "
+        r"array element with a sequence\. .*Cache\(a\)",
+    ):
         di.gradient(di.AutoAutograd(), f, np.ones(3))
     with pytest.raises(ValueError, match=r"^pullback\(AutoAutograd\(\), f, x, ty\): autograd could not trace f"):
         di.pullback(di.AutoAutograd(), f, np.ones(3), 1.0)

@@ -22,18 +22,29 @@ def test_configs_are_frozen_hashable_values():
 def test_repr_shows_only_non_default_fields():
     assert repr(di.AutoJAX()) == "AutoJAX()"
     assert repr(di.AutoJAX(mode="reverse", jit=False)) == "AutoJAX(mode='reverse', jit=False)"
-    assert repr(di.AutoFiniteDiff(method="forward", rel_step=1e-6)) == "AutoFiniteDiff(method='forward', rel_step=1e-06)"
+    assert (
+        repr(di.AutoFiniteDiff(method="forward", rel_step=1e-6)) == "AutoFiniteDiff(method='forward', rel_step=1e-06)"
+    )
     assert repr(di.AutoTorch(closure="const")) == "AutoTorch(closure='const')"
-    assert repr(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())) == "SecondOrder(outer=AutoFiniteDiff(), inner=AutoJAX())"
+    assert (
+        repr(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()))
+        == "SecondOrder(outer=AutoFiniteDiff(), inner=AutoJAX())"
+    )
 
 
 @pytest.mark.parametrize(
     "make, match",
     [
-        (lambda: di.AutoJAX(mode="backward"), r"AutoJAX\(mode='backward'\): mode must be one of None, 'forward', 'reverse'"),
+        (
+            lambda: di.AutoJAX(mode="backward"),
+            r"AutoJAX\(mode='backward'\): mode must be one of None, 'forward', 'reverse'",
+        ),
         (lambda: di.AutoTorch(compile="yes"), r"compile must be one of True, False"),
         (lambda: di.AutoAutograd(closure="copy"), r"closure must be one of 'duplicated', 'const'"),
-        (lambda: di.AutoFiniteDiff(method="five-point"), r"method must be one of 'central', 'forward', 'backward', 'complex'"),
+        (
+            lambda: di.AutoFiniteDiff(method="five-point"),
+            r"method must be one of 'central', 'forward', 'backward', 'complex'",
+        ),
         (lambda: di.AutoFiniteDiff(rel_step=-1.0), r"rel_step must be a positive float or None"),
     ],
 )
@@ -73,7 +84,10 @@ def test_check_available_reports_a_missing_engine_without_importing(monkeypatch)
     monkeypatch.setattr(_backends, "_adapters", {})  # as in a process that has not used AutoJAX yet
     assert di.check_available(di.AutoJAX()) is False
     assert di.check_available(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())) is False
-    with pytest.raises(di.BackendNotAvailableError, match=r'gradient\(AutoJAX\(\), f, x\): AutoJAX needs jax, which is not installed; install it with: pip install "diffinterface\[jax\]"'):
+    with pytest.raises(
+        di.BackendNotAvailableError,
+        match=r'gradient\(AutoJAX\(\), f, x\): AutoJAX needs jax, which is not installed; install it with: pip install "diffinterface\[jax\]"',
+    ):
         di.gradient(di.AutoJAX(), sum, 1.0)
     with pytest.raises(ImportError):  # BackendNotAvailableError is an ImportError
         di.gradient(di.AutoJAX(), sum, 1.0)
@@ -85,7 +99,7 @@ def test_backends_package_is_installed_as_diffinterface_backends():
     assert fd.Adapter.__module__ == "diffinterface.backends.finitediff"
 
 
-_STATE_PROBE = r'''
+_STATE_PROBE = r"""
 import sys, warnings
 import numpy as np
 
@@ -117,7 +131,7 @@ g = di.gradient(backend, f, np.array([0.1, 0.2]))
 assert np.allclose(np.asarray(g), a * np.cos([0.1, 0.2]))
 assert state() == before, ("call", engine)
 print("unchanged")
-'''
+"""
 
 
 @pytest.mark.parametrize("engine", ["jax", "torch", "autograd"])

@@ -10,7 +10,10 @@ from conftest import family_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 SECOND = ("second_derivative", "hvp", "hessian")
-NUMPY_SCENARIOS = {np.float64: default_scenarios("numpy", np.float64), np.float32: default_scenarios("numpy", np.float32)}
+NUMPY_SCENARIOS = {
+    np.float64: default_scenarios("numpy", np.float64),
+    np.float32: default_scenarios("numpy", np.float32),
+}
 
 
 def _ids(scenarios):
@@ -48,14 +51,36 @@ def test_torch_complex_step():
 
 def test_catalogue_covers_the_reference_functions_and_variants():
     names = _ids(NUMPY_SCENARIOS[np.float64])
-    for fn in ("num_to_num", "num_to_vec", "num_to_mat", "vec_to_num", "mat_to_num", "vec_to_vec", "vec_to_mat",
-               "mat_to_vec", "mat_to_mat", "diff_square", "diff_cube", "sum_diff_cube", "banded_times_square",
-               "quadratic_form", "closure_accumulate"):
+    for fn in (
+        "num_to_num",
+        "num_to_vec",
+        "num_to_mat",
+        "vec_to_num",
+        "mat_to_num",
+        "vec_to_vec",
+        "vec_to_mat",
+        "mat_to_vec",
+        "mat_to_mat",
+        "diff_square",
+        "diff_cube",
+        "sum_diff_cube",
+        "banded_times_square",
+        "quadratic_form",
+        "closure_accumulate",
+    ):
         assert any(f"/{fn}" in n for n in names), fn
     for variant in ("batched", "constant", "cache", "closure", "in_place"):
         assert any(n.endswith(f"/{variant}") for n in names), variant
     assert {s.operator for s in NUMPY_SCENARIOS[np.float64]} == {
-        "pushforward", "pullback", "derivative", "gradient", "jacobian", "second_derivative", "hvp", "hessian"}
+        "pushforward",
+        "pullback",
+        "derivative",
+        "gradient",
+        "jacobian",
+        "second_derivative",
+        "hvp",
+        "hessian",
+    }
 
 
 def test_harness_catches_a_wrong_derivative():

@@ -40,7 +40,15 @@ pytestmark = [pytest.mark.catalogue, pytest.mark.filterwarnings("ignore")]
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = importlib.metadata.version("autograd")
-MODULES = ("test_numpy", "test_linalg", "test_scipy", "test_systematic", "test_fft", "test_scalar_ops", "test_binary_ops")
+MODULES = (
+    "test_numpy",
+    "test_linalg",
+    "test_scipy",
+    "test_systematic",
+    "test_fft",
+    "test_scalar_ops",
+    "test_binary_ops",
+)
 CATALOGUE = f"autograd {VERSION} tests (jacobian, AutoAutograd forward/reverse, AutoFiniteDiff)"
 
 
@@ -53,8 +61,20 @@ def _tests_dir() -> Path:
     if not tests.is_dir():
         cache.mkdir(exist_ok=True)
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(cache), f"autograd=={VERSION}"],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-d",
+                str(cache),
+                f"autograd=={VERSION}",
+            ],
+            capture_output=True,
+            text=True,
         )
         archive = cache / f"autograd-{VERSION}.tar.gz"
         if done.returncode != 0 or not archive.exists():
@@ -96,7 +116,13 @@ def _tests(modules: dict) -> list:
             if not (attr.startswith("test_") and callable(fn)) or getattr(fn, "__module__", "") != module.__name__:
                 continue
             marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-            grids = [[dict(zip([a.strip() for a in m.args[0].split(",")], v if "," in m.args[0] else (v,))) for v in m.args[1]] for m in marks]
+            grids = [
+                [
+                    dict(zip([a.strip() for a in m.args[0].split(",")], v if "," in m.args[0] else (v,)))
+                    for v in m.args[1]
+                ]
+                for m in marks
+            ]
             for combo in itertools.product(*grids) if grids else [()]:
                 kwargs = {k: v for d in combo for k, v in d.items()}
                 suffix = "-".join(f"{k}={v}" for k, v in kwargs.items())
@@ -128,7 +154,7 @@ def _real(value) -> bool:
 def _check_grads(fun, argnum=0, modes=None, order=2):
     def check(*args, **kwargs):
         run = _Run.current
-        for i in (argnum if isinstance(argnum, (tuple, list)) else (argnum,)):
+        for i in argnum if isinstance(argnum, (tuple, list)) else (argnum,):
             try:
                 _case(run, fun, args, kwargs, i)
             except Exception as error:  # noqa: BLE001 - a fault of this harness: shown, not counted away
@@ -145,7 +171,7 @@ def _case(run: _Run, fun, args: tuple, kwargs: dict, i: int) -> None:
     name = f"{getattr(fun, '__name__', fun)} d/d(arg {i}) at shape {x.shape}"
 
     def g(z):
-        return fun(*args[:i], z, *args[i + 1:], **kwargs)
+        return fun(*args[:i], z, *args[i + 1 :], **kwargs)
 
     try:
         want = autograd.jacobian(g)(x)

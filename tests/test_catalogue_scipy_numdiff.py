@@ -22,11 +22,16 @@ LINEAR = numdiff.TestApproxDerivativeLinearOperator()
 
 # (name, x0) as SciPy's TestApproxDerivativeLinearOperator and TestApproxDerivativesDense use them
 CASES = [
-    ("scalar_scalar", np.array(1.0)), ("scalar_scalar", np.array(0.5)),
-    ("scalar_vector", np.array([0.5])), ("scalar_vector", np.array([1.0])),
-    ("vector_scalar", np.array([100.0, -0.5])), ("vector_scalar", np.array([0.5, 1.5])),
-    ("vector_vector", np.array([-100.0, 0.2])), ("vector_vector", np.array([1.0, 2.0])),
-    ("zero_jacobian", np.array([0.0, 0.0])), ("zero_jacobian", np.array([1.0, 1.0])),
+    ("scalar_scalar", np.array(1.0)),
+    ("scalar_scalar", np.array(0.5)),
+    ("scalar_vector", np.array([0.5])),
+    ("scalar_vector", np.array([1.0])),
+    ("vector_scalar", np.array([100.0, -0.5])),
+    ("vector_scalar", np.array([0.5, 1.5])),
+    ("vector_vector", np.array([-100.0, 0.2])),
+    ("vector_vector", np.array([1.0, 2.0])),
+    ("zero_jacobian", np.array([0.0, 0.0])),
+    ("zero_jacobian", np.array([1.0, 1.0])),
 ]
 # SciPy's rtol for these functions: 2-point 1e-5 (forward, backward), 3-point 5e-6 (central), cs 1e-7
 RTOL = {"forward": 1e-5, "backward": 1e-5, "central": 5e-6, "complex": 1e-7}
@@ -68,7 +73,9 @@ def test_x0_is_unchanged(name, x0):
     assert np.array_equal(x0, before)
 
 
-@pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+@pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
 @pytest.mark.parametrize("name, x0", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
 def test_scipy_numdiff_functions_under_autograd_are_right_or_an_error(name, x0, mode):

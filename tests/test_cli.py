@@ -15,7 +15,8 @@ from diffinterface.__main__ import main
 def test_check_runs_the_catalogue_and_prints_a_table():
     run = subprocess.run(
         [sys.executable, "-m", "diffinterface", "check", "--backend", "finitediff", "--family", "numpy"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     lines = run.stdout.splitlines()
@@ -39,8 +40,13 @@ def test_check_reports_a_failure_with_its_error_and_exit_status(monkeypatch, cap
 
 
 def test_check_rejects_an_unknown_backend():
-    run = subprocess.run([sys.executable, "-m", "diffinterface", "check", "--backend", "tensorflow"], capture_output=True, text=True)
-    assert run.returncode != 0 and "unknown backend 'tensorflow'; choose from finitediff, jax, torch, autograd" in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "diffinterface", "check", "--backend", "tensorflow"], capture_output=True, text=True
+    )
+    assert (
+        run.returncode != 0
+        and "unknown backend 'tensorflow'; choose from finitediff, jax, torch, autograd" in run.stderr
+    )
 
 
 def test_readme_test_command_is_what_ci_runs():

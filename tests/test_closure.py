@@ -126,7 +126,9 @@ def gierer_meinhardt_pure(x):
 
 def test_module_global_work_buffers():
     x = 1.0 + 0.1 * np.arange(2 * N * N, dtype=float).reshape(2, N, N)
-    reference = approx_derivative(lambda z: gierer_meinhardt_pure(z.reshape(x.shape)).ravel(), x.ravel(), method="3-point")
+    reference = approx_derivative(
+        lambda z: gierer_meinhardt_pure(z.reshape(x.shape)).ravel(), x.ravel(), method="3-point"
+    )
     before = [a.copy() for a in (Ayu, uAx, Ayv, vAx)]
     prep = di.prepare_jacobian(FD, gierer_meinhardt, np.ones_like(x))
     for p in (None, prep, prep):

@@ -24,7 +24,11 @@ from conftest import installed
 def _backends() -> list:
     out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
     for config, engine in [(di.AutoJAX(), "jax"), (di.AutoTorch(), "torch"), (di.AutoAutograd(), "autograd")]:
-        marks = () if installed(engine) else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+        marks = (
+            ()
+            if installed(engine)
+            else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+        )
         out.append(pytest.param(config, marks=marks, id=type(config).__name__))
     return out
 
@@ -125,7 +129,9 @@ def test_partials_callable_objects_and_nested_closures(backend):
     for fn in (functools.partial(base, w=w, buf=work), loss, loss.__call__, outer(w)):
         prep = di.prepare_gradient(backend, fn, np.ones(3))
         for _ in range(2):
-            assert np.allclose(di.gradient(backend, fn, x, prep=prep), 2 * w**2 * x, rtol=_tol(backend), atol=_tol(backend))
+            assert np.allclose(
+                di.gradient(backend, fn, x, prep=prep), 2 * w**2 * x, rtol=_tol(backend), atol=_tol(backend)
+            )
     assert np.all(work == 0.0) and np.all(loss.buf == 0.0)
 
 
@@ -172,12 +178,18 @@ def test_threads_share_a_function_and_a_prep(backend):
 
 def _const_cases() -> list:
     out = []
-    for config, engine, states in [(di.AutoJAX(closure="const"), "jax", ("numpy", "torch")),
-                                   (di.AutoTorch(closure="const"), "torch", ("numpy",)),
-                                   (di.AutoAutograd(closure="const"), "autograd", ("numpy", "torch"))]:
+    for config, engine, states in [
+        (di.AutoJAX(closure="const"), "jax", ("numpy", "torch")),
+        (di.AutoTorch(closure="const"), "torch", ("numpy",)),
+        (di.AutoAutograd(closure="const"), "autograd", ("numpy", "torch")),
+    ]:
         for state in states:
             skip = not installed(engine) or (state == "torch" and not installed("torch"))
-            marks = pytest.mark.skip(reason=f'{engine} or torch is not installed: pip install "diffinterface[all]"') if skip else ()
+            marks = (
+                pytest.mark.skip(reason=f'{engine} or torch is not installed: pip install "diffinterface[all]"')
+                if skip
+                else ()
+            )
             out.append(pytest.param(config, state, marks=marks, id=f"{type(config).__name__}-{state}"))
     return out
 
@@ -199,9 +211,12 @@ def test_const_closure_writing_x_into_captured_state_is_an_error_naming_it(backe
         return buffer[0] ** 2
 
     name = type(backend).__name__
-    with pytest.raises((ValueError, TypeError), match=rf"^derivative\({name}\(closure='const'\), f, x\): with closure='const', "
-                                                      r"f writes into its own captured state \('buffer' captured by .*f\), .*"
-                                                      r"Use closure='duplicated'"):
+    with pytest.raises(
+        (ValueError, TypeError),
+        match=rf"^derivative\({name}\(closure='const'\), f, x\): with closure='const', "
+        r"f writes into its own captured state \('buffer' captured by .*f\), .*"
+        r"Use closure='duplicated'",
+    ):
         di.derivative(backend, f, 0.3)
     assert di.derivative(type(backend)(), f, 0.3) == pytest.approx(2.6, rel=1e-12)  # the default
 
@@ -251,7 +266,12 @@ def test_a_function_that_writes_only_sometimes_falls_back_to_copies(backend, mak
         return 2 * w * x
 
     prep = di.prepare_gradient(backend, f, np.ones(3) * -1)
-    for x in (np.array([-1.0, 0.5, 2.0]), np.array([1.0, 0.5, 2.0]), np.array([-2.0, 1.5, 0.5]), np.array([3.0, 1.0, 1.0])):
+    for x in (
+        np.array([-1.0, 0.5, 2.0]),
+        np.array([1.0, 0.5, 2.0]),
+        np.array([-2.0, 1.5, 0.5]),
+        np.array([3.0, 1.0, 1.0]),
+    ):
         for p in (prep, None):
             g = di.gradient(backend, f, x, prep=p)
             assert np.allclose(np.asarray(g), expected(x), rtol=_tol(backend), atol=_tol(backend))
@@ -272,6 +292,7 @@ def test_a_read_only_capture_sees_updates_and_rebinding_between_calls(backend, m
         def f(x):
             xp = array_namespace(x)
             return xp.sum(xp.asarray(a, dtype=x.dtype) * xp.sin(x))
+
         return f
 
     f = make()
@@ -384,7 +405,7 @@ def test_const_closure_writing_a_traced_value_into_a_captured_list_is_an_error_a
     assert np.allclose(np.asarray(di.gradient(const, reads, np.array([0.5, 1.0]))), [1.0, 2.0])
 
 
-_BUFFER_PACKAGE = '''
+_BUFFER_PACKAGE = """
 import numpy as np
 
 a = np.zeros(1)
@@ -394,7 +415,7 @@ def f(x):
     a[0] = 1.0
     a[0] += x
     return a[0] ** 2
-'''
+"""
 
 
 @pytest.fixture
@@ -446,7 +467,9 @@ def test_declared_library_modules_are_not_walked_and_the_most_specific_declarati
         _closure._declared.pop("dimodelpkg.models", None)
         _closure._walk_cache.clear()
     assert _closure._is_user_module("dimodelpkg.models") and _closure._is_user_module("__main__")
-    assert not any(_closure._is_user_module(m) for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closure"))
+    assert not any(
+        _closure._is_user_module(m) for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closure")
+    )
     import diffinterface.testing  # noqa: F401 - declares its scenario module user code on import
 
     assert _closure._is_user_module("diffinterface.testing._scenarios")

@@ -19,7 +19,10 @@ def scalar(x):
 
 
 def test_gradient_of_a_vector_output_points_to_jacobian():
-    with pytest.raises(ValueError, match=r"^gradient\(AutoFiniteDiff\(\), f, x\): gradient needs f\(x\) to be a scalar, but f\(x\) has shape \(4,\); for a vector output use jacobian"):
+    with pytest.raises(
+        ValueError,
+        match=r"^gradient\(AutoFiniteDiff\(\), f, x\): gradient needs f\(x\) to be a scalar, but f\(x\) has shape \(4,\); for a vector output use jacobian",
+    ):
         di.gradient(FD, vec, np.ones(3))
     with pytest.raises(ValueError, match=r"hessian needs f\(x\) to be a scalar, but f\(x\) has shape \(4,\)"):
         di.hessian(FD, vec, np.ones(3))
@@ -28,7 +31,10 @@ def test_gradient_of_a_vector_output_points_to_jacobian():
 
 
 def test_derivative_needs_a_scalar_x():
-    with pytest.raises(ValueError, match=r"derivative\(AutoFiniteDiff\(\), f, x\): derivative needs a scalar x .* got x of shape \(3,\); for array inputs use jacobian or pushforward"):
+    with pytest.raises(
+        ValueError,
+        match=r"derivative\(AutoFiniteDiff\(\), f, x\): derivative needs a scalar x .* got x of shape \(3,\); for array inputs use jacobian or pushforward",
+    ):
         di.derivative(FD, np.sin, np.ones(3))
     with pytest.raises(ValueError, match=r"second_derivative needs a scalar x .*use hessian or hvp"):
         di.second_derivative(FD, np.sin, np.ones(3))
@@ -51,18 +57,29 @@ def test_f_not_callable():
 
 
 def test_tangent_of_the_wrong_shape_names_the_argument():
-    with pytest.raises(ValueError, match=r"^pushforward\(AutoFiniteDiff\(\), f, x, tx\): tx has shape \(2,\), expected x shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"^pushforward\(AutoFiniteDiff\(\), f, x, tx\): tx has shape \(2,\), expected x shape \(3,\)"
+    ):
         di.pushforward(FD, np.sin, np.ones(3), np.ones(2))
-    with pytest.raises(ValueError, match=r"^pullback\(AutoFiniteDiff\(\), f, x, ty\): ty\[1\] has shape \(3,\), expected f\(x\) shape \(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^pullback\(AutoFiniteDiff\(\), f, x, ty\): ty\[1\] has shape \(3,\), expected f\(x\) shape \(4,\)",
+    ):
         di.pullback(FD, vec, np.ones(3), (np.ones(4), np.ones(3)))
-    with pytest.raises(ValueError, match=r"^hvp\(AutoFiniteDiff\(\), f, x, tx\): tx has shape \(\), expected x shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"^hvp\(AutoFiniteDiff\(\), f, x, tx\): tx has shape \(\), expected x shape \(3,\)"
+    ):
         di.hvp(FD, scalar, np.ones(3), 1.0)
-    with pytest.raises(TypeError, match=r"tx must be an array shaped like x \(3,\) \(or a tuple of such arrays for a batch\), got list"):
+    with pytest.raises(
+        TypeError, match=r"tx must be an array shaped like x \(3,\) \(or a tuple of such arrays for a batch\), got list"
+    ):
         di.pushforward(FD, np.sin, np.ones(3), [1.0, 1.0, 1.0])
 
 
 def test_out_of_the_wrong_shape_or_kind():
-    with pytest.raises(ValueError, match=r"^gradient\(AutoFiniteDiff\(\), f, x\): out= has shape \(2,\), expected \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"^gradient\(AutoFiniteDiff\(\), f, x\): out= has shape \(2,\), expected \(3,\)"
+    ):
         di.gradient(FD, scalar, np.ones(3), out=np.zeros(2))
     with pytest.raises(TypeError, match=r"out= must be a numpy array or a torch tensor, got list"):
         di.jacobian(FD, np.sin, np.ones(3), out=[0.0])
@@ -70,19 +87,28 @@ def test_out_of_the_wrong_shape_or_kind():
 
 def test_out_of_a_jax_array_is_a_type_error():
     jnp = pytest.importorskip("jax.numpy", reason='jax is not installed: pip install "diffinterface[jax]"')
-    with pytest.raises(TypeError, match=r"out= is a jax array, and jax arrays are immutable; drop out= and use the returned array"):
+    with pytest.raises(
+        TypeError, match=r"out= is a jax array, and jax arrays are immutable; drop out= and use the returned array"
+    ):
         di.gradient(FD, lambda x: (x**2).sum(), jnp.ones(3), out=jnp.zeros(3))
 
 
 def test_contexts_must_be_wrapped():
-    with pytest.raises(TypeError, match=r"extra argument 0 after x is a ndarray; wrap it as Constant\(value\) .* or Cache\(value\)"):
+    with pytest.raises(
+        TypeError, match=r"extra argument 0 after x is a ndarray; wrap it as Constant\(value\) .* or Cache\(value\)"
+    ):
         di.gradient(FD, lambda x, a: np.sum(a * x), np.ones(3), np.ones(3))
 
 
 def test_backend_must_be_a_config():
-    with pytest.raises(TypeError, match=r"expected a backend config such as AutoFiniteDiff\(\) or AutoJAX\(\) as first argument, got str"):
+    with pytest.raises(
+        TypeError,
+        match=r"expected a backend config such as AutoFiniteDiff\(\) or AutoJAX\(\) as first argument, got str",
+    ):
         di.gradient("jax", scalar, np.ones(3))
-    with pytest.raises(TypeError, match=r"SecondOrder backends serve the second-order operators .* for gradient pass one engine config"):
+    with pytest.raises(
+        TypeError, match=r"SecondOrder backends serve the second-order operators .* for gradient pass one engine config"
+    ):
         di.gradient(di.SecondOrder(FD, FD), scalar, np.ones(3))
 
 
@@ -90,7 +116,9 @@ def test_complex_step_needs_complex_arithmetic():
     def discards_imaginary(x):
         return np.sum(np.real(x) ** 2)
 
-    with pytest.raises(TypeError, match=r"method='complex' needs f to compute in complex arithmetic.*use method='central'"):
+    with pytest.raises(
+        TypeError, match=r"method='complex' needs f to compute in complex arithmetic.*use method='central'"
+    ):
         di.gradient(di.AutoFiniteDiff(method="complex"), discards_imaginary, np.ones(3))
 
 

@@ -79,7 +79,9 @@ def test_a_wrong_adapter_path_and_a_taken_name_are_errors_that_say_so():
         name: ClassVar[str] = "broken-example"
         adapter: ClassVar[str] = f"{__name__}:NoSuchAdapter"
 
-    with pytest.raises(di.BackendNotAvailableError, match=r"gradient\(Broken\(\), f, x\): .*has no class NoSuchAdapter"):
+    with pytest.raises(
+        di.BackendNotAvailableError, match=r"gradient\(Broken\(\), f, x\): .*has no class NoSuchAdapter"
+    ):
         di.gradient(Broken(), lambda z: np.sum(z), np.ones(2))
 
     @dataclasses.dataclass(frozen=True, repr=False)
@@ -97,7 +99,8 @@ def test_a_package_adds_a_backend_through_an_entry_point(tmp_path):
     ``python -m diffinterface check`` in a fresh process, which imports nothing of it beforehand."""
     package = tmp_path / "site"
     package.mkdir()
-    (package / "outside_backend.py").write_text(textwrap.dedent('''
+    (package / "outside_backend.py").write_text(
+        textwrap.dedent("""
         import dataclasses
         from typing import ClassVar
 
@@ -122,7 +125,8 @@ def test_a_package_adds_a_backend_through_an_entry_point(tmp_path):
                 out = tuple((self.evaluate(target, x + h * t, contexts) - self.evaluate(target, x - h * t, contexts)) / (2 * h)
                             for t in tangents)
                 return self.evaluate(target, x, contexts), out
-    '''))
+    """)
+    )
     info = package / "outside_backend-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-backend\nVersion: 0.1\n")
@@ -130,8 +134,13 @@ def test_a_package_adds_a_backend_through_an_entry_point(tmp_path):
     env = {"PYTHONPATH": str(package)}
     import os
 
-    done = subprocess.run([sys.executable, "-m", "diffinterface", "check", "--backend", "outside", "--family", "numpy"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, "-m", "diffinterface", "check", "--backend", "outside", "--family", "numpy"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "AutoOutside()" in done.stdout and "FAIL" not in done.stdout
 

@@ -97,7 +97,9 @@ def test_second_order_nests_outer_over_inner(inner):
     t = np.array([1.0, -0.5, 2.0])
     assert np.allclose(di.hessian(backend, f, x), hess, rtol=1e-4, atol=1e-4)
     y, g, h = di.value_gradient_and_hessian(backend, f, x)
-    assert y == pytest.approx(s4 * s6) and np.allclose(g, grad, rtol=1e-7) and np.allclose(h, hess, rtol=1e-4, atol=1e-4)
+    assert (
+        y == pytest.approx(s4 * s6) and np.allclose(g, grad, rtol=1e-7) and np.allclose(h, hess, rtol=1e-4, atol=1e-4)
+    )
     g, hv = di.gradient_and_hvp(backend, f, x, (t, 2 * t))
     assert np.allclose(g, grad, rtol=1e-7) and np.allclose(hv[1], 2 * hess @ t, rtol=1e-4, atol=1e-4)
     y, d, d2 = di.value_derivative_and_second_derivative(backend, np.sin, 0.7)

@@ -24,7 +24,10 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
     check_scenario(di.AutoJAX(mode=mode), scenario)  # exact-AD tolerance: 1e-10 relative
 
 
-@pytest.mark.parametrize("family, dtype", family_dtype_params([("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]))
+@pytest.mark.parametrize(
+    "family, dtype",
+    family_dtype_params([("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]),
+)
 def test_catalogue_on_each_family(family, dtype):
     # numpy float64 runs every scenario in every mode above; the other families and dtypes check
     # what they add (conversion in and out, dtype kept: jax arrays are float32 here, x64 is off) on
@@ -126,7 +129,9 @@ def test_captured_scalars_read_at_every_call():
 
 def test_jax_out_is_a_type_error():
     jnp = pytest.importorskip("jax.numpy")
-    with pytest.raises(TypeError, match=r"^gradient\(AutoJAX\(\), f, x\): out= is a jax array, and jax arrays are immutable"):
+    with pytest.raises(
+        TypeError, match=r"^gradient\(AutoJAX\(\), f, x\): out= is a jax array, and jax arrays are immutable"
+    ):
         di.gradient(di.AutoJAX(), lambda x: (x**2).sum(), jnp.ones(3), out=jnp.zeros(3))
 
 

@@ -29,19 +29,30 @@ def test_mismatch_reports_every_argument():
     with pytest.raises(di.PreparationMismatchError) as info:
         di.pushforward(FD, f, np.zeros(4, dtype=np.float32), np.ones(3), di.Constant((1.0, 0.0)), prep=prep)
     message = str(info.value)
-    assert message.startswith("pushforward(AutoFiniteDiff(), f, x, tx): the arguments differ from the ones the prep was made for:")
+    assert message.startswith(
+        "pushforward(AutoFiniteDiff(), f, x, tx): the arguments differ from the ones the prep was made for:"
+    )
     assert "  x: prepared for numpy float64 (3,); got numpy float32 (4,)   <- differs" in message
     assert "  tx: prepared for numpy float64 (3,); got numpy float64 (3,)\n" in message
-    assert "  contexts[0]: prepared for Constant((Python float, Python float)); got Constant((Python float, Python float))" in message
+    assert (
+        "  contexts[0]: prepared for Constant((Python float, Python float)); got Constant((Python float, Python float))"
+        in message
+    )
     assert "Prepare again with these arguments (prepare_pushforward), or pass strict=False" in message
     assert isinstance(info.value, ValueError)
 
 
 def test_mismatch_in_contexts_and_batches():
     prep = di.prepare_pushforward(FD, f, np.zeros(3), (np.ones(3), np.ones(3)), di.Constant((1.0, 0.0)))
-    with pytest.raises(di.PreparationMismatchError, match=r"tx: prepared for \(numpy float64 \(3,\), numpy float64 \(3,\)\); got numpy float64 \(3,\)   <- differs"):
+    with pytest.raises(
+        di.PreparationMismatchError,
+        match=r"tx: prepared for \(numpy float64 \(3,\), numpy float64 \(3,\)\); got numpy float64 \(3,\)   <- differs",
+    ):
         di.pushforward(FD, f, np.zeros(3), np.ones(3), di.Constant((1.0, 0.0)), prep=prep)
-    with pytest.raises(di.PreparationMismatchError, match=r"contexts\[0\]: prepared for Constant\(\(Python float, Python float\)\); got Cache\(numpy float64 \(2,\)\)   <- differs"):
+    with pytest.raises(
+        di.PreparationMismatchError,
+        match=r"contexts\[0\]: prepared for Constant\(\(Python float, Python float\)\); got Cache\(numpy float64 \(2,\)\)   <- differs",
+    ):
         di.pushforward(FD, f, np.zeros(3), (np.ones(3), np.ones(3)), di.Cache(np.zeros(2)), prep=prep)
     with pytest.raises(di.PreparationMismatchError, match=r"contexts\[0\]: prepared for Constant.*; got \(nothing\)"):
         di.pushforward(FD, f, np.zeros(3), (np.ones(3), np.ones(3)), prep=prep)
@@ -49,11 +60,20 @@ def test_mismatch_in_contexts_and_batches():
 
 def test_prep_is_for_one_operator_backend_and_function():
     prep = di.prepare_gradient(FD, np.sum, np.zeros(3))
-    with pytest.raises(di.PreparationMismatchError, match=r"^jacobian\(AutoFiniteDiff\(\), f, x\): prep was made by prepare_gradient; use prepare_jacobian for jacobian"):
+    with pytest.raises(
+        di.PreparationMismatchError,
+        match=r"^jacobian\(AutoFiniteDiff\(\), f, x\): prep was made by prepare_gradient; use prepare_jacobian for jacobian",
+    ):
         di.jacobian(FD, np.sum, np.zeros(3), prep=prep)
-    with pytest.raises(di.PreparationMismatchError, match=r"prep was made for backend AutoFiniteDiff\(\), got AutoFiniteDiff\(method='forward'\)"):
+    with pytest.raises(
+        di.PreparationMismatchError,
+        match=r"prep was made for backend AutoFiniteDiff\(\), got AutoFiniteDiff\(method='forward'\)",
+    ):
         di.gradient(di.AutoFiniteDiff(method="forward"), np.sum, np.zeros(3), prep=prep)
-    with pytest.raises(di.PreparationMismatchError, match=r"prep was made for function sum at 0x[0-9a-f]+, got prod at 0x[0-9a-f]+; a prep serves the function object it was made for"):
+    with pytest.raises(
+        di.PreparationMismatchError,
+        match=r"prep was made for function sum at 0x[0-9a-f]+, got prod at 0x[0-9a-f]+; a prep serves the function object it was made for",
+    ):
         di.gradient(FD, np.prod, np.zeros(3), prep=prep)
     with pytest.raises(TypeError, match=r"prep must come from prepare_gradient, got dict"):
         di.gradient(FD, np.sum, np.zeros(3), prep={})

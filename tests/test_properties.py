@@ -22,8 +22,15 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
 OPS = ("sin", "cos", "tanh", "square", "exp", "mix", "scale")
-AD = [(name, cls) for name, cls, module in (("jax", di.AutoJAX, "jax"), ("torch", di.AutoTorch, "torch"),
-                                            ("autograd", di.AutoAutograd, "autograd")) if installed(module)]
+AD = [
+    (name, cls)
+    for name, cls, module in (
+        ("jax", di.AutoJAX, "jax"),
+        ("torch", di.AutoTorch, "torch"),
+        ("autograd", di.AutoAutograd, "autograd"),
+    )
+    if installed(module)
+]
 BACKENDS = [(f"{name}-{mode}", cls(mode=mode)) for name, cls in AD for mode in ("forward", "reverse")]
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 

@@ -14,8 +14,10 @@ README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_tex
 EXAMPLE = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S).group(1)
 
 
-@pytest.mark.parametrize("backend, engine", [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"),
-                                             ("AutoAutograd()", "autograd")])
+@pytest.mark.parametrize(
+    "backend, engine",
+    [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"), ("AutoAutograd()", "autograd")],
+)
 def test_the_example_runs_on_every_backend(backend, engine):
     if engine is not None and not installed(engine):
         pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
@@ -33,8 +35,10 @@ def test_the_example_runs_on_every_backend(backend, engine):
 RULES = re.search(r"## Custom rules: written once, for every engine\n\n```python\n(.*?)```", README, re.S).group(1)
 
 
-@pytest.mark.parametrize("backend, engine", [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"),
-                                             ("AutoAutograd()", "autograd")])
+@pytest.mark.parametrize(
+    "backend, engine",
+    [("AutoFiniteDiff()", None), ("AutoJAX()", "jax"), ("AutoTorch()", "torch"), ("AutoAutograd()", "autograd")],
+)
 def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine):
     if engine is not None and not installed(engine):
         pytest.skip(f'{engine} is not installed: pip install "diffinterface[{engine}]"')
@@ -46,7 +50,7 @@ def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine
     rng = np.random.default_rng(1)
     A, b = rng.standard_normal((3, 3)) + 3 * np.eye(3), rng.standard_normal(3)
     be = eval(f"di.{backend}")
-    for mode in ([None] if engine is None else ["forward", "reverse"]):
+    for mode in [None] if engine is None else ["forward", "reverse"]:
         config = be if mode is None else type(be)(mode=mode)
         np.testing.assert_allclose(di.jacobian(config, lambda z: solve(A, z), b), np.linalg.inv(A), atol=1e-6)
         y = np.linalg.solve(A, b)

@@ -19,29 +19,54 @@ from diffinterface import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch, Cons
 
 def _configs() -> list:
     out = [pytest.param(AutoFiniteDiff(), id="finitediff")]
-    for name, cls, module in (("jax", AutoJAX, "jax"), ("torch", AutoTorch, "torch"), ("autograd", AutoAutograd, "autograd")):
-        marks = () if installed(module) else pytest.mark.skip(reason=f'{module} is not installed: pip install "diffinterface[{module}]"')
+    for name, cls, module in (
+        ("jax", AutoJAX, "jax"),
+        ("torch", AutoTorch, "torch"),
+        ("autograd", AutoAutograd, "autograd"),
+    ):
+        marks = (
+            ()
+            if installed(module)
+            else pytest.mark.skip(reason=f'{module} is not installed: pip install "diffinterface[{module}]"')
+        )
         for mode in ("forward", "reverse"):
             out.append(pytest.param(cls(mode=mode), marks=marks, id=f"{name}-{mode}"))
     return out
 
 
 CONFIGS = _configs()
-needs_torch = pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
-needs_autograd = pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+needs_torch = pytest.mark.skipif(
+    not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"'
+)
+needs_autograd = pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
 
 
 # -- 14.1 and 23.3: a derivative lost on the way is an error, a constant f gets zeros ------------------
 
+
 @needs_torch
 @pytest.mark.parametrize("mode", ["forward", "reverse", None])
-@pytest.mark.parametrize("cut, named", [
-    (lambda t: t.detach() * 2, r"\.detach\(\)"),
-    (lambda t: __import__("torch").tensor(t.tolist(), dtype=t.dtype) * 2, r"\.tolist\(\)"),
-    (lambda t: __import__("torch").asarray(t, requires_grad=False) * 2, r"torch\.asarray"),  # torch < 2.13's default
-    (lambda t: __import__("torch").stack([__import__("torch").tensor(t[i].item()) for i in range(2)]).double() * 2, r"\.item\(\)"),
-    (lambda t: __import__("torch").as_tensor(np.asarray(t)) * 2, r"conversion to numpy"),
-], ids=["detach", "tolist", "asarray", "item", "numpy"])
+@pytest.mark.parametrize(
+    "cut, named",
+    [
+        (lambda t: t.detach() * 2, r"\.detach\(\)"),
+        (lambda t: __import__("torch").tensor(t.tolist(), dtype=t.dtype) * 2, r"\.tolist\(\)"),
+        (
+            lambda t: __import__("torch").asarray(t, requires_grad=False) * 2,
+            r"torch\.asarray",
+        ),  # torch < 2.13's default
+        (
+            lambda t: (
+                __import__("torch").stack([__import__("torch").tensor(t[i].item()) for i in range(2)]).double() * 2
+            ),
+            r"\.item\(\)",
+        ),
+        (lambda t: __import__("torch").as_tensor(np.asarray(t)) * 2, r"conversion to numpy"),
+    ],
+    ids=["detach", "tolist", "asarray", "item", "numpy"],
+)
 def test_a_cut_torch_graph_is_an_error_not_zeros(mode, cut, named):
     import torch
 
@@ -90,8 +115,12 @@ def test_constant_functions_and_zero_derivatives_still_give_zeros_on_torch(mode)
 
     x = torch.tensor([1.0, 2.0], dtype=torch.float64)
     backend = AutoTorch(mode=mode)
-    for f in (lambda z: torch.tensor(3.0, dtype=torch.float64), lambda z: (z - z).sum(),
-              lambda z: (z > 0).double().sum(), lambda z: torch.ones(z.shape[0], dtype=z.dtype).sum()):
+    for f in (
+        lambda z: torch.tensor(3.0, dtype=torch.float64),
+        lambda z: (z - z).sum(),
+        lambda z: (z > 0).double().sum(),
+        lambda z: torch.ones(z.shape[0], dtype=z.dtype).sum(),
+    ):
         assert torch.equal(di.gradient(backend, f, x), torch.zeros(2, dtype=torch.float64))
     w = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))  # a graph, but not back to x
     assert torch.equal(di.gradient(backend, lambda z: (w * 2).sum(), x), torch.zeros(2, dtype=torch.float64))
@@ -114,6 +143,7 @@ def test_numpy_arrays_of_traced_values_are_an_error_on_autograd(mode):
 
 # -- 14.3: f writes into x ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", CONFIGS)
 def test_f_that_writes_into_x_leaves_the_users_x_unchanged(backend):
     def f(z):
@@ -121,8 +151,11 @@ def test_f_that_writes_into_x_leaves_the_users_x_unchanged(backend):
         return (z**2).sum()
 
     x = np.array([1.0, 2.0])
-    for call in (lambda: di.gradient(backend, f, x), lambda: di.value_and_gradient(backend, f, x)[1],
-                 lambda: di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, np.zeros(2)))):
+    for call in (
+        lambda: di.gradient(backend, f, x),
+        lambda: di.value_and_gradient(backend, f, x)[1],
+        lambda: di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, np.zeros(2))),
+    ):
         try:
             grad = call()
         except (TypeError, RuntimeError, ValueError) as error:  # the engine refuses the write: an error
@@ -143,6 +176,7 @@ def test_f_that_writes_into_x_leaves_the_users_x_unchanged(backend):
 
 # -- 14.4: threads --------------------------------------------------------------------------------------
 
+
 def _sin_sq(x):
     xp = array_namespace(x)
     return xp.sum(xp.sin(x) ** 2)
@@ -154,16 +188,31 @@ def _elementwise(x):
 
 
 THREAD_OPERATORS = {  # name -> (prepare, call, reference at x)
-    "gradient": (lambda b, x, t: di.prepare_gradient(b, _sin_sq, x),
-                 lambda b, x, t, p: di.gradient(b, _sin_sq, x, prep=p), lambda x, t: np.sin(2 * x)),
-    "jacobian": (lambda b, x, t: di.prepare_jacobian(b, _elementwise, x),
-                 lambda b, x, t, p: di.jacobian(b, _elementwise, x, prep=p), lambda x, t: np.diag(np.cos(x) * x + np.sin(x))),
-    "pushforward": (lambda b, x, t: di.prepare_pushforward(b, _elementwise, x, t),
-                    lambda b, x, t, p: di.pushforward(b, _elementwise, x, t, prep=p), lambda x, t: (np.cos(x) * x + np.sin(x)) * t),
-    "pullback": (lambda b, x, t: di.prepare_pullback(b, _elementwise, x, t),
-                 lambda b, x, t, p: di.pullback(b, _elementwise, x, t, prep=p), lambda x, t: (np.cos(x) * x + np.sin(x)) * t),
-    "hvp": (lambda b, x, t: di.prepare_hvp(b, _sin_sq, x, t),
-            lambda b, x, t, p: di.hvp(b, _sin_sq, x, t, prep=p), lambda x, t: 2 * np.cos(2 * x) * t),
+    "gradient": (
+        lambda b, x, t: di.prepare_gradient(b, _sin_sq, x),
+        lambda b, x, t, p: di.gradient(b, _sin_sq, x, prep=p),
+        lambda x, t: np.sin(2 * x),
+    ),
+    "jacobian": (
+        lambda b, x, t: di.prepare_jacobian(b, _elementwise, x),
+        lambda b, x, t, p: di.jacobian(b, _elementwise, x, prep=p),
+        lambda x, t: np.diag(np.cos(x) * x + np.sin(x)),
+    ),
+    "pushforward": (
+        lambda b, x, t: di.prepare_pushforward(b, _elementwise, x, t),
+        lambda b, x, t, p: di.pushforward(b, _elementwise, x, t, prep=p),
+        lambda x, t: (np.cos(x) * x + np.sin(x)) * t,
+    ),
+    "pullback": (
+        lambda b, x, t: di.prepare_pullback(b, _elementwise, x, t),
+        lambda b, x, t, p: di.pullback(b, _elementwise, x, t, prep=p),
+        lambda x, t: (np.cos(x) * x + np.sin(x)) * t,
+    ),
+    "hvp": (
+        lambda b, x, t: di.prepare_hvp(b, _sin_sq, x, t),
+        lambda b, x, t, p: di.hvp(b, _sin_sq, x, t, prep=p),
+        lambda x, t: 2 * np.cos(2 * x) * t,
+    ),
 }
 
 
@@ -224,6 +273,7 @@ def test_threads_without_a_prep_in_torch_forward_mode():
 
 # -- 14.5: NaN in one coordinate ------------------------------------------------------------------------
 
+
 def test_a_nan_coordinate_stays_in_its_own_entries_with_finite_differences():
     x = np.array([np.nan, 1.0])
     f = lambda z: np.sin(z) ** 2  # noqa: E731
@@ -232,11 +282,14 @@ def test_a_nan_coordinate_stays_in_its_own_entries_with_finite_differences():
     assert np.isnan(jac[0, 0]) and np.isclose(jac[1, 1], d, rtol=1e-8) and jac[1, 0] == 0.0
     pf = di.pushforward(AutoFiniteDiff(), f, x, np.array([0.0, 1.0]))
     assert np.isnan(pf[0]) and np.isclose(pf[1], d, rtol=1e-8)
-    hvp = di.hvp(AutoFiniteDiff(), lambda z: np.sum(np.sin(z[1:]) ** 2) + 0 * np.nan_to_num(z[0]), x, np.array([0.0, 1.0]))
+    hvp = di.hvp(
+        AutoFiniteDiff(), lambda z: np.sum(np.sin(z[1:]) ** 2) + 0 * np.nan_to_num(z[0]), x, np.array([0.0, 1.0])
+    )
     assert np.isclose(hvp[1], 2 * np.cos(2 * x[1]), rtol=1e-4)
 
 
 # -- 14.6: non-native byte order ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", CONFIGS)
 def test_big_endian_float64_works_on_every_backend(backend):
@@ -253,6 +306,7 @@ def test_big_endian_float64_works_on_every_backend(backend):
 
 
 # -- 23.1: complex outputs of a real x --------------------------------------------------------------------
+
 
 @needs_autograd
 @pytest.mark.parametrize("mode", ["forward", "reverse", None])
@@ -272,6 +326,7 @@ def test_complex_outputs_of_a_real_x_in_forward_mode(backend):
 
 # -- 23.2: tuple outputs ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", CONFIGS)
 def test_tuple_outputs_are_an_error_on_every_backend(backend):
     for x in (np.array(2.0), np.array([1.0, 2.0])):
@@ -282,6 +337,7 @@ def test_tuple_outputs_are_an_error_on_every_backend(backend):
 
 
 # -- 23.4: batched forward passes of complex outputs ----------------------------------------------------------
+
 
 @needs_torch
 def test_the_forward_jacobian_of_a_complex_stft_matches_finite_differences():
@@ -298,17 +354,23 @@ def test_the_forward_jacobian_of_a_complex_stft_matches_finite_differences():
 
 # -- 23.5: the finite-difference pushforward at coordinates of different scales --------------------------------
 
+
 @pytest.mark.parametrize("method", ["central", "forward", "backward", "complex"])
 def test_finite_difference_pushforward_at_x0_100_and_minus_half(method):
     """SciPy's test__numdiff tolerance (5e-6 relative for 3-point) at x0 = [100, -0.5]."""
+
     def f(z):
         xp = array_namespace(z)
         return xp.stack([xp.sin(z[0] / 50) * xp.exp(z[1]), z[0] ** 0.5 * xp.cos(3 * z[1]), z[1] ** 3])
 
     def jac(z):
-        return np.array([[np.cos(z[0] / 50) / 50 * np.exp(z[1]), np.sin(z[0] / 50) * np.exp(z[1])],
-                         [0.5 * z[0] ** -0.5 * np.cos(3 * z[1]), -3 * z[0] ** 0.5 * np.sin(3 * z[1])],
-                         [0.0, 3 * z[1] ** 2]])
+        return np.array(
+            [
+                [np.cos(z[0] / 50) / 50 * np.exp(z[1]), np.sin(z[0] / 50) * np.exp(z[1])],
+                [0.5 * z[0] ** -0.5 * np.cos(3 * z[1]), -3 * z[0] ** 0.5 * np.sin(3 * z[1])],
+                [0.0, 3 * z[1] ** 2],
+            ]
+        )
 
     x = np.array([100.0, -0.5])
     rtol = {"central": 5e-6, "complex": 1e-10}.get(method, 5e-5)
@@ -319,6 +381,7 @@ def test_finite_difference_pushforward_at_x0_100_and_minus_half(method):
 
 
 # -- 23.6: a Constant that f writes into is never the caller's array --------------------------------------------
+
 
 @pytest.mark.parametrize("backend", [c for c in CONFIGS if "jax" not in c.id])
 def test_a_constant_f_writes_into_is_left_unchanged(backend):
@@ -348,10 +411,13 @@ def test_batch_norm_running_statistics_passed_as_constants_are_not_updated(backe
     x = torch.tensor([1.0, 2.0, 4.0, 3.0, 0.5, 1.5], dtype=torch.float64)
     grad = di.gradient(backend, f, x, Constant(mean), Constant(var))
     assert torch.allclose(grad, 2 * x, atol=1e-5)  # the normalised sum is constant in x
-    assert torch.equal(mean, torch.zeros(2, dtype=torch.float64)) and torch.equal(var, torch.ones(2, dtype=torch.float64))
+    assert torch.equal(mean, torch.zeros(2, dtype=torch.float64)) and torch.equal(
+        var, torch.ones(2, dtype=torch.float64)
+    )
 
 
 # -- 23.7 and the mode=None issue: a direction the engine can run ----------------------------------------
+
 
 @needs_autograd
 def test_autograd_mode_none_uses_reverse_mode_where_a_primitive_has_no_jvp():
@@ -371,8 +437,12 @@ def test_torch_mode_none_uses_reverse_mode_for_ops_without_forward_ad():
     import torch
 
     candidates = {
-        "cdist": lambda z: torch.cdist(z.reshape(2, 2), torch.tensor([[0.0, 1.0], [2.0, 0.5], [1.0, 1.0]], dtype=z.dtype)).reshape(-1),
-        "multi_margin_loss": lambda z: torch.nn.functional.multi_margin_loss(z.reshape(1, 4), torch.tensor([1]), reduction="none").repeat(5),
+        "cdist": lambda z: torch.cdist(
+            z.reshape(2, 2), torch.tensor([[0.0, 1.0], [2.0, 0.5], [1.0, 1.0]], dtype=z.dtype)
+        ).reshape(-1),
+        "multi_margin_loss": lambda z: torch.nn.functional.multi_margin_loss(
+            z.reshape(1, 4), torch.tensor([1]), reduction="none"
+        ).repeat(5),
     }
     x = torch.tensor([0.3, -1.2, 0.7, 2.0], dtype=torch.float64)
     for name, f in candidates.items():
@@ -386,6 +456,7 @@ def test_torch_mode_none_uses_reverse_mode_for_ops_without_forward_ad():
 
 # -- found by the torch OpInfo catalogue (tests/test_catalogue_torch_opinfo.py) ------------------------------
 
+
 @needs_torch
 def test_torch_complex_outputs_go_forward_with_mode_none_and_are_an_error_in_reverse_mode():
     import torch
@@ -398,8 +469,10 @@ def test_torch_complex_outputs_go_forward_with_mode_none_and_are_an_error_in_rev
     want = torch.diag(torch.tensor([1 + 2j, 1 + 2j], dtype=torch.complex128))
     assert torch.allclose(di.jacobian(AutoTorch(), f, x), want)
     assert torch.allclose(di.jacobian(AutoTorch(mode="forward"), f, x), want)
-    for call in (lambda: di.jacobian(AutoTorch(mode="reverse"), f, x),
-                 lambda: di.pullback(AutoTorch(), f, x, torch.ones(2, dtype=torch.complex128))):
+    for call in (
+        lambda: di.jacobian(AutoTorch(mode="reverse"), f, x),
+        lambda: di.pullback(AutoTorch(), f, x, torch.ones(2, dtype=torch.complex128)),
+    ):
         with pytest.raises(TypeError, match=r"AutoTorch.*complex.*real part.*mode='forward'"):
             call()
 
@@ -412,7 +485,9 @@ def test_torch_jacobians_of_empty_arrays_are_empty(mode):
     empty = torch.zeros((0, 0), dtype=torch.float64)
     assert di.jacobian(AutoTorch(mode=mode), torch.logdet, empty).shape == (0, 0)  # logdet of 0x0 is 0
     assert di.jacobian(AutoTorch(mode=mode), lambda z: 2 * z, empty).shape == (0, 0, 0, 0)
-    assert di.jacobian(AutoTorch(mode=mode), lambda z: z.sum() * torch.ones(0, dtype=z.dtype), torch.ones(3, dtype=torch.float64)).shape == (0, 3)
+    assert di.jacobian(
+        AutoTorch(mode=mode), lambda z: z.sum() * torch.ones(0, dtype=z.dtype), torch.ones(3, dtype=torch.float64)
+    ).shape == (0, 3)
 
 
 @needs_torch
@@ -443,7 +518,10 @@ def test_an_op_that_drops_forward_tangents_is_not_available_in_forward_mode_and_
     want = torch.func.grad(lambda z: F.linear_cross_entropy(z, weight, target))(x)
     # the captured weight reaches f as an alias that requires grad, where torch's chunked path is a
     # custom autograd.Function without a jvp: torch's own refusal, or the dropped tangent over copies
-    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*(no forward-mode tangent|forward mode is not available).*mode='reverse'"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"pushforward\(AutoTorch\(mode='forward'\).*(no forward-mode tangent|forward mode is not available).*mode='reverse'",
+    ):
         di.pushforward(AutoTorch(mode="forward"), f, x, torch.ones_like(x))
     got = di.pushforward(AutoTorch(), f, x, torch.ones_like(x))  # mode=None: reverse, through the gradient
     assert torch.allclose(got, (want * torch.ones_like(x)).sum(), atol=1e-12)
@@ -454,10 +532,13 @@ def test_an_op_that_vmap_cannot_batch_is_run_one_tangent_at_a_time():
     import torch
 
     x = torch.tensor(2.0, dtype=torch.float64)  # vmap of unfold on a 0-d tensor raises IndexError
-    assert torch.equal(di.jacobian(AutoTorch(mode="forward"), lambda z: z.unfold(0, 1, 1), x), torch.ones(1, dtype=torch.float64))
+    assert torch.equal(
+        di.jacobian(AutoTorch(mode="forward"), lambda z: z.unfold(0, 1, 1), x), torch.ones(1, dtype=torch.float64)
+    )
 
 
 # -- found by autograd's own tests (tests/test_catalogue_autograd.py) ------------------------------------------
+
 
 @pytest.mark.parametrize("backend", [c for c in CONFIGS if c.id.startswith(("jax", "autograd", "finitediff"))])
 def test_copy_of_a_captured_array_is_a_copy_that_carries_derivatives(backend):
@@ -478,6 +559,7 @@ def test_copy_of_a_captured_array_is_a_copy_that_carries_derivatives(backend):
 
 
 # -- issue 21: second_derivative without forward rules goes reverse over reverse ---------------------------------
+
 
 @needs_torch
 @pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")

@@ -26,7 +26,11 @@ W = RNG.standard_normal(3)  # the weights of a scalar loss sum(w * y)
 
 
 def _skip(engine):
-    return () if installed(engine) else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    return (
+        ()
+        if installed(engine)
+        else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+    )
 
 
 def _backends() -> list:
@@ -62,6 +66,7 @@ def _tol(backend):
 
 # -- an opaque SciPy rule with two arguments, through every backend and mode ------------------------
 
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_opaque_two_argument_rule_through_every_backend(backend):
     # b constant (captured), A active; then A constant, b active; jacobians and gradients
@@ -76,9 +81,11 @@ def test_opaque_two_argument_rule_through_every_backend(backend):
     def loss_b(b):
         return _xp(b).sum(ex.propagate(A0, b) * W)
 
-    np.testing.assert_allclose(di.gradient(backend, loss_A, A0),
-                               _fd(lambda A: np.sum(_plain_propagate(A, B0) * W), A0), atol=1e-6)
+    np.testing.assert_allclose(
+        di.gradient(backend, loss_A, A0), _fd(lambda A: np.sum(_plain_propagate(A, B0) * W), A0), atol=1e-6
+    )
     np.testing.assert_allclose(di.gradient(backend, loss_b, B0), scipy.linalg.expm(A0).T @ W, atol=1e-6)
+
     # a Constant context for the other argument, prepared and called at another point
     def loss(b, A):
         return _xp(b).sum(ex.propagate(A, b) * W)
@@ -114,6 +121,7 @@ def test_the_rules_see_which_arguments_are_active():
 
 # -- inside each engine's own code ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
 def test_inside_native_jax():
     import jax
@@ -132,8 +140,11 @@ def test_inside_native_jax():
         # vmap over b, of the function and of its gradient
         bs = jnp.stack([b, 2 * b, -b])
         np.testing.assert_allclose(jax.vmap(lambda b: ex.propagate(A, b))(bs), bs @ scipy.linalg.expm(A0).T, atol=1e-10)
-        np.testing.assert_allclose(jax.jit(jax.vmap(jax.grad(loss, argnums=1), in_axes=(None, 0)))(A, bs),
-                                   np.tile(scipy.linalg.expm(A0).T @ W, (3, 1)), atol=1e-10)
+        np.testing.assert_allclose(
+            jax.jit(jax.vmap(jax.grad(loss, argnums=1), in_axes=(None, 0)))(A, bs),
+            np.tile(scipy.linalg.expm(A0).T @ W, (3, 1)),
+            atol=1e-10,
+        )
         # jax.jvp: an opaque function with both rules takes its forward rule under prefer("forward")
         with prefer("forward"):
             y, dy = jax.jit(lambda A, b, dA: jax.jvp(lambda A: ex.propagate(A, b), (A,), (dA,)))(A, b, A)
@@ -163,16 +174,22 @@ def test_inside_native_torch():
     np.testing.assert_allclose(torch.func.grad(loss, argnums=0)(A, b), ref_gA, atol=1e-6)
     np.testing.assert_allclose(torch.func.jacrev(lambda b: ex.propagate(A, b))(b), expA, atol=1e-10)
     np.testing.assert_allclose(torch.func.jacfwd(lambda b: ex.propagate(A, b))(b), expA, atol=1e-10)
-    np.testing.assert_allclose(torch.func.jacfwd(lambda A: ex.propagate(A, b))(A),
-                               _fd(lambda A: _plain_propagate(A, B0), A0), atol=1e-6)
+    np.testing.assert_allclose(
+        torch.func.jacfwd(lambda A: ex.propagate(A, b))(A), _fd(lambda A: _plain_propagate(A, B0), A0), atol=1e-6
+    )
     bs = torch.stack([b, 2 * b])
     np.testing.assert_allclose(torch.func.vmap(lambda b: ex.propagate(A, b))(bs), bs.numpy() @ expA.T, atol=1e-10)
-    np.testing.assert_allclose(torch.func.vmap(torch.func.grad(loss, argnums=1), in_dims=(None, 0))(A, bs),
-                               np.tile(expA.T @ W, (2, 1)), atol=1e-10)
+    np.testing.assert_allclose(
+        torch.func.vmap(torch.func.grad(loss, argnums=1), in_dims=(None, 0))(A, bs),
+        np.tile(expA.T @ W, (2, 1)),
+        atol=1e-10,
+    )
     assert ex.propagate(A, b).dtype == torch.float64
 
 
-@pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+@pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
 def test_inside_native_autograd():
     import autograd
     import autograd.numpy as anp
@@ -181,8 +198,9 @@ def test_inside_native_autograd():
         return anp.sum(ex.propagate(A, b) * W)
 
     np.testing.assert_allclose(autograd.grad(loss, 1)(A0, B0), scipy.linalg.expm(A0).T @ W, atol=1e-10)
-    np.testing.assert_allclose(autograd.grad(loss, 0)(A0, B0),
-                               _fd(lambda A: np.sum(_plain_propagate(A, B0) * W), A0), atol=1e-6)
+    np.testing.assert_allclose(
+        autograd.grad(loss, 0)(A0, B0), _fd(lambda A: np.sum(_plain_propagate(A, B0) * W), A0), atol=1e-6
+    )
     _, dy = autograd.make_jvp(lambda b: ex.propagate(A0, b))(B0)(B0)
     np.testing.assert_allclose(dy, scipy.linalg.expm(A0) @ B0, atol=1e-10)
 
@@ -199,6 +217,7 @@ def test_plain_call_runs_the_primal_only():
 
 
 # -- pickling ------------------------------------------------------------------------------------
+
 
 def test_rule_and_tape_pickle_and_the_reverse_pass_runs_on_the_unpickled_tape():
     rule = pickle.loads(pickle.dumps(ex.propagate))
@@ -222,8 +241,10 @@ def test_rule_and_tape_pickle_and_the_reverse_pass_runs_on_the_unpickled_tape():
 
 # -- one-direction rules ----------------------------------------------------------------------------
 
-ENGINES = [pytest.param(cls, marks=_skip(e), id=cls.__name__)
-           for cls, e in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]]
+ENGINES = [
+    pytest.param(cls, marks=_skip(e), id=cls.__name__)
+    for cls, e in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]
+]
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -233,13 +254,18 @@ def test_forward_only_and_reverse_only_rules(cls):
     np.testing.assert_allclose(di.pushforward(fwd, ex.cube_forward_only, x, np.ones(3)), 3 * x**2)
     np.testing.assert_allclose(di.pullback(rev, ex.cube_reverse_only, x, np.ones(3)), 3 * x**2)
     np.testing.assert_allclose(di.jacobian(rev, ex.cube_reverse_only, x), np.diag(3 * x**2))
-    with pytest.raises(NotImplementedError, match=r"cube_forward_only .*reverse mode needs reverse rules.*def_augmented_primal"):
+    with pytest.raises(
+        NotImplementedError, match=r"cube_forward_only .*reverse mode needs reverse rules.*def_augmented_primal"
+    ):
         di.pullback(rev, ex.cube_forward_only, x, np.ones(3))
-    with pytest.raises(NotImplementedError, match=r"cube_reverse_only .*forward mode needs a forward rule.*def_forward.*use reverse"):
+    with pytest.raises(
+        NotImplementedError, match=r"cube_reverse_only .*forward mode needs a forward rule.*def_forward.*use reverse"
+    ):
         di.pushforward(fwd, ex.cube_reverse_only, x, np.ones(3))
 
 
 # -- a non-opaque rule: bodies on the engine's arrays ---------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_non_opaque_rule(backend):
@@ -261,7 +287,10 @@ def test_non_opaque_rule_stays_in_the_jax_program():
 
 # -- vectorized=True: one call per batch, not one per element --------------------------------------
 
-@pytest.mark.parametrize("engine", [pytest.param("jax", marks=_skip("jax")), pytest.param("torch", marks=_skip("torch"))])
+
+@pytest.mark.parametrize(
+    "engine", [pytest.param("jax", marks=_skip("jax")), pytest.param("torch", marks=_skip("torch"))]
+)
 def test_vectorized_rule_takes_the_batch_whole(engine):
     xs = np.arange(12.0).reshape(4, 3)
     ex.BATCH_CALLS.clear()
@@ -293,6 +322,7 @@ def test_looped_batch_calls_the_body_per_element():
 
 
 # -- DifferentiateWith ------------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(not (installed("jax") and installed("torch")), reason="needs jax and torch")
 def test_a_torch_function_inside_jax_grad():
@@ -342,6 +372,7 @@ def test_a_simulator_by_finite_differences_inside_jax_jit_grad():
 
 # -- diffinterface.scipy on every backend ----------------------------------------------------------
 
+
 def _scipy_cases():
     rng = np.random.default_rng(3)
     A = rng.standard_normal((3, 3)) + 3 * np.eye(3)
@@ -355,14 +386,39 @@ def _scipy_cases():
         ("solve-B", lambda z: dsp.solve(A, z), lambda z: scipy.linalg.solve(A, z), B),
         ("solve-A-matrix-rhs", lambda a: dsp.solve(a, B), lambda a: scipy.linalg.solve(a, B), A),
         ("expm", dsp.expm, scipy.linalg.expm, E),
-        *[(f"fftconvolve-{mode}-in1", lambda z, m=mode: dsp.fftconvolve(z, v, mode=m),
-           lambda z, m=mode: scipy.signal.fftconvolve(z, v, mode=m), u) for mode in ("full", "same", "valid")],
-        *[(f"fftconvolve-{mode}-in2", lambda z, m=mode: dsp.fftconvolve(u, z, mode=m),
-           lambda z, m=mode: scipy.signal.fftconvolve(u, z, mode=m), v) for mode in ("full", "same", "valid")],
-        *[(f"fftconvolve2d-{mode}", lambda z, m=mode: dsp.fftconvolve(z, V, mode=m),
-           lambda z, m=mode: scipy.signal.fftconvolve(z, V, mode=m), U) for mode in ("full", "same", "valid")],
-        ("fftconvolve2d-in2", lambda z: dsp.fftconvolve(U, z, mode="same"),
-         lambda z: scipy.signal.fftconvolve(U, z, mode="same"), V),
+        *[
+            (
+                f"fftconvolve-{mode}-in1",
+                lambda z, m=mode: dsp.fftconvolve(z, v, mode=m),
+                lambda z, m=mode: scipy.signal.fftconvolve(z, v, mode=m),
+                u,
+            )
+            for mode in ("full", "same", "valid")
+        ],
+        *[
+            (
+                f"fftconvolve-{mode}-in2",
+                lambda z, m=mode: dsp.fftconvolve(u, z, mode=m),
+                lambda z, m=mode: scipy.signal.fftconvolve(u, z, mode=m),
+                v,
+            )
+            for mode in ("full", "same", "valid")
+        ],
+        *[
+            (
+                f"fftconvolve2d-{mode}",
+                lambda z, m=mode: dsp.fftconvolve(z, V, mode=m),
+                lambda z, m=mode: scipy.signal.fftconvolve(z, V, mode=m),
+                U,
+            )
+            for mode in ("full", "same", "valid")
+        ],
+        (
+            "fftconvolve2d-in2",
+            lambda z: dsp.fftconvolve(U, z, mode="same"),
+            lambda z: scipy.signal.fftconvolve(U, z, mode="same"),
+            V,
+        ),
     ]
 
 
@@ -383,7 +439,10 @@ def test_scipy_functions_with_all_arguments_active():
     rng = np.random.default_rng(5)
     A = torch.tensor(rng.standard_normal((3, 3)) + 3 * np.eye(3), requires_grad=True)
     b = torch.tensor(rng.standard_normal(3), requires_grad=True)
-    u, v = torch.tensor(rng.standard_normal(5), requires_grad=True), torch.tensor(rng.standard_normal(3), requires_grad=True)
+    u, v = (
+        torch.tensor(rng.standard_normal(5), requires_grad=True),
+        torch.tensor(rng.standard_normal(3), requires_grad=True),
+    )
     (dsp.solve(A, b).sum() + dsp.fftconvolve(u, v, mode="same").pow(2).sum() + dsp.expm(A).sum()).backward()
     An, bn, un, vn = (t.detach().numpy() for t in (A, b, u, v))
 
@@ -392,11 +451,16 @@ def test_scipy_functions_with_all_arguments_active():
 
     np.testing.assert_allclose(A.grad, _fd(plain_A, An), atol=1e-6)
     np.testing.assert_allclose(b.grad, _fd(lambda z: scipy.linalg.solve(An, z).sum(), bn), atol=1e-6)
-    np.testing.assert_allclose(u.grad, _fd(lambda z: (scipy.signal.fftconvolve(z, vn, mode="same") ** 2).sum(), un), atol=1e-6)
-    np.testing.assert_allclose(v.grad, _fd(lambda z: (scipy.signal.fftconvolve(un, z, mode="same") ** 2).sum(), vn), atol=1e-6)
+    np.testing.assert_allclose(
+        u.grad, _fd(lambda z: (scipy.signal.fftconvolve(z, vn, mode="same") ** 2).sum(), un), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        v.grad, _fd(lambda z: (scipy.signal.fftconvolve(un, z, mode="same") ** 2).sum(), vn), atol=1e-6
+    )
 
 
 # -- SecondOrder -----------------------------------------------------------------------------------
+
 
 def _second_order_backends():
     out = [pytest.param(di.SecondOrder(FD, FD), id="FD-FD")]
@@ -404,8 +468,13 @@ def _second_order_backends():
         out.append(pytest.param(di.SecondOrder(FD, cls()), marks=_skip(engine), id=f"FD-{cls.__name__}"))
         for outer in ("forward", "reverse"):
             for inner in ("forward", "reverse"):
-                out.append(pytest.param(di.SecondOrder(cls(mode=outer), cls(mode=inner)), marks=_skip(engine),
-                                        id=f"{cls.__name__}-{outer}-over-{inner}"))
+                out.append(
+                    pytest.param(
+                        di.SecondOrder(cls(mode=outer), cls(mode=inner)),
+                        marks=_skip(engine),
+                        id=f"{cls.__name__}-{outer}-over-{inner}",
+                    )
+                )
     return out
 
 
@@ -428,7 +497,9 @@ def test_second_order_combinations(backend):
 
 @pytest.mark.skipif(not (installed("jax") and installed("torch")), reason="needs jax and torch")
 def test_second_order_across_engines_is_an_error():
-    with pytest.raises(TypeError, match=r"AutoTorch\(\) cannot differentiate what AutoJAX\(\) computes.*AutoFiniteDiff"):
+    with pytest.raises(
+        TypeError, match=r"AutoTorch\(\) cannot differentiate what AutoJAX\(\) computes.*AutoFiniteDiff"
+    ):
         di.hessian(di.SecondOrder(di.AutoTorch(), di.AutoJAX()), lambda x: (x**2).sum(), np.ones(2))
 
 

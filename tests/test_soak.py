@@ -13,8 +13,15 @@ from conftest import installed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import soak  # noqa: E402
 
-ENGINES = [pytest.param(e, marks=() if e == "finitediff" or installed(e) else pytest.mark.skip(reason=f'{e} is not installed: pip install "diffinterface[{e}]"'))
-           for e in soak.BACKENDS]
+ENGINES = [
+    pytest.param(
+        e,
+        marks=()
+        if e == "finitediff" or installed(e)
+        else pytest.mark.skip(reason=f'{e} is not installed: pip install "diffinterface[{e}]"'),
+    )
+    for e in soak.BACKENDS
+]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

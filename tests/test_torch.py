@@ -12,7 +12,9 @@ import diffinterface as di
 from conftest import MODE_IDS, MODES, family_dtype_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
-pytestmark = pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+pytestmark = pytest.mark.skipif(
+    not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"'
+)
 
 SCENARIOS = default_scenarios("numpy", np.float64)
 
@@ -24,7 +26,10 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("family, dtype", family_dtype_params([("torch", np.float64), ("torch", np.float32), ("numpy", np.float32), ("jax", np.float32)]))
+@pytest.mark.parametrize(
+    "family, dtype",
+    family_dtype_params([("torch", np.float64), ("torch", np.float32), ("numpy", np.float32), ("jax", np.float32)]),
+)
 def test_catalogue_on_each_family(family, dtype, mode):
     # float32 at 1e-5 relative (the harness's default tolerance for float32)
     outcomes = test_differentiation([di.AutoTorch(mode=mode)], default_scenarios(family, dtype))
@@ -32,6 +37,7 @@ def test_catalogue_on_each_family(family, dtype, mode):
 
 
 # -- the user's tensors ------------------------------------------------------------------------
+
 
 def _snapshot(t):
     return (t.detach().clone(), t.requires_grad, t.grad if t.grad is None else t.grad.clone(), t.grad_fn, t.is_leaf)
@@ -87,7 +93,9 @@ def test_user_tensors_are_left_exactly_as_they_were(mode, closure):
         for b, t in zip(before, [x] + params):
             _same(b, t)
     # the gradient itself: W2 diag(1 - tanh^2) W1, against torch.func
-    ref = torch.func.grad(lambda z: torch.func.functional_call(model, dict(model.named_parameters()), (z,)).sum())(x.detach())
+    ref = torch.func.grad(lambda z: torch.func.functional_call(model, dict(model.named_parameters()), (z,)).sum())(
+        x.detach()
+    )
     assert torch.allclose(di.gradient(backend, f, x), ref, rtol=1e-12, atol=0)
     (g,) = torch.autograd.grad(y_user, x)  # the user's own graph still works
     assert torch.equal(g, torch.full((4,), 2.0, dtype=torch.float64))
@@ -197,6 +205,7 @@ def test_the_captured_buffer_example_of_the_spec():
     import torch
 
     for state in (np.zeros(2), torch.zeros(2, dtype=torch.float64), [0.0, 0.0]):
+
         def f(x, a=state):
             a[0] = 1.0
             a[0] += x
@@ -213,6 +222,7 @@ def test_the_captured_buffer_example_of_the_spec():
 
 
 # -- compile=True ------------------------------------------------------------------------------
+
 
 def test_compile_pays_at_preparation_and_matches_eager():
     import torch
@@ -231,12 +241,18 @@ def test_compile_pays_at_preparation_and_matches_eager():
     assert graphs >= 1
     for k in range(3):
         xk = x + k
-        assert torch.allclose(di.gradient(compiled, f, xk, prep=prep), di.gradient(eager, f, xk), rtol=1e-13, atol=1e-15)
+        assert torch.allclose(
+            di.gradient(compiled, f, xk, prep=prep), di.gradient(eager, f, xk), rtol=1e-13, atol=1e-15
+        )
         y, gk = di.value_and_gradient(compiled, f, xk, prep=prep)
         assert torch.allclose(y, f(xk), rtol=1e-14)
     assert counters["stats"]["unique_graphs"] == graphs  # no compilation after preparation
-    for op, args in [("jacobian", ()), ("pullback", ((torch.tensor([1.0, -2.0], dtype=torch.float64),),)),
-                     ("pushforward", ((x, 2 * x),)), ("hessian", ())]:
+    for op, args in [
+        ("jacobian", ()),
+        ("pullback", ((torch.tensor([1.0, -2.0], dtype=torch.float64),),)),
+        ("pushforward", ((x, 2 * x),)),
+        ("hessian", ()),
+    ]:
         fn = g if op in ("jacobian", "pullback", "pushforward") else f
         prep = getattr(di, "prepare_" + op)(compiled, fn, x, *args)
         got = getattr(di, op)(compiled, fn, x + 0.5, *args, prep=prep)
@@ -279,9 +295,12 @@ def test_const_closure_writing_x_into_numpy_state_is_an_error_not_a_zero_derivat
         return a[0] ** 2
 
     for op in ("derivative", "gradient", "second_derivative"):
-        with pytest.raises(ValueError, match=rf"^{op}\(AutoTorch\(closure='const'\), f, x\): with closure='const', f writes "
-                                             r"into its own captured state \('a' captured by .*\(f returned a float64, not a "
-                                             r"tensor computed from x\).*closure='duplicated'"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^{op}\(AutoTorch\(closure='const'\), f, x\): with closure='const', f writes "
+            r"into its own captured state \('a' captured by .*\(f returned a float64, not a "
+            r"tensor computed from x\).*closure='duplicated'",
+        ):
             getattr(di, op)(di.AutoTorch(closure="const"), f, 0.3)
     assert di.derivative(di.AutoTorch(), f, 0.3) == pytest.approx(2.6, rel=1e-15)  # the default duplicates
     assert di.gradient(di.AutoTorch(closure="const"), lambda x: 3.0, 0.3) == 0.0  # no state: a constant f

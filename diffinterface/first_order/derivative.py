@@ -14,10 +14,11 @@ def prepare_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any
     return prepare("derivative", backend, f, x, None, contexts, y, strict)
 
 
-def value_and_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> tuple:
+def value_and_derivative(
+    backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+) -> tuple:
     """``(f(x), df/dx)`` for a scalar ``x`` (a float or a 0-d array)."""
     return run("derivative", backend, f, x, None, contexts, y, prep, value=True)
-
 
 
 def derivative(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:

@@ -14,10 +14,11 @@ def prepare_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, strict: 
     return prepare("gradient", backend, f, x, None, contexts, None, strict)
 
 
-def value_and_gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> tuple:
+def value_and_gradient(
+    backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+) -> tuple:
     """``(f(x), grad)``; ``out=`` receives the gradient."""
     return run("gradient", backend, f, x, None, contexts, None, prep, out, value=True)
-
 
 
 def gradient(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:

@@ -14,13 +14,16 @@ def prepare_jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any =
     return prepare("jacobian", backend, f, x, None, contexts, y, strict)
 
 
-def value_and_jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None) -> tuple:
+def value_and_jacobian(
+    backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None
+) -> tuple:
     """``(f(x), J)``; ``out=`` receives the Jacobian."""
     return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True)
 
 
-
-def jacobian(backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None) -> Any:
+def jacobian(
+    backend: Any, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None
+) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 
     With ``mode=None`` the adapter builds it in the cheaper direction: forward when

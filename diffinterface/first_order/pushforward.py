@@ -9,12 +9,16 @@ from .._frontend import prepare, run, run_prepared_tangent
 from .._prep import Prep
 
 
-def prepare_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True) -> Prep:
+def prepare_pushforward(
+    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
+) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these."""
     return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
 
 
-def value_and_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> tuple:
+def value_and_pushforward(
+    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+) -> tuple:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
     ``f(x, *contexts)`` returns its output, or with ``y=`` is ``f(y, x, *contexts)`` writing it into ``y``.
@@ -22,8 +26,9 @@ def value_and_pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts:
     return run("pushforward", backend, f, x, tx, contexts, y, prep, value=True)
 
 
-
-def pushforward(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None) -> Any:
+def pushforward(
+    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
         return run_prepared_tangent("pushforward", prep, backend, f, x, tx, contexts)

@@ -14,10 +14,11 @@ def prepare_hessian(backend: Any, f: Callable, x: Any, *contexts: Any, strict: b
     return prepare("hessian", backend, f, x, None, contexts, None, strict)
 
 
-def value_gradient_and_hessian(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> tuple:
+def value_gradient_and_hessian(
+    backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+) -> tuple:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian."""
     return run("hessian", backend, f, x, None, contexts, None, prep, out, value=True)
-
 
 
 def hessian(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:

@@ -19,7 +19,6 @@ def gradient_and_hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any,
     return run("hvp", backend, f, x, tx, contexts, None, prep, value=True)
 
 
-
 def hvp(backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and type(tx) is type(x) is not float:

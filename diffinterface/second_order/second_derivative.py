@@ -14,10 +14,11 @@ def prepare_second_derivative(backend: Any, f: Callable, x: Any, *contexts: Any,
     return prepare("second_derivative", backend, f, x, None, contexts, None, strict)
 
 
-def value_derivative_and_second_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None) -> tuple:
+def value_derivative_and_second_derivative(
+    backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None
+) -> tuple:
     """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``."""
     return run("second_derivative", backend, f, x, None, contexts, None, prep, value=True)
-
 
 
 def second_derivative(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None) -> Any:

@@ -10,6 +10,12 @@ from ._scenarios import available_families as available_families
 from ._scenarios import default_scenarios as default_scenarios
 
 __all__ = [
-    "Scenario", "default_scenarios", "available_families", "test_differentiation", "check_scenario",
-    "default_tolerance", "Outcome", "benchmark_differentiation",
+    "Scenario",
+    "default_scenarios",
+    "available_families",
+    "test_differentiation",
+    "check_scenario",
+    "default_tolerance",
+    "Outcome",
+    "benchmark_differentiation",
 ]

@@ -79,11 +79,14 @@ def benchmark_differentiation(
                 plain(backend, f, s.x, *lead, *s.contexts, **kwargs)
                 row["unprepared_calls"] = counter.calls
                 row["prepared_s"], row["prepared_spread_s"] = time_call(
-                    lambda: plain(backend, f, s.x, *lead, *s.contexts, prep=prep, **kwargs), repeat)
+                    lambda: plain(backend, f, s.x, *lead, *s.contexts, prep=prep, **kwargs), repeat
+                )
                 row["unprepared_s"], row["unprepared_spread_s"] = time_call(
-                    lambda: plain(backend, f, s.x, *lead, *s.contexts, **kwargs), repeat)
+                    lambda: plain(backend, f, s.x, *lead, *s.contexts, **kwargs), repeat
+                )
                 row["prepare_s"], row["prepare_spread_s"] = time_call(
-                    lambda: prepare(backend, f, s.x, *lead, *s.contexts, **kwargs), repeat)
+                    lambda: prepare(backend, f, s.x, *lead, *s.contexts, **kwargs), repeat
+                )
                 row["error"] = ""
             except Exception as e:  # a failing scenario is a row of the table, not the end of the run
                 row["error"] = f"{type(e).__name__}: {e}"

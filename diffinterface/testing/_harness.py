@@ -24,7 +24,13 @@ OPERATORS: dict[str, tuple] = {
     "derivative": (fo.derivative, fo.value_and_derivative, fo.prepare_derivative, False, False),
     "gradient": (fo.gradient, fo.value_and_gradient, fo.prepare_gradient, True, False),
     "jacobian": (fo.jacobian, fo.value_and_jacobian, fo.prepare_jacobian, True, False),
-    "second_derivative": (so.second_derivative, so.value_derivative_and_second_derivative, so.prepare_second_derivative, False, False),
+    "second_derivative": (
+        so.second_derivative,
+        so.value_derivative_and_second_derivative,
+        so.prepare_second_derivative,
+        False,
+        False,
+    ),
     "hvp": (so.hvp, so.gradient_and_hvp, so.prepare_hvp, False, True),
     "hessian": (so.hessian, so.value_gradient_and_hessian, so.prepare_hessian, True, False),
 }
@@ -99,17 +105,23 @@ class _Check:
         self.s, self.backend, self.tol = scenario, backend, tol
         x = scenario.x
         self.family = family(x)
-        self.dtype = np.float64 if isinstance(x, float) else (to_family(x, NUMPY).dtype if self.family != NUMPY else x.dtype)
+        self.dtype = (
+            np.float64 if isinstance(x, float) else (to_family(x, NUMPY).dtype if self.family != NUMPY else x.dtype)
+        )
 
     def close(self, what: str, actual: Any, expected: Any) -> None:
         if isinstance(expected, tuple):
             if not isinstance(actual, tuple) or len(actual) != len(expected):
-                raise AssertionError(f"{what}: expected a tuple of {len(expected)} results, got {type(actual).__name__}")
+                raise AssertionError(
+                    f"{what}: expected a tuple of {len(expected)} results, got {type(actual).__name__}"
+                )
             for i, (a, e) in enumerate(zip(actual, expected)):
                 self.close(f"{what}[{i}]", a, e)
             return
         if family(actual) != self.family:
-            raise AssertionError(f"{what}: expected a {self.family} result (the family of x), got {type(actual).__name__}")
+            raise AssertionError(
+                f"{what}: expected a {self.family} result (the family of x), got {type(actual).__name__}"
+            )
         a = np.asarray(to_family(actual, NUMPY))
         e = np.asarray(expected, dtype=np.float64)
         if a.shape != e.shape:

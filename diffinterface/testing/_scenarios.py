@@ -61,6 +61,7 @@ class Scenario:
 
 # -- reference functions ----------------------------------------------------------------------
 
+
 def _const(x: Any, value: Any) -> Any:
     """A constant array in the family, dtype and device of ``x`` (``value`` is a captured global)."""
     xp = array_namespace(x)
@@ -120,7 +121,12 @@ def sum_diff_cube(x):
     return array_namespace(x).sum((x[1:] - x[:-1]) ** 3)
 
 
-_BANDED = np.diag(np.arange(1.0, 7.0)) + np.diag(np.full(5, 0.5), 1) - np.diag(np.full(5, 0.25), -1) + np.diag(np.full(4, 0.1), 2)
+_BANDED = (
+    np.diag(np.arange(1.0, 7.0))
+    + np.diag(np.full(5, 0.5), 1)
+    - np.diag(np.full(5, 0.25), -1)
+    + np.diag(np.full(4, 0.1), 2)
+)
 
 
 def banded_times_square(x):
@@ -141,8 +147,8 @@ class Reference:
     x: Any
     value: Callable
     jac: Callable
-    hess: Callable | None = None       # (x.size, x.size), scalar outputs only
-    der2: Callable | None = None       # d2f/dx2 shaped like f(x), scalar inputs only
+    hess: Callable | None = None  # (x.size, x.size), scalar outputs only
+    der2: Callable | None = None  # d2f/dx2 shaped like f(x), scalar inputs only
 
 
 def _references() -> list[Reference]:
@@ -169,11 +175,7 @@ def _references() -> list[Reference]:
     def arr_hess(x):
         xf = np.ravel(x)
         s4, s6 = np.sum(xf**4), np.sum(xf**6)
-        return (
-            np.diag(12 * xf**2 * s6 + 30 * xf**4 * s4)
-            + 24 * np.outer(xf**3, xf**5)
-            + 24 * np.outer(xf**5, xf**3)
-        )
+        return np.diag(12 * xf**2 * s6 + 30 * xf**4 * s4) + 24 * np.outer(xf**3, xf**5) + 24 * np.outer(xf**5, xf**3)
 
     def arr_grad(x):
         xf = np.ravel(x)
@@ -181,42 +183,93 @@ def _references() -> list[Reference]:
 
     sym = _BANDED + _BANDED.T
     refs = [
-        Reference("num_to_num", num_to_num, xs, np.sin, lambda x: np.reshape(np.cos(x), (1, 1)),
-                  hess=lambda x: np.reshape(-np.sin(x), (1, 1)), der2=lambda x: -np.sin(x)),
-        Reference("num_to_vec", num_to_vec, xs, lambda x: np.sin(_MULT_VEC * x),
-                  lambda x: np.reshape(_MULT_VEC * np.cos(_MULT_VEC * x), (-1, 1)),
-                  der2=lambda x: -(_MULT_VEC**2) * np.sin(_MULT_VEC * x)),
-        Reference("num_to_mat", num_to_mat, xs, lambda x: np.sin(_MULT_MAT * x),
-                  lambda x: np.reshape(_MULT_MAT * np.cos(_MULT_MAT * x), (-1, 1)),
-                  der2=lambda x: -(_MULT_MAT**2) * np.sin(_MULT_MAT * x)),
+        Reference(
+            "num_to_num",
+            num_to_num,
+            xs,
+            np.sin,
+            lambda x: np.reshape(np.cos(x), (1, 1)),
+            hess=lambda x: np.reshape(-np.sin(x), (1, 1)),
+            der2=lambda x: -np.sin(x),
+        ),
+        Reference(
+            "num_to_vec",
+            num_to_vec,
+            xs,
+            lambda x: np.sin(_MULT_VEC * x),
+            lambda x: np.reshape(_MULT_VEC * np.cos(_MULT_VEC * x), (-1, 1)),
+            der2=lambda x: -(_MULT_VEC**2) * np.sin(_MULT_VEC * x),
+        ),
+        Reference(
+            "num_to_mat",
+            num_to_mat,
+            xs,
+            lambda x: np.sin(_MULT_MAT * x),
+            lambda x: np.reshape(_MULT_MAT * np.cos(_MULT_MAT * x), (-1, 1)),
+            der2=lambda x: -(_MULT_MAT**2) * np.sin(_MULT_MAT * x),
+        ),
         Reference("vec_to_num", arr_to_num, xv, lambda x: np.sum(x**4) * np.sum(x**6), arr_grad, hess=arr_hess),
         Reference("mat_to_num", arr_to_num, xm, lambda x: np.sum(x**4) * np.sum(x**6), arr_grad, hess=arr_hess),
-        Reference("vec_to_vec", vec_to_vec, xv, lambda x: np.concatenate([np.sin(x), np.cos(x)]),
-                  lambda x: sincos_jac(x, False)),
-        Reference("vec_to_mat", vec_to_mat, xv, lambda x: np.stack([np.sin(x), np.cos(x)], axis=1),
-                  lambda x: sincos_jac(x, True)),
-        Reference("mat_to_vec", mat_to_vec, xm, lambda x: np.concatenate([np.sin(x).ravel(), np.cos(x).ravel()]),
-                  lambda x: sincos_jac(x, False)),
-        Reference("mat_to_mat", mat_to_mat, xm, lambda x: np.stack([np.sin(x).ravel(), np.cos(x).ravel()], axis=1),
-                  lambda x: sincos_jac(x, True)),
+        Reference(
+            "vec_to_vec",
+            vec_to_vec,
+            xv,
+            lambda x: np.concatenate([np.sin(x), np.cos(x)]),
+            lambda x: sincos_jac(x, False),
+        ),
+        Reference(
+            "vec_to_mat",
+            vec_to_mat,
+            xv,
+            lambda x: np.stack([np.sin(x), np.cos(x)], axis=1),
+            lambda x: sincos_jac(x, True),
+        ),
+        Reference(
+            "mat_to_vec",
+            mat_to_vec,
+            xm,
+            lambda x: np.concatenate([np.sin(x).ravel(), np.cos(x).ravel()]),
+            lambda x: sincos_jac(x, False),
+        ),
+        Reference(
+            "mat_to_mat",
+            mat_to_mat,
+            xm,
+            lambda x: np.stack([np.sin(x).ravel(), np.cos(x).ravel()], axis=1),
+            lambda x: sincos_jac(x, True),
+        ),
         Reference("diff_square", diff_square, xv, lambda x: np.diff(x) ** 2, lambda x: diffs(x, 2)[1]),
         Reference("diff_cube", diff_cube, xv, lambda x: np.diff(x) ** 3, lambda x: diffs(x, 3)[1]),
-        Reference("sum_diff_cube", sum_diff_cube, xv, lambda x: np.sum(np.diff(x) ** 3),
-                  lambda x: np.sum(diffs(x, 3)[1], axis=0)[None, :],
-                  hess=lambda x: sum(6 * d * np.outer(v, v) for d, v in zip(np.diff(x), np.diff(np.eye(x.size), axis=0)))),
-        Reference("banded_times_square", banded_times_square, xv, lambda x: _BANDED @ x**2, lambda x: _BANDED * (2 * x)),
-        Reference("quadratic_form", quadratic_form, xv, lambda x: (x**2) @ _BANDED @ (x**2),
-                  lambda x: (2 * x * (sym @ x**2))[None, :],
-                  hess=lambda x: np.diag(2 * sym @ x**2) + 4 * np.outer(x, x) * sym),
+        Reference(
+            "sum_diff_cube",
+            sum_diff_cube,
+            xv,
+            lambda x: np.sum(np.diff(x) ** 3),
+            lambda x: np.sum(diffs(x, 3)[1], axis=0)[None, :],
+            hess=lambda x: sum(6 * d * np.outer(v, v) for d, v in zip(np.diff(x), np.diff(np.eye(x.size), axis=0))),
+        ),
+        Reference(
+            "banded_times_square", banded_times_square, xv, lambda x: _BANDED @ x**2, lambda x: _BANDED * (2 * x)
+        ),
+        Reference(
+            "quadratic_form",
+            quadratic_form,
+            xv,
+            lambda x: (x**2) @ _BANDED @ (x**2),
+            lambda x: (2 * x * (sym @ x**2))[None, :],
+            hess=lambda x: np.diag(2 * sym @ x**2) + 4 * np.outer(x, x) * sym,
+        ),
     ]
     return refs
 
 
 # -- variants: contexts, caches, closures, two-argument functions ------------------------------
 
+
 def _with_constant(f):
     def with_constant(x, c):
         return c[0] * f(x) + c[1]
+
     return with_constant
 
 
@@ -225,6 +278,7 @@ def _with_cache(f):
         xp = array_namespace(x)
         cache[...] = x
         return f(xp.asarray(cache))
+
     return with_cache
 
 
@@ -233,6 +287,7 @@ def _closure_over_buffer(f, buffer):
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
+
     return over_buffer
 
 
@@ -242,6 +297,7 @@ def _closure_scalar(buffer):
         buffer[0] = 1.0
         buffer[0] += x
         return buffer[0] ** 2
+
     return accumulate
 
 
@@ -250,6 +306,7 @@ def _write_then(f):
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
+
     return write_then
 
 
@@ -270,22 +327,26 @@ def _nested(f, buffer):
 
     def nested(x):  # captures a function that captures the buffer
         return inner(x)
+
     return nested
 
 
 def _reads_captured(f, weights):
     def reads(x):  # only reads its captured array: 3 f(x) + 0.5
         return weights[0] * f(x) + weights[1]
+
     return reads
 
 
 def _in_place(f):
     def in_place(y, x):
         y[...] = f(x)
+
     return in_place
 
 
 # -- families and dtypes ------------------------------------------------------------------------
+
 
 def convert(value: Any, family: str, dtype: Any) -> Any:
     """A numpy value as an array of ``family`` with ``dtype`` (Python floats stay floats for numpy)."""
@@ -380,62 +441,133 @@ def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closu
         applicable += ["gradient", "hessian", "hvp"]
     for op in [o for o in OPERATORS if o in applicable and o in include]:
         tshape = y_value.shape if op == "pullback" else x.shape
-        for batched in ((False, True) if op in ("pushforward", "pullback", "hvp") else (False,)):
+        for batched in (False, True) if op in ("pushforward", "pullback", "hvp") else (False,):
             ts = (_tangent(tshape, 0), _tangent(tshape, 1)) if batched else (_tangent(tshape, 0),)
-            tangent = tuple(conv(t) for t in ts) if batched else conv(ts[0]) if op in ("pushforward", "pullback", "hvp") else None
-            prep_tangent = None if tangent is None else (tuple(conv(np.ones(tshape)) for _ in ts) if batched else conv(np.ones(tshape)))
+            tangent = (
+                tuple(conv(t) for t in ts)
+                if batched
+                else conv(ts[0])
+                if op in ("pushforward", "pullback", "hvp")
+                else None
+            )
+            prep_tangent = (
+                None
+                if tangent is None
+                else (tuple(conv(np.ones(tshape)) for _ in ts) if batched else conv(np.ones(tshape)))
+            )
 
             def unbatch(res):
                 return res if batched or not isinstance(res, tuple) else res[0]
 
             value, first, second = refs(op, tangent=ts)
             tag = f"{op}/{ref.name}" + ("/batched" if batched else "")
-            base = dict(operator=op, x=conv(x) if not scalar_in or family != "numpy" else convert(float(x), family, dtype),
-                        tangent=tangent, prep_tangent=prep_tangent)
+            base = dict(
+                operator=op,
+                x=conv(x) if not scalar_in or family != "numpy" else convert(float(x), family, dtype),
+                tangent=tangent,
+                prep_tangent=prep_tangent,
+            )
             base["prep_x"] = conv(np.zeros(x.shape)) if not isinstance(base["x"], float) else 0.0
             out.append(Scenario(f=ref.f, value=value, first=unbatch(first), second=unbatch(second), name=tag, **base))
             if batched:
                 continue
             # a Constant context: 3 f(x) + 0.5, prepared with 1 f(x) + 0
             value, first, second = refs(op, 3.0, 0.5, tangent=ts)
-            out.append(Scenario(
-                f=_with_constant(ref.f), contexts=(Constant((3.0, 0.5)),), prep_contexts=(Constant((1.0, 0.0)),),
-                value=value, first=unbatch(first), second=unbatch(second), name=tag + "/constant", **base))
+            out.append(
+                Scenario(
+                    f=_with_constant(ref.f),
+                    contexts=(Constant((3.0, 0.5)),),
+                    prep_contexts=(Constant((1.0, 0.0)),),
+                    value=value,
+                    first=unbatch(first),
+                    second=unbatch(second),
+                    name=tag + "/constant",
+                    **base,
+                )
+            )
             # a Cache context that f writes x into before computing from it
             value, first, second = refs(op, tangent=ts)
             cache = convert(np.full(x.shape, 7.0), _mutable_family(family), dtype)
-            out.append(Scenario(
-                f=_with_cache(ref.f), contexts=(Cache(cache),), value=value, first=unbatch(first),
-                second=unbatch(second), name=tag + "/cache", **base))
+            out.append(
+                Scenario(
+                    f=_with_cache(ref.f),
+                    contexts=(Cache(cache),),
+                    value=value,
+                    first=unbatch(first),
+                    second=unbatch(second),
+                    name=tag + "/cache",
+                    **base,
+                )
+            )
             # a closure writing into a captured numpy buffer (the user's buffer must stay as it was)
             buffer = np.full(x.shape, 5.0, dtype=dtype)
-            out.append(Scenario(
-                f=_closure_over_buffer(ref.f, buffer), value=value, first=unbatch(first), second=unbatch(second),
-                name=tag + "/closure", state=(buffer,), **base))
+            out.append(
+                Scenario(
+                    f=_closure_over_buffer(ref.f, buffer),
+                    value=value,
+                    first=unbatch(first),
+                    second=unbatch(second),
+                    name=tag + "/closure",
+                    state=(buffer,),
+                    **base,
+                )
+            )
             # the closure variants of SPEC section 7, once per operator: a buffer passed by
             # functools.partial, held by a callable object, captured through a nested closure, and
             # a captured array that f only reads (the alias path of _closure.py)
-            wanted = {"derivative": True, "second_derivative": True, "gradient": not scalar_in, "hvp": not scalar_in,
-                      "hessian": not scalar_in}.get(op, not scalar_in and not scalar_out)  # arrays where they can be
+            wanted = {
+                "derivative": True,
+                "second_derivative": True,
+                "gradient": not scalar_in,
+                "hvp": not scalar_in,
+                "hessian": not scalar_in,
+            }.get(op, not scalar_in and not scalar_out)  # arrays where they can be
             if op not in closure_variants and wanted:
                 closure_variants.add(op)
-                for name, make in [("partial", lambda b: functools.partial(_write_then(ref.f), buffer=b)),
-                                   ("object", lambda b: _Buffered(ref.f, b)), ("nested", lambda b: _nested(ref.f, b))]:
+                for name, make in [
+                    ("partial", lambda b: functools.partial(_write_then(ref.f), buffer=b)),
+                    ("object", lambda b: _Buffered(ref.f, b)),
+                    ("nested", lambda b: _nested(ref.f, b)),
+                ]:
                     buffer = np.full(x.shape, 5.0, dtype=dtype)
-                    out.append(Scenario(
-                        f=make(buffer), value=value, first=unbatch(first), second=unbatch(second),
-                        name=f"{tag}/closure_{name}", state=(buffer,), **base))
+                    out.append(
+                        Scenario(
+                            f=make(buffer),
+                            value=value,
+                            first=unbatch(first),
+                            second=unbatch(second),
+                            name=f"{tag}/closure_{name}",
+                            state=(buffer,),
+                            **base,
+                        )
+                    )
                 weights = np.array([3.0, 0.5], dtype=dtype)
                 value_w, first_w, second_w = refs(op, 3.0, 0.5, tangent=ts)
-                out.append(Scenario(
-                    f=_reads_captured(ref.f, weights), value=value_w, first=unbatch(first_w), second=unbatch(second_w),
-                    name=f"{tag}/closure_reads", state=(weights,), **base))
+                out.append(
+                    Scenario(
+                        f=_reads_captured(ref.f, weights),
+                        value=value_w,
+                        first=unbatch(first_w),
+                        second=unbatch(second_w),
+                        name=f"{tag}/closure_reads",
+                        state=(weights,),
+                        **base,
+                    )
+                )
             # a two-argument f(y, x) writing its output into y
             if op in ("pushforward", "pullback", "derivative", "jacobian") and not scalar_out:
                 y = convert(np.full(y_value.shape, 3.0), _mutable_family(family), dtype)
-                out.append(Scenario(
-                    f=_in_place(ref.f), y=y, value=value, first=unbatch(first), second=unbatch(second),
-                    name=tag + "/in_place", **base))
+                out.append(
+                    Scenario(
+                        f=_in_place(ref.f),
+                        y=y,
+                        value=value,
+                        first=unbatch(first),
+                        second=unbatch(second),
+                        name=tag + "/in_place",
+                        **base,
+                    )
+                )
     return out
 
 
@@ -452,11 +584,21 @@ def _closure_scalar_scenarios(family: str, dtype: Any, include: tuple) -> list[S
         tangent = convert(t, family, dtype) if op in ("pushforward", "pullback", "hvp") else None
         first = {"pushforward": der * t, "pullback": der * t}.get(op, der)
         second = {"hvp": 2.0 * t}.get(op, 2.0)
-        out.append(Scenario(
-            operator=op, f=_closure_scalar(buffer), x=xin, tangent=tangent, value=None if op == "hvp" else value,
-            first=np.asarray(first), second=np.asarray(second) if op in SECOND_ORDER else None,
-            name=f"{op}/closure_accumulate", prep_x=convert(0.0, family, dtype),
-            prep_tangent=None if tangent is None else convert(1.0, family, dtype), state=(buffer,)))
+        out.append(
+            Scenario(
+                operator=op,
+                f=_closure_scalar(buffer),
+                x=xin,
+                tangent=tangent,
+                value=None if op == "hvp" else value,
+                first=np.asarray(first),
+                second=np.asarray(second) if op in SECOND_ORDER else None,
+                name=f"{op}/closure_accumulate",
+                prep_x=convert(0.0, family, dtype),
+                prep_tangent=None if tangent is None else convert(1.0, family, dtype),
+                state=(buffer,),
+            )
+        )
     return out
 
 
