@@ -140,6 +140,6 @@ def _unary(op: Any) -> Any:
     return lambda self: op(self.value)
 
 
-for _name, _op in [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]:
-    setattr(WritableArray, f"__{_name}__", _unary(_op))
+for _name, _op1 in [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]:
+    setattr(WritableArray, f"__{_name}__", _unary(_op1))
 WritableArray.__hash__ = None  # type: ignore[assignment]
