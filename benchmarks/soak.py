@@ -40,8 +40,8 @@ def rss_bytes() -> int:
 
 def library_cache_entries() -> int:
     """Entries of the caches the library keeps for the whole process: the array family of each type
-    met, the adapter of each backend config, the rules engine modules."""
-    return len(_arrays._FAMILY_OF_TYPE) + len(_backends._adapters) + len(rules._ENGINES)
+    met, the adapter of each backend config, the rules registrar modules and the registrar of each type met."""
+    return len(_arrays._FAMILY_OF_TYPE) + len(_backends._adapters) + len(rules._MODULES) + len(rules._REGISTRAR_OF_TYPE)
 
 
 def _function(n: int):
