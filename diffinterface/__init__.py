@@ -6,6 +6,7 @@ Importing this package imports no engine: an adapter is loaded the first time it
 """
 
 from ._backends import AutoAutograd as AutoAutograd
+from ._backends import Backend as Backend
 from ._backends import AutoFiniteDiff as AutoFiniteDiff
 from ._backends import AutoJAX as AutoJAX
 from ._backends import AutoTorch as AutoTorch
@@ -51,6 +52,7 @@ from .second_order import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Backend",
     "AutoAutograd",
     "AutoFiniteDiff",
     "AutoJAX",

@@ -159,7 +159,9 @@ class SecondOrder(_Repr):
                 )
 
 
-Backend = AbstractBackend
+# What the operators take as their first argument (for type annotations): one engine's config, or
+# a SecondOrder of two (second-order operators only).
+Backend = AbstractBackend | SecondOrder
 
 
 def check_available(backend: AbstractBackend | SecondOrder) -> bool:

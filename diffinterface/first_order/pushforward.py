@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._backends import Backend
 from .._frontend import prepare, run, run_prepared_tangent
 from .._prep import Prep
 
 
 def prepare_pushforward(
-    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
 ) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these."""
     return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
 
 
 def value_and_pushforward(
-    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> tuple:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -27,7 +28,7 @@ def value_and_pushforward(
 
 
 def pushforward(
-    backend: Any, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:

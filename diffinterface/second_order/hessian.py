@@ -5,23 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._backends import Backend
 from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
-def prepare_hessian(backend: Any, f: Callable, x: Any, *contexts: Any, strict: bool = True) -> Prep:
+def prepare_hessian(backend: Backend, f: Callable, x: Any, *contexts: Any, strict: bool = True) -> Prep:
     """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these."""
     return prepare("hessian", backend, f, x, None, contexts, None, strict)
 
 
 def value_gradient_and_hessian(
-    backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
 ) -> tuple:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian."""
     return run("hessian", backend, f, x, None, contexts, None, prep, out, value=True)
 
 
-def hessian(backend: Any, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
+def hessian(backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``."""
     if type(prep) is Prep:
         return run_prepared("hessian", prep, backend, f, x, contexts, out)
