@@ -6,10 +6,10 @@ Importing this package imports no engine: an adapter is loaded the first time it
 """
 
 from ._backends import AutoAutograd as AutoAutograd
-from ._backends import Backend as Backend
 from ._backends import AutoFiniteDiff as AutoFiniteDiff
 from ._backends import AutoJAX as AutoJAX
 from ._backends import AutoTorch as AutoTorch
+from ._backends import Backend as Backend
 from ._backends import SecondOrder as SecondOrder
 from ._backends import check_available as check_available
 from ._closure import declare_modules as declare_modules
