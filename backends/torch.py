@@ -238,7 +238,8 @@ class _Function:
             except Exception as error:
                 if not raised_by(error, _alias_write_refused):
                     raise  # f's own error, after one run of f
-                return run_with_state(x, contexts)  # f wrote into an alias: over copies, and learnt
+                plan.aliases = False  # f wrote into an alias: over copies from now on (this call too)
+                return run_with_state(x, contexts)
             return y if type(y) is _Tensor else _output(y, x, target)
 
         return run_aliased

@@ -516,4 +516,4 @@ def test_an_f_that_raises_runs_once_and_a_refused_write_reruns_over_copies(backe
         assert np.all(b == [1.0, 2.0])
         counts.append(runs.n)
     # learnt at the first refusal (at preparation or at the first call): copies from then on
-    assert counts[2] == counts[1] <= counts[0]
+    assert counts[2] == counts[1] <= counts[0] <= counts[1] + 1  # the refused run at most once
