@@ -6,6 +6,7 @@ computed them. Python floats count as numpy.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -26,13 +27,22 @@ class ArrayFamily:
       when given;
     - ``convert(value, source, like)`` (optional): a direct conversion from an array of another family
       named ``source`` (DLPack), or None to go through numpy;
-    - ``private_copy(value)``: a copy ``f`` may write into (default: the value itself, for immutable arrays).
+    - ``private_copy(value)``: a copy ``f`` may write into (default: the value itself, for immutable arrays);
+    - ``computing(dtype)``: a context manager in which the library keeps arrays of ``dtype`` in that
+      dtype (JAX's ``enable_x64`` for float64 when x64 is off; default: no context).
     """
 
-    __slots__ = ("name", "array_type", "to_numpy", "from_numpy", "convert", "private_copy")
+    __slots__ = ("name", "array_type", "to_numpy", "from_numpy", "convert", "private_copy", "computing")
 
     def __init__(
-        self, name: str, array_type: str, to_numpy: Any, from_numpy: Any, convert: Any = None, private_copy: Any = None
+        self,
+        name: str,
+        array_type: str,
+        to_numpy: Any,
+        from_numpy: Any,
+        convert: Any = None,
+        private_copy: Any = None,
+        computing: Any = None,
     ) -> None:
         module, _, attr = array_type.rpartition(".")
         if not module or not attr:
@@ -40,6 +50,7 @@ class ArrayFamily:
         self.name, self.array_type = name, array_type
         self.to_numpy, self.from_numpy, self.convert = to_numpy, from_numpy, convert
         self.private_copy = private_copy or _same
+        self.computing = computing or _no_context
 
     def type(self) -> Any:
         """The array type, if its module is imported (None otherwise)."""
@@ -53,6 +64,10 @@ class ArrayFamily:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _no_context(dtype: Any) -> Any:
+    return contextlib.nullcontext()
 
 
 _FAMILIES: dict[str, ArrayFamily] = {}
@@ -117,6 +132,16 @@ def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
     return sys.modules["jax"].dlpack.from_dlpack(value)
 
 
+def _jax_computing(dtype: Any) -> Any:
+    """float64 kept float64 inside a thread-local context (``jax.enable_x64``, or
+    ``jax.experimental.enable_x64`` before JAX 0.5) when the user's x64 setting is off."""
+    jax = sys.modules["jax"]
+    if np.dtype(dtype) != np.float64 or jax.config.read("jax_enable_x64"):
+        return contextlib.nullcontext()
+    enable = jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
+    return enable(True)
+
+
 def _torch_private_copy(value: Any) -> Any:
     return value.detach().clone()
 
@@ -125,7 +150,7 @@ register_family(ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, pri
 register_family(
     ArrayFamily(TORCH, "torch.Tensor", _torch_to_numpy, _torch_from_numpy, _torch_convert, _torch_private_copy)
 )
-register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert))
+register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 
 
 def family_of_type(kind: type) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import JAX, TORCH, to_family
+from ._arrays import NUMPY, families, to_family
 from ._backends import AbstractBackend
 from .rules import Rule
 
@@ -48,17 +48,14 @@ class DifferentiateWith(Rule):
         self.__name__ = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
 
     def _primal(self, x: Any) -> Any:
-        engine = self.backend.engine
-        if engine in (JAX, TORCH):
-            x = np.asarray(x)
-            if engine == JAX and x.dtype == np.float64:
-                from diffinterface.backends.jax import enable_x64
-
-                with enable_x64(True):
-                    return np.asarray(self.f(to_family(x, JAX)))
-            y = self.f(to_family(x, engine))
-            return y.detach().cpu().numpy() if engine == TORCH and hasattr(y, "detach") else np.asarray(y)
-        return np.asarray(self.f(x))
+        """``f`` on ``x`` in the arrays of the backend's engine (its :class:`ArrayFamily`, when it has
+        one: conversions and the context that keeps x's dtype), back as numpy."""
+        record = families().get(self.backend.engine or NUMPY)
+        if record is None or record.name == NUMPY:
+            return np.asarray(self.f(x))
+        x = np.asarray(x)
+        with record.computing(x.dtype):
+            return np.asarray(to_family(self.f(to_family(x, record.name)), NUMPY))
 
     def _forward(self, x: Any) -> tuple:
         from .first_order import value_and_pushforward
