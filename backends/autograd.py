@@ -44,6 +44,7 @@ from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
 from diffinterface._closure import (
+    LearntErrors,
     const_write_error,
     duplicate,
     numpy_write_refused,
@@ -201,9 +202,6 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     return y
 
 
-_BOX_WRITES: frozenset | None = None
-
-
 def _chain(error: BaseException) -> tuple:
     """``error`` and the errors it was raised from (explicit causes only: what was being handled
     when it was raised depends on the caller)."""
@@ -216,19 +214,21 @@ def _chain(error: BaseException) -> tuple:
     return tuple(out)
 
 
+# numpy refusing a box (a traced value) written into a numpy array, as autograd raises it: the error
+# and the error it comes from, learnt once by provoking it
+_box_refused = LearntErrors(
+    ValueError,
+    [
+        lambda v=v: make_vjp(lambda z: np.zeros(np.shape(z)).__setitem__(..., z), v)
+        for v in (0.5, np.array(0.5), np.array([0.5, 1.0]))
+    ],
+    _chain,
+)
+
+
 def _box_write(error: BaseException) -> bool:
-    """Whether ``error`` is numpy refusing a box (a traced value) written into a numpy array, as
-    autograd raises it: learnt once by provoking it (the error and the error it comes from)."""
-    global _BOX_WRITES
-    if _BOX_WRITES is None:
-        found = set()
-        for value in (0.5, np.array(0.5), np.array([0.5, 1.0])):
-            try:
-                make_vjp(lambda z: np.zeros(np.shape(z)).__setitem__(..., z), value)
-            except Exception as probe:  # noqa: BLE001 - what autograd raises is what is learnt
-                found.add(_chain(probe))
-        _BOX_WRITES = frozenset(found)
-    return raised_by(error, lambda e: _chain(e) in _BOX_WRITES)
+    """Whether ``error`` is, or was raised from, numpy refusing a box written into a numpy array."""
+    return raised_by(error, _box_refused)
 
 
 def _foreign_output(error: BaseException) -> bool:
@@ -332,11 +332,8 @@ _TRACES = _Traces()
 
 
 class _Prepared:
-    __slots__ = (
-        "plain",
-        "value",
-        "reverse_inner",
-    )  # reverse_inner: a JVP was missing, second order goes reverse over reverse
+    # reverse_inner: a JVP was missing, second order goes reverse over reverse
+    __slots__ = ("plain", "value", "reverse_inner")
 
     def __init__(self) -> None:
         self.plain: Any = None

@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import jax
@@ -33,7 +32,7 @@ import numpy as np
 
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, contract_all
-from diffinterface._arrays import NUMPY, TORCH, family, to_family
+from diffinterface._arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
 from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
 from diffinterface._errors import structured_output
@@ -41,11 +40,7 @@ from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import note_conversion, take_conversion
 from diffinterface._writable import unwrap as _unwrap
 
-# float64 inside a thread-local context: jax.enable_x64 from JAX 0.5 on (jax.experimental.enable_x64,
-# with the same signature, before; pyproject.toml admits JAX 0.4.35)
-enable_x64: Any = (
-    jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
-)
+enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 
 
 class WritableArray(_Writable):
@@ -354,22 +349,18 @@ class _Prepared:
             return run_common, run
         return jax.jit(run_common), jax.jit(run, static_argnums=3 if self.tangents else 2)
 
-    def run(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple) -> Any:
+    def run(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
         if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
             with enable_x64(True):
-                return self._invoke(compiled, value, x, tangents, contexts)
-        return self._invoke(compiled, value, x, tangents, contexts)
+                return self._invoke(compiled, value, x, tangents, contexts, ahead)
+        return self._invoke(compiled, value, x, tangents, contexts, ahead)
 
     def compile_ahead(self, x: Any, tangents: tuple, contexts: tuple) -> None:
         """Lower and compile both forms for these arguments now (``jit(...).lower(...).compile()``),
         so that preparation pays the compile and the first prepared call does not. JAX caches the
         trace and the executable by the arguments' shapes and dtypes, which the prepared calls share."""
         for compiled, value in ((self.plain_form, False), (self.value_form, True)):
-            if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-                with enable_x64(True):
-                    self._invoke(compiled, value, x, tangents, contexts, ahead=True)
-            else:
-                self._invoke(compiled, value, x, tangents, contexts, ahead=True)
+            self.run(compiled, value, x, tangents, contexts, ahead=True)
 
     def _invoke(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context

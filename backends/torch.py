@@ -50,7 +50,7 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
-from diffinterface._closure import const_write_error, duplicate, numpy_write_refused, raised_by, refusals
+from diffinterface._closure import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
 from diffinterface._contexts import context_values
 from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
 
@@ -116,11 +116,13 @@ def _alias(value: Any, device: Any) -> Any:
     return None
 
 
-_REFUSALS: frozenset | None = None
-
-
 def _leaf() -> Any:
     return torch.zeros(3, dtype=torch.float64).requires_grad_()
+
+
+def _provoke(write: Any) -> None:
+    with torch.enable_grad():  # the refusals are grad mode's, wherever the first question is asked
+        write(_leaf())
 
 
 def _shape(message: str) -> str:
@@ -129,31 +131,28 @@ def _shape(message: str) -> str:
     return re.sub(r"'[^']*'", "'*'", re.sub(r"^[\w.]+\(\): ", "*(): ", message))
 
 
+_TORCH_WRITES = (
+    lambda t: t.__setitem__(0, 1.0),
+    lambda t: t.add_(1.0),
+    lambda t: t[0:2].mul_(2.0),
+    lambda t: t.copy_(torch.ones(3, dtype=t.dtype)),
+    lambda t: t.numpy(),
+    lambda t: torch.add(t, 1.0, out=t),
+    lambda t: torch.nn.functional.batch_norm(
+        torch.ones(2, 3, dtype=t.dtype), t, torch.ones(3, dtype=t.dtype), training=True
+    ),
+)
+# torch refusing what f did with a guarded alias (a tensor that requires grad, see _alias): a write
+# into it, an out= argument, .numpy(), an input that must not require grad (batch_norm's statistics)
+_torch_refused = LearntErrors(
+    RuntimeError, [lambda w=w: _provoke(w) for w in _TORCH_WRITES], lambda e: (type(e), _shape(str(e)))
+)
+
+
 def _alias_write_refused(error: BaseException) -> bool:
     """Whether ``error`` is torch (or numpy, for a numpy array that could not be aliased) refusing
-    what ``f`` did with a guarded alias (:func:`_alias`, a tensor that requires grad): a write into
-    it, an ``out=`` argument, ``.numpy()``, an input that must not require grad (batch_norm's running
-    statistics). The exact errors, learnt once by provoking each of them."""
-    global _REFUSALS
-    if numpy_write_refused(error):
-        return True
-    if not isinstance(error, RuntimeError):
-        return False
-    if _REFUSALS is None:
-        found = refusals(
-            _leaf,
-            lambda t: t.__setitem__(0, 1.0),
-            lambda t: t.add_(1.0),
-            lambda t: t[0:2].mul_(2.0),
-            lambda t: t.copy_(torch.ones(3, dtype=t.dtype)),
-            lambda t: t.numpy(),
-            lambda t: torch.add(t, 1.0, out=t),
-            lambda t: torch.nn.functional.batch_norm(
-                torch.ones(2, 3, dtype=t.dtype), t, torch.ones(3, dtype=t.dtype), training=True
-            ),
-        )
-        _REFUSALS = frozenset((kind, _shape(message)) for kind, message in found)
-    return (type(error), _shape(str(error))) in _REFUSALS
+    what ``f`` did with a guarded alias: the exact errors, learnt once by provoking each of them."""
+    return numpy_write_refused(error) or _torch_refused(error)
 
 
 def _constant(value: Any, device: Any) -> Any:

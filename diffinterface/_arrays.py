@@ -132,14 +132,18 @@ def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
     return sys.modules["jax"].dlpack.from_dlpack(value)
 
 
-def _jax_computing(dtype: Any) -> Any:
-    """float64 kept float64 inside a thread-local context (``jax.enable_x64``, or
-    ``jax.experimental.enable_x64`` before JAX 0.5) when the user's x64 setting is off."""
+def jax_enable_x64() -> Any:
+    """JAX's thread-local float64 context: ``jax.enable_x64`` from JAX 0.5 on,
+    ``jax.experimental.enable_x64`` (the same signature) before; pyproject.toml admits JAX 0.4.35."""
     jax = sys.modules["jax"]
-    if np.dtype(dtype) != np.float64 or jax.config.read("jax_enable_x64"):
+    return jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
+
+
+def _jax_computing(dtype: Any) -> Any:
+    """float64 kept float64 inside :func:`jax_enable_x64` when the user's x64 setting is off."""
+    if np.dtype(dtype) != np.float64 or sys.modules["jax"].config.read("jax_enable_x64"):
         return contextlib.nullcontext()
-    enable = jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
-    return enable(True)
+    return jax_enable_x64()(True)
 
 
 def _torch_private_copy(value: Any) -> Any:

@@ -182,47 +182,61 @@ def read_only_alias(value: Any) -> Any:
     return None
 
 
-def refusals(make: Callable[[], Any], *writes: Callable[[Any], Any]) -> frozenset:
-    """The exact messages a guarded alias raises when written into, learnt from the engine itself:
-    ``make()`` builds an alias, each ``write(alias)`` tries one kind of write. Recognising the guard's
-    own errors this way (never a substring of a message) lets :meth:`Target.guarded` retry over
-    copies after exactly those, and raise every other error of ``f`` at once (``f`` runs once)."""
-    found = set()
-    for write in writes:
-        try:
-            write(make())
-        except Exception as error:  # noqa: BLE001 - what the engine raises is what is learnt
-            found.add((type(error), str(error)))
-    return frozenset(found)
+def _message(error: BaseException) -> Any:
+    return (type(error), str(error))
 
 
-_NUMPY_REFUSALS: frozenset | None = None
+class LearntErrors:
+    """The exact errors of some operations, learnt from the engine itself by provoking them once (at
+    the first question): ``probes`` are zero-argument calls that raise them, ``key(error)`` what two
+    errors must share to be the same one (default: type and message). Recognising a guard's own
+    errors this way (never a substring of a message) lets :meth:`Target.guarded` retry over copies
+    after exactly those, and raise every other error of ``f`` at once (``f`` runs once).
+
+    ``learnt(error)`` is whether ``error``, an instance of ``kind``, is one of them."""
+
+    __slots__ = ("_kind", "_probes", "_key", "_known")
+
+    def __init__(self, kind: type, probes: Any, key: Callable[[BaseException], Any] = _message) -> None:
+        self._kind, self._probes, self._key = kind, tuple(probes), key
+        self._known: frozenset | None = None
+
+    def __call__(self, error: BaseException) -> bool:
+        if not isinstance(error, self._kind):
+            return False
+        known = self._known
+        if known is None:
+            found = set()
+            for probe in self._probes:
+                try:
+                    probe()
+                except Exception as provoked:  # noqa: BLE001 - what the engine raises is what is learnt
+                    found.add(self._key(provoked))
+            self._known = known = frozenset(found)
+        return self._key(error) in known
 
 
 def _numpy_alias() -> np.ndarray:
     return read_only_alias(np.zeros(3))
 
 
-def numpy_write_refused(error: BaseException) -> bool:
-    """Whether ``error`` is numpy refusing a write into a read-only view (:func:`read_only_alias`)."""
-    global _NUMPY_REFUSALS
-    if not isinstance(error, ValueError):
-        return False
-    if _NUMPY_REFUSALS is None:
-        _NUMPY_REFUSALS = refusals(
-            _numpy_alias,
-            lambda a: a.__setitem__(0, 1.0),
-            lambda a: a.__iadd__(1.0),
-            lambda a: np.add(a, 1.0, out=a),
-            lambda a: np.copyto(a, 1.0),
-            lambda a: a.fill(1.0),
-            lambda a: a.sort(),
-            lambda a: a.put(0, 1.0),
-            lambda a: a.setflags(write=True),
-            lambda a: np.put(a, 0, 1.0),
-            lambda a: np.place(a, a == 0, 1.0),
-        )
-    return (type(error), str(error)) in _NUMPY_REFUSALS
+def _numpy_writes() -> list:
+    return [
+        lambda a: a.__setitem__(0, 1.0),
+        lambda a: a.__iadd__(1.0),
+        lambda a: np.add(a, 1.0, out=a),
+        lambda a: np.copyto(a, 1.0),
+        lambda a: a.fill(1.0),
+        lambda a: a.sort(),
+        lambda a: a.put(0, 1.0),
+        lambda a: a.setflags(write=True),
+        lambda a: np.put(a, 0, 1.0),
+        lambda a: np.place(a, a == 0, 1.0),
+    ]
+
+
+# numpy refusing a write into a read-only view (read_only_alias)
+numpy_write_refused = LearntErrors(ValueError, [lambda w=w: w(_numpy_alias()) for w in _numpy_writes()])
 
 
 def raised_by(error: BaseException, refused: Callable[[BaseException], bool]) -> bool:

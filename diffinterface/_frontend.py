@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ._adapter import SecondOrderAdapter
+from ._adapter import VALUE_METHOD, SecondOrderAdapter
 from ._arrays import (
     JAX,
     TORCH,
@@ -214,16 +214,6 @@ VALUE_RESULTS = {
     "hessian": ("value", "result", "out"),
     "second_derivative": ("value", "result", "result"),
 }
-VALUE_NAME = {
-    "pushforward": "value_and_pushforward",
-    "pullback": "value_and_pullback",
-    "hvp": "gradient_and_hvp",
-    "derivative": "value_and_derivative",
-    "gradient": "value_and_gradient",
-    "jacobian": "value_and_jacobian",
-    "hessian": "value_gradient_and_hessian",
-    "second_derivative": "value_derivative_and_second_derivative",
-}
 
 
 def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
@@ -256,7 +246,7 @@ def run(
             PLAIN_RESULT[operator], p.data.plain(x_in, tangents, contexts), x, tangent, out, operator, backend
         )
     results = p.data.value(x_in, tangents, contexts)
-    name = VALUE_NAME[operator]
+    name = VALUE_METHOD[operator]
     return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(VALUE_RESULTS[operator], results))
 
 
