@@ -43,6 +43,7 @@ from autograd.tracer import Box, getval
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
+from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import (
     LearntErrors,
     const_write_error,
@@ -561,3 +562,39 @@ class Adapter(_Base):
         fallback = self.direction_fallback(operator, forward, target, build)
         data.plain, data.value = build(forward) if fallback is None else (fallback.plain, fallback.value)
         return data
+
+
+# -- the bench record: autograd's own calls ---------------------------------------------------------
+
+
+class Bench(BenchEngine):
+    """autograd's ``grad``, ``hessian``, ``jacobian`` (reverse) and ``make_jvp``/``make_vjp``."""
+
+    def native(self, operator, f, x, t, A):
+        import autograd as ag
+
+        if operator == "gradient":
+            g = ag.grad(f)
+            return lambda: g(x)
+        if operator == "hvp":
+            g = ag.grad(f)
+            return lambda: ag.make_jvp(g)(x)(t)[1]
+        if operator == "hessian":
+            h = ag.hessian(f)
+            return lambda: h(x)
+        if operator == "pushforward":
+            return lambda: ag.make_jvp(f)(x)(t)[1]
+        if operator == "pullback":
+            return lambda: ag.make_vjp(f)(x)[0](t)
+        if operator == "jacobian tall":  # autograd.jacobian is reverse only: one jvp per column
+            eye = np.eye(x.size)
+
+            def columns():
+                push = ag.make_jvp(lambda z: anp.sin(A @ z))(x)
+                return np.stack([push(e)[1] for e in eye], axis=1)
+
+            return columns
+        if operator == "jacobian wide":
+            j = ag.jacobian(lambda z: anp.sin(A @ z))
+            return lambda: j(x)
+        return None

@@ -32,6 +32,8 @@ from array_api_compat import array_namespace, device
 
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._arrays import NUMPY, family, is_array, private_copy, to_family
+from diffinterface._bench import Engine as BenchEngine
+from diffinterface._bench import approx_derivative as _approx_derivative
 from diffinterface._closure import copy_leaf, duplicate, read_only_alias
 from diffinterface._contexts import context_values
 from diffinterface._errors import structured_output
@@ -53,6 +55,29 @@ def _constant_alias(value: Any) -> Any:
     caller's constants are never modified)."""
     alias = read_only_alias(value)
     return copy_leaf(value) if alias is None else alias
+
+
+def _along(xp: Any, abs_h: Any, t: Any) -> float:
+    """The step along ``t``: the largest ``k`` that moves no coordinate by more than its own step,
+    ``min over t_i != 0 of |h_i| / |t_i|`` = ``1 / max |t_i| / |h_i|`` (every ``|h_i| > 0``); 0.0
+    where ``t`` is zero, NaN where ``t`` has a NaN (the derivative along it is NaN)."""
+    if abs_h.shape[0] == 0:
+        return 0.0
+    top = float(xp.max(xp.abs(xp.reshape(t, (-1,))) / abs_h))
+    return 0.0 if top == 0.0 else 1.0 / top
+
+
+def _abs_steps(x: Any, exponent: float, rel_step: float | None) -> Any:
+    """``|h_i|`` of :class:`_Points` without the rest of it: what a pushforward needs, one pass less
+    per array where no ``rel_step`` is given (the sign does not matter there)."""
+    xp = array_namespace(x)
+    flat = xp.reshape(x, (-1,))
+    r = float(xp.finfo(x.dtype).eps) ** exponent
+    if rel_step is not None:
+        return xp.abs(_Points(x, exponent, rel_step).h)
+    steps = r * xp.maximum(xp.abs(flat), xp.asarray(1.0, dtype=x.dtype, device=device(x)))
+    # NaN and inf coordinates get the step of a coordinate of 1, as in _Points
+    return xp.where(xp.isfinite(steps), steps, xp.asarray(r, dtype=x.dtype, device=device(x)))
 
 
 class _Points:
@@ -84,17 +109,8 @@ class _Points:
         self.finite = finite
 
     def along(self, t: Any) -> float:
-        """The step along ``t``: the largest that moves no coordinate by more than its own ``|h_i|``
-        (0.0 where ``t`` is zero)."""
-        xp = self.xp
-        tabs = xp.abs(xp.reshape(t, (-1,)))
-        moving = tabs > 0
-        if not bool(xp.any(moving)):
-            return 0.0
-        ratio = xp.where(
-            moving, xp.abs(self.h) / xp.where(moving, tabs, xp.ones_like(tabs)), xp.full_like(tabs, xp.inf)
-        )
-        return float(xp.min(ratio))
+        """The step along ``t`` (see :func:`_along`)."""
+        return _along(self.xp, self.xp.abs(self.h), t)
 
     def divisor(self, method: str) -> Any:
         """The representable distance between the two points of each coordinate's difference."""
@@ -220,7 +236,7 @@ class Adapter(_Base):
 
     def _pushforward(self, data, target, x, tangents, contexts, want_value):
         xp = array_namespace(x)
-        p = _Points(x, self._exponent("first"), self.rel_step)
+        abs_h = _abs_steps(x, self._exponent("first"), self.rel_step)
         y0 = data.take_value()
         complex_step = self.method == "complex"
         ev = self._evaluator(target, contexts, x, complex_step=complex_step)
@@ -228,7 +244,7 @@ class Adapter(_Base):
             y0 = self.evaluate(target, x, contexts)
         results = []
         for t in tangents:
-            k = p.along(t)
+            k = _along(xp, abs_h, t)
             if k == 0.0:
                 results.append(xp.zeros(data.y_shape, dtype=x.dtype, device=device(x)))
                 continue
@@ -346,3 +362,28 @@ class Adapter(_Base):
         y0 = self._value(data, target, x, contexts)
         der = self._jacobian(data, target, x, contexts, False)[1]
         return y0, der, self._second_derivative(x, y0, self._evaluator(target, contexts, x))
+
+
+# -- the bench record: the direct calls AutoFiniteDiff is compared with ---------------------------
+
+
+class Bench(BenchEngine):
+    """SciPy's ``approx_derivative`` (gradient, jacobians) and a central difference along ``t``."""
+
+    # an evaluation of f per coordinate: the sizes where that stays reasonable
+    limits = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
+
+    def native(self, operator, f, x, t, A):
+        approx_derivative = _approx_derivative()
+
+        if operator in ("gradient", "jacobian tall", "jacobian wide"):
+            return lambda: approx_derivative(f, x, method="3-point")
+        if operator == "pushforward":  # central difference along t, with the step AutoFiniteDiff takes
+            r = np.finfo(x.dtype).eps ** (1 / 3)
+
+            def central():
+                h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
+                return (f(x + h * t) - f(x - h * t)) / (2 * h)
+
+            return central
+        return None

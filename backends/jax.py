@@ -33,6 +33,7 @@ import numpy as np
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, contract_all
 from diffinterface._arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
+from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
 from diffinterface._errors import structured_output
@@ -447,3 +448,55 @@ class Adapter(_Base):
         if jit:  # a user's prepare_*: compiled here (an unprepared call compiles nothing: jit=False there)
             prepared.compile_ahead(x, tangents, contexts)
         return prepared
+
+
+# -- the bench record: JAX's own best calls ---------------------------------------------------------
+
+
+class Bench(BenchEngine):
+    """Each operator as ``jax.jit`` of JAX's transform, on float32 JAX arrays (JAX's default)."""
+
+    inputs = "jax float32"
+
+    def array(self, a):
+        return jnp.asarray(a, dtype=jnp.float32)
+
+    def ready(self, value):
+        return jax.block_until_ready(value)
+
+    def compiled(self, f):
+        return jax.jit(f)
+
+    def _compiled(self, operator, f):
+        if operator == "gradient":
+            return jax.jit(jax.grad(f))
+        if operator == "hvp":
+            return jax.jit(lambda x, t: jax.jvp(jax.grad(f), (x,), (t,))[1])
+        if operator == "hessian":
+            return jax.jit(jax.hessian(f))
+        if operator == "pushforward":
+            return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
+        if operator == "pullback":
+            return jax.jit(lambda x, t: jax.vjp(f, x)[1](t)[0])
+        if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
+            transform = jax.jacfwd if operator.endswith("tall") else jax.jacrev
+            return jax.jit(transform(lambda x, A: jnp.sin(A @ x)))
+        return None
+
+    def native(self, operator, f, x, t, A):
+        g = self._compiled(operator, f)
+        if g is None:
+            return None
+        if operator.startswith("jacobian"):
+            args = (x, A)
+        elif operator in ("hvp", "pushforward", "pullback"):
+            args = (x, t)
+        else:
+            args = (x,)
+        return lambda: jax.block_until_ready(g(*args))
+
+    def native_first(self, operator, f, x, t, A):
+        def first():
+            self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
+
+        return first

@@ -50,6 +50,7 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
+from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
 from diffinterface._contexts import context_values
 from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
@@ -719,3 +720,58 @@ class Adapter(_Base):
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
         return _Prepared(plain, value)
+
+
+# -- the bench record: torch's own best calls ---------------------------------------------------------
+
+
+class Bench(BenchEngine):
+    """``torch.autograd.grad`` (reverse), forward-mode dual tensors, ``torch.autograd.functional``'s
+    vectorized ``hessian`` and ``jacobian``, on float64 tensors."""
+
+    inputs = "torch float64"
+
+    def array(self, a):
+        return torch.from_numpy(np.ascontiguousarray(a))
+
+    def native(self, operator, f, x, t, A):
+        def leaf():
+            return x.detach().requires_grad_()
+
+        if operator == "gradient":
+
+            def grad():
+                xt = leaf()
+                return torch.autograd.grad(f(xt), xt)[0]
+
+            return grad
+        if operator == "hvp":
+
+            def hvp():
+                xt = leaf()
+                (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
+                return torch.autograd.grad(g, xt, t)[0]
+
+            return hvp
+        if operator == "hessian":
+            return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
+        if operator == "pushforward":
+
+            def jvp():
+                with fwAD.dual_level():
+                    return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
+
+            return jvp
+        if operator == "pullback":
+
+            def vjp():
+                xt = leaf()
+                return torch.autograd.grad(f(xt), xt, t)[0]
+
+            return vjp
+        if operator in ("jacobian tall", "jacobian wide"):
+            strategy = "forward-mode" if operator.endswith("tall") else "reverse-mode"
+            return lambda: torch.autograd.functional.jacobian(
+                lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy
+            )
+        return None

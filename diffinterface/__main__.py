@@ -124,7 +124,9 @@ def bench(argv: list[str]) -> int:
         action="store_true",
         help="every size, 21 rounds a ratio (minutes); default: a quick subset (under two minutes)",
     )
-    parser.add_argument("--backend", action="append", choices=_bench.ENGINES, help="repeatable; default: all installed")
+    parser.add_argument(
+        "--backend", action="append", choices=_bench.engine_names(), help="repeatable; default: all installed"
+    )
     parser.add_argument("--table", action="append", choices=_bench.TABLES, help="repeatable; default: all")
     parser.add_argument(
         "--out",
@@ -134,9 +136,9 @@ def bench(argv: list[str]) -> int:
     parser.add_argument("--no-plots", action="store_true", help="tables only")
     args = parser.parse_args(argv)
     engines = _bench.installed_engines(args.backend)
-    missing = sorted(set(args.backend or _bench.ENGINES) - set(engines))
+    missing = sorted(set(args.backend or _bench.engine_names()) - set(engines))
     for name in missing:
-        print(f'skipped {name}: not installed (pip install "diffinterface[{name}]")')
+        print(f"skipped {name}: not installed ({_bench.config_class(name).install})")
     if not engines:
         print("no backend to benchmark")
         return 1

@@ -29,10 +29,23 @@ class ArrayFamily:
       named ``source`` (DLPack), or None to go through numpy;
     - ``private_copy(value)``: a copy ``f`` may write into (default: the value itself, for immutable arrays);
     - ``computing(dtype)``: a context manager in which the library keeps arrays of ``dtype`` in that
-      dtype (JAX's ``enable_x64`` for float64 when x64 is off; default: no context).
+      dtype (JAX's ``enable_x64`` for float64 when x64 is off; default: no context);
+    - ``module_type`` (optional): ``"module.Type"`` of the library's stateful callables (torch's
+      ``nn.Module``), whose attributes the closure walker duplicates like a user object's, and
+      ``children``: the attribute holding their submodules (a dict, each walked in turn).
     """
 
-    __slots__ = ("name", "array_type", "to_numpy", "from_numpy", "convert", "private_copy", "computing")
+    __slots__ = (
+        "name",
+        "array_type",
+        "to_numpy",
+        "from_numpy",
+        "convert",
+        "private_copy",
+        "computing",
+        "module_type",
+        "children",
+    )
 
     def __init__(
         self,
@@ -43,23 +56,51 @@ class ArrayFamily:
         convert: Any = None,
         private_copy: Any = None,
         computing: Any = None,
+        module_type: str | None = None,
+        children: str | None = None,
     ) -> None:
-        module, _, attr = array_type.rpartition(".")
-        if not module or not attr:
-            raise ValueError(f"ArrayFamily({name!r}, array_type={array_type!r}): expected 'module.Type'")
+        for field, path in (("array_type", array_type), ("module_type", module_type)):
+            module, _, attr = (path or "x.x").rpartition(".")
+            if not module or not attr:
+                raise ValueError(f"ArrayFamily({name!r}, {field}={path!r}): expected 'module.Type'")
         self.name, self.array_type = name, array_type
         self.to_numpy, self.from_numpy, self.convert = to_numpy, from_numpy, convert
         self.private_copy = private_copy or _same
         self.computing = computing or _no_context
+        self.module_type, self.children = module_type, children
 
     def type(self) -> Any:
         """The array type, if its module is imported (None otherwise)."""
-        module, _, attr = self.array_type.rpartition(".")
-        loaded = sys.modules.get(module)
-        return getattr(loaded, attr, None) if loaded is not None else None
+        return _loaded(self.array_type)
+
+    def stateful_type(self) -> Any:
+        """The type of :attr:`module_type`, if declared and its module is imported (None otherwise)."""
+        return _loaded(self.module_type) if self.module_type else None
 
     def __repr__(self) -> str:
         return f"ArrayFamily({self.name!r}, {self.array_type!r})"
+
+
+def _loaded(path: str) -> Any:
+    """``module.Type`` resolved through ``sys.modules`` only (None when the module is not imported)."""
+    module, _, attr = path.rpartition(".")
+    loaded = sys.modules.get(module)
+    while loaded is None and "." in module:  # "torch.nn.Module": torch.nn may be reached from torch
+        module, _, parent_attr = module.rpartition(".")
+        attr = f"{parent_attr}.{attr}"
+        loaded = sys.modules.get(module)
+    for part in attr.split("."):
+        loaded = getattr(loaded, part, None)
+    return loaded
+
+
+def stateful_object(obj: Any) -> ArrayFamily | None:
+    """The family whose :attr:`ArrayFamily.module_type` ``obj`` is an instance of, or None."""
+    for record in _FAMILIES.values():
+        kind = record.stateful_type()
+        if kind is not None and isinstance(obj, kind):
+            return record
+    return None
 
 
 def _same(value: Any) -> Any:
@@ -152,7 +193,16 @@ def _torch_private_copy(value: Any) -> Any:
 
 register_family(ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, private_copy=np.copy))
 register_family(
-    ArrayFamily(TORCH, "torch.Tensor", _torch_to_numpy, _torch_from_numpy, _torch_convert, _torch_private_copy)
+    ArrayFamily(
+        TORCH,
+        "torch.Tensor",
+        _torch_to_numpy,
+        _torch_from_numpy,
+        _torch_convert,
+        _torch_private_copy,
+        module_type="torch.nn.Module",
+        children="_modules",
+    )
 )
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 

@@ -52,13 +52,16 @@ class AbstractBackend(_Repr):
     - ``install``: what to install when the engine is missing (``'pip install "diffinterface[jax]"'``).
 
     A config may also define ``tolerance(dtype, second_order) -> float``: the scaled tolerance the
-    test harness checks its results with (finite differences need looser ones).
+    test harness checks its results with (finite differences need looser ones), and ``bench``:
+    where its :class:`diffinterface.extend.BenchEngine` lives (``"package.module:Class"``: the
+    engine's own best calls, which ``python -m diffinterface bench`` compares the backend with).
     """
 
     name: ClassVar[str] = ""
     engine: ClassVar[str | None] = None
     adapter: ClassVar[str] = ""
     install: ClassVar[str] = ""
+    bench: ClassVar[str | None] = None
     closure: str
 
     def _check_closure(self) -> None:
@@ -79,6 +82,7 @@ class AutoFiniteDiff(AbstractBackend):
     closure: str = "duplicated"
     name: ClassVar[str] = "finitediff"
     adapter: ClassVar[str] = "diffinterface.backends.finitediff:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.finitediff:Bench"
     mode: ClassVar[str] = "forward"
 
     def __post_init__(self) -> None:
@@ -100,6 +104,7 @@ class AutoJAX(AbstractBackend):
     name: ClassVar[str] = "jax"
     engine: ClassVar[str | None] = "jax"
     adapter: ClassVar[str] = "diffinterface.backends.jax:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.jax:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[jax]"'
 
     def __post_init__(self) -> None:
@@ -118,6 +123,7 @@ class AutoTorch(AbstractBackend):
     name: ClassVar[str] = "torch"
     engine: ClassVar[str | None] = "torch"
     adapter: ClassVar[str] = "diffinterface.backends.torch:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.torch:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[torch]"'
 
     def __post_init__(self) -> None:
@@ -135,6 +141,7 @@ class AutoAutograd(AbstractBackend):
     name: ClassVar[str] = "autograd"
     engine: ClassVar[str | None] = "autograd"
     adapter: ClassVar[str] = "diffinterface.backends.autograd:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.autograd:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[autograd]"'
 
     def __post_init__(self) -> None:
@@ -192,7 +199,7 @@ def has_adapter(backend: AbstractBackend) -> bool:
 # -- the registry: every config class, built in or added -------------------------------------------
 
 ENTRY_POINTS = "diffinterface.backends"  # the entry-point group through which packages add backends
-_registered: dict[str, type] = {}
+_registered: dict[str, type[AbstractBackend]] = {}
 _entry_points_loaded = False
 _registry_lock = threading.Lock()
 
@@ -243,7 +250,7 @@ def _load_entry_points() -> None:
     _entry_points_loaded = True
 
 
-def registered_backends() -> dict[str, type]:
+def registered_backends() -> dict[str, type[AbstractBackend]]:
     """Every registered config class by name: the built-in ones, those registered with
     :func:`register_backend`, and those of installed packages' ``diffinterface.backends`` entry points."""
     _load_entry_points()

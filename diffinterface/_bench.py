@@ -32,13 +32,14 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 from array_api_compat import array_namespace
 
+from ._backends import AbstractBackend
 from ._closure import declare_modules
 
 # The functions below stand for user code: their captured state is walked and duplicated as a
@@ -180,21 +181,42 @@ def write_table(path: str, title: str, info: dict, rows: list[dict], columns: li
 
 
 # -- the engines: inputs and native calls ------------------------------------------------------
+# Each backend config names its record (``bench = "package.module:Class"``, a subclass of Engine):
+# nothing here knows an engine by name.
 
-ENGINES = ("finitediff", "jax", "torch", "autograd")
-_MODULE = {"finitediff": "numpy", "jax": "jax", "torch": "torch", "autograd": "autograd"}
+
+def _benchable() -> dict[str, type[AbstractBackend]]:
+    from ._backends import registered_backends
+
+    return {name: cls for name, cls in registered_backends().items() if cls.bench}
+
+
+def engine_names() -> list[str]:
+    """The registered backends that name a bench record."""
+    return list(_benchable())
 
 
 def installed_engines(names: list[str] | None = None) -> list[str]:
-    return [e for e in (names or ENGINES) if importlib.util.find_spec(_MODULE[e]) is not None]
+    from ._backends import check_available
+
+    configs = _benchable()
+    return [e for e in (names or list(configs)) if e in configs and check_available(configs[e]())]
+
+
+def config_class(engine: str) -> type[AbstractBackend]:
+    """The config class of the backend named ``engine``."""
+    return _benchable()[engine]
 
 
 def config(engine: str, **options: Any) -> Any:
-    from . import AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch
+    """The config of the backend named ``engine``, with ``options``."""
+    return _benchable()[engine](**options)
 
-    return {"finitediff": AutoFiniteDiff, "jax": AutoJAX, "torch": AutoTorch, "autograd": AutoAutograd}[engine](
-        **options
-    )
+
+def has_modes(engine: str) -> bool:
+    """Whether the backend's config has a ``mode`` field (forward or reverse mode to choose)."""
+    cls = _benchable()[engine]
+    return is_dataclass(cls) and any(f.name == "mode" for f in fields(cls))
 
 
 def sum_sin2(x):
@@ -208,10 +230,23 @@ def sin_times_sum(x):
 
 
 class Engine:
-    """One engine's inputs (its own array type) and its best direct calls, each ``() -> result``
-    with the result ready (JAX: blocked on)."""
+    """One engine's record for the benchmarks (public as ``diffinterface.extend.BenchEngine``): its
+    inputs (its own array type) and its best direct calls, each ``() -> result`` with the result
+    ready (JAX: blocked on). A backend config names it with ``bench = "package.module:Class"``.
+
+    - ``inputs``: a label for the tables; ``array(a)``: a numpy array in the engine's type;
+      ``ready(value)``: ``value`` once computed;
+    - ``native(operator, f, x, t, A)``: the engine's own call for ``operator`` (``gradient``,
+      ``hvp``, ``hessian``, ``pushforward``, ``pullback``, ``jacobian tall``/``wide`` with
+      ``f(x) = sin(A @ x)``), or None where it has none; ``native_first``: its cold call, what
+      preparation is compared with (JAX: a fresh jit, compiled);
+    - ``compiled(f)``: ``f`` as the engine's users run it (JAX: ``jax.jit(f)``);
+    - ``limits``: the largest size per operator worth timing (finite differences cost an evaluation
+      of ``f`` per coordinate), or None for every size.
+    """
 
     inputs = "numpy float64"
+    limits: dict[str, int] | None = None
 
     def array(self, a: np.ndarray) -> Any:
         return a
@@ -220,15 +255,20 @@ class Engine:
         return value
 
     def native(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
-        """The native call for ``operator`` (``jacobian tall``/``wide``: ``f(x) = sin(A @ x)``), or None."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}.native")
 
     def native_first(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
-        """A cold native call: what preparation is compared with (JAX: a fresh jit, compiled)."""
         return self.native(operator, f, x, t, A)
 
+    def compiled(self, f: Callable) -> Callable:
+        return f
 
-def _approx_derivative() -> Callable:
+    def allows(self, operator: str, size: int) -> bool:
+        """Whether ``operator`` at ``size`` is within :attr:`limits`."""
+        return self.limits is None or size <= self.limits.get(operator, -1)
+
+
+def approx_derivative() -> Callable:
     """``scipy.optimize.approx_derivative``: the differencing behind SciPy's ``least_squares`` and
     ``minimize``, exported from ``scipy.optimize._numdiff`` (not from ``scipy.optimize`` in 1.17)."""
     try:
@@ -238,172 +278,11 @@ def _approx_derivative() -> Callable:
     return approx_derivative
 
 
-class _FiniteDiff(Engine):
-    def native(self, operator, f, x, t, A):
-        approx_derivative = _approx_derivative()
-
-        if operator in ("gradient", "jacobian tall", "jacobian wide"):
-            return lambda: approx_derivative(f, x, method="3-point")
-        if operator == "pushforward":  # central difference along t, with the step AutoFiniteDiff takes
-            r = np.finfo(x.dtype).eps ** (1 / 3)
-
-            def central():
-                h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
-                return (f(x + h * t) - f(x - h * t)) / (2 * h)
-
-            return central
-        return None
-
-
-class _JAX(Engine):
-    inputs = "jax float32"
-
-    def __init__(self) -> None:
-        import jax
-
-        self.jax = jax
-
-    def array(self, a):
-        return self.jax.numpy.asarray(a, dtype=self.jax.numpy.float32)
-
-    def ready(self, value):
-        return self.jax.block_until_ready(value)
-
-    def _compiled(self, operator, f):
-        jax = self.jax
-        if operator == "gradient":
-            return jax.jit(jax.grad(f))
-        if operator == "hvp":
-            return jax.jit(lambda x, t: jax.jvp(jax.grad(f), (x,), (t,))[1])
-        if operator == "hessian":
-            return jax.jit(jax.hessian(f))
-        if operator == "pushforward":
-            return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
-        if operator == "pullback":
-            return jax.jit(lambda x, t: jax.vjp(f, x)[1](t)[0])
-        if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
-            transform = jax.jacfwd if operator.endswith("tall") else jax.jacrev
-            return jax.jit(transform(lambda x, A: jax.numpy.sin(A @ x)))
-        return None
-
-    def native(self, operator, f, x, t, A):
-        g = self._compiled(operator, f)
-        if g is None:
-            return None
-        args = (
-            (x, A)
-            if operator.startswith("jacobian")
-            else (x, t)
-            if operator in ("hvp", "pushforward", "pullback")
-            else (x,)
-        )
-        return lambda: self.jax.block_until_ready(g(*args))
-
-    def native_first(self, operator, f, x, t, A):
-        def first():
-            self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
-
-        return first
-
-
-class _Torch(Engine):
-    inputs = "torch float64"
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-
-    def array(self, a):
-        return self.torch.from_numpy(np.ascontiguousarray(a))
-
-    def native(self, operator, f, x, t, A):
-        torch = self.torch
-        import torch.autograd.forward_ad as fwAD
-
-        def leaf():
-            return x.detach().requires_grad_()
-
-        if operator == "gradient":
-
-            def grad():
-                xt = leaf()
-                return torch.autograd.grad(f(xt), xt)[0]
-
-            return grad
-        if operator == "hvp":
-
-            def hvp():
-                xt = leaf()
-                (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
-                return torch.autograd.grad(g, xt, t)[0]
-
-            return hvp
-        if operator == "hessian":
-            return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
-        if operator == "pushforward":
-
-            def jvp():
-                with fwAD.dual_level():
-                    return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
-
-            return jvp
-        if operator == "pullback":
-
-            def vjp():
-                xt = leaf()
-                return torch.autograd.grad(f(xt), xt, t)[0]
-
-            return vjp
-        if operator in ("jacobian tall", "jacobian wide"):
-            strategy = "forward-mode" if operator.endswith("tall") else "reverse-mode"
-            return lambda: torch.autograd.functional.jacobian(
-                lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy
-            )
-        return None
-
-
-class _Autograd(Engine):
-    def __init__(self) -> None:
-        import autograd
-
-        import diffinterface.backends.autograd  # noqa: F401 - the array API namespace on autograd's boxes
-
-        self.ag = autograd
-
-    def native(self, operator, f, x, t, A):
-        ag = self.ag
-        from autograd.numpy import sin
-
-        if operator == "gradient":
-            g = ag.grad(f)
-            return lambda: g(x)
-        if operator == "hvp":
-            g = ag.grad(f)
-            return lambda: ag.make_jvp(g)(x)(t)[1]
-        if operator == "hessian":
-            h = ag.hessian(f)
-            return lambda: h(x)
-        if operator == "pushforward":
-            return lambda: ag.make_jvp(f)(x)(t)[1]
-        if operator == "pullback":
-            return lambda: ag.make_vjp(f)(x)[0](t)
-        if operator == "jacobian tall":  # autograd.jacobian is reverse only: one jvp per column
-            eye = np.eye(x.size)
-
-            def columns():
-                push = ag.make_jvp(lambda z: sin(A @ z))(x)
-                return np.stack([push(e)[1] for e in eye], axis=1)
-
-            return columns
-        if operator == "jacobian wide":
-            j = ag.jacobian(lambda z: sin(A @ z))
-            return lambda: j(x)
-        return None
-
-
 def engine(name: str) -> Engine:
-    return {"finitediff": _FiniteDiff, "jax": _JAX, "torch": _Torch, "autograd": _Autograd}[name]()
+    """The bench record of the backend named ``name`` (its module imported here)."""
+    path = _benchable()[name].bench or ""
+    module, _, cls = path.partition(":")
+    return getattr(importlib.import_module(module), cls)()
 
 
 # -- the overhead table --------------------------------------------------------------------------
@@ -430,8 +309,6 @@ SIZES = {
         "jacobian wide": (10, 1_000, 100_000),
     },
 }
-# finite differences cost an evaluation of f per coordinate: the sizes where that stays reasonable
-_FD_LIMIT = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
 
 
 def budget(size: int) -> float:
@@ -477,17 +354,12 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
 
 
 def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable) -> list[dict]:
-    plan = [
-        (name, op, n)
-        for name in engines
-        for op in OPERATORS
-        for n in sizes[op]
-        if name != "finitediff" or (op in _FD_LIMIT and n <= _FD_LIMIT[op])
-    ]
+    records = {name: engine(name) for name in engines}
+    plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op] if records[name].allows(op, n)]
     rows = []
     for i, (name, operator, size) in enumerate(plan):
         progress(i, len(plan), f"overhead {name} {operator} {size}")
-        eng = engine(name)
+        eng = records[name]
         case = _case(name, eng, operator, size)
         if case is None:
             continue
@@ -527,12 +399,13 @@ def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: C
     from . import gradient, prepare_gradient
 
     rows = []
-    plan = [(name, n) for name in engines for n in sizes if name != "finitediff" or n <= _FD_LIMIT["gradient"]]
+    records = {name: engine(name) for name in engines}
+    plan = [(name, n) for name in engines for n in sizes if records[name].allows("gradient", n)]
     for i, (name, n) in enumerate(plan):
         progress(i, len(plan), f"cheap gradient {name} {n}")
-        eng, backend = engine(name), config(name)
+        eng, backend = records[name], config(name)
         x = eng.array(np.random.default_rng(n).normal(size=n))
-        f = getattr(eng, "jax").jit(sum_sin2) if name == "jax" else sum_sin2  # noqa: B009 - the JAX engine's only
+        f = eng.compiled(sum_sin2)
         prep = prepare_gradient(backend, sum_sin2, x)
         r = ratio(lambda: eng.ready(gradient(backend, sum_sin2, x, prep=prep)), lambda: eng.ready(f(x)), timing)
         rows.append(
@@ -557,7 +430,7 @@ def mode_choice(engines: list[str], sizes: tuple, timing: Timing, progress: Call
     from . import jacobian, prepare_jacobian
 
     rows = []
-    plan = [(name, kind, n) for name in engines if name != "finitediff" for kind in ("tall", "wide") for n in sizes]
+    plan = [(name, kind, n) for name in engines if has_modes(name) for kind in ("tall", "wide") for n in sizes]
     for i, (name, kind, n) in enumerate(plan):
         progress(i, len(plan), f"mode choice {name} {kind} {n}")
         eng = engine(name)
@@ -608,7 +481,7 @@ def finite_differences(progress: Callable) -> list[dict]:
     (its three real methods) against ``scipy.optimize.approx_derivative`` and ``numdifftools``."""
     from . import AutoFiniteDiff, gradient, jacobian
 
-    approx_derivative = _approx_derivative()
+    approx = approx_derivative()
 
     n = 20
     x = np.linspace(0.3, 1.7, n)
@@ -638,9 +511,7 @@ def finite_differences(progress: Callable) -> list[dict]:
             op = gradient if scalar else jacobian
             methods.append((f"AutoFiniteDiff(method={method!r})", lambda g, b=backend, op=op: op(b, g, x)))
         for method in ("2-point", "3-point", "cs"):
-            methods.append(
-                (f"scipy approx_derivative({method!r})", lambda g, m=method: approx_derivative(g, x, method=m))
-            )
+            methods.append((f"scipy approx_derivative({method!r})", lambda g, m=method: approx(g, x, method=m)))
         if nd is not None:
             for method in ("central", "complex"):
                 cls = nd.Gradient if scalar else nd.Jacobian
@@ -719,7 +590,7 @@ def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callabl
             ("writes a captured buffer", writes_buffer, without_buffer),
         ]:
             for operator in ("gradient", "pushforward"):
-                if name == "finitediff" and operator == "gradient" and n > _FD_LIMIT["gradient"]:
+                if not eng.allows(operator, n):
                     continue
                 if operator == "gradient":
                     pd, pc = prepare_gradient(duplicated, f_dup, x), prepare_gradient(const, f_const, x)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import is_array
+from ._arrays import is_array, stateful_object
 
 # Library namespaces whose functions are left as they are: the standard library, the engines, their
 # array libraries and the scientific stack. Extended, or overridden for a sub-namespace, with
@@ -317,7 +317,7 @@ class _Walker:
             build = self._method(obj, where)
         elif callable(obj) and hasattr(obj, "__dict__") and _is_user_module(type(obj).__module__):
             build = self._object(obj, where)
-        elif callable(obj) and _is_torch_module(obj):
+        elif callable(obj) and stateful_object(obj) is not None:  # torch's nn.Module (its ArrayFamily record)
             build = self._object(obj, where)
         else:
             build = None
@@ -448,8 +448,10 @@ class _Walker:
     def _object(self, obj: Any, where: str) -> Any:
         self.writable = self.structural = True  # its methods may set attributes: not scanned, so duplicated
         attrs = {}
+        record = stateful_object(obj)
+        children = record.children if record is not None else None
         for name, value in vars(obj).items():
-            if name == "_modules" and _is_torch_module(obj):  # submodules: their parameters and buffers
+            if name == children and isinstance(value, dict):  # submodules: their parameters and buffers
                 part = self._submodules(value, type(obj).__name__)
             else:
                 part = self._part(
@@ -488,11 +490,6 @@ class _Walker:
             return new
 
         return build
-
-
-def _is_torch_module(obj: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 class StatePlan:

@@ -14,7 +14,8 @@ Register the config with :func:`register_backend` (or a ``diffinterface.backends
 that ``python -m diffinterface check`` finds it without an import), and check it on the whole
 catalogue with ``diffinterface.testing.test_differentiation``. An engine with its own array type
 also describes it once with :class:`ArrayFamily` and :func:`register_family`, and makes custom
-rules (``diffinterface.rules``) work inside it with :func:`register_rules`. The worked example is
+rules (``diffinterface.rules``) work inside it with :func:`register_rules`, and names a
+:class:`BenchEngine` (its own best calls) in ``bench`` for ``python -m diffinterface bench``. The worked example is
 ``tests/test_extend.py``; the documented contract is ``diffinterface/_adapter.py``'s docstring.
 
 What an adapter method receives: ``target`` (the function as adapters call it: ``target.call`` is
@@ -30,6 +31,7 @@ from ._adapter import Adapter, Info, basis, contract_all, ones, stack_jacobian
 from ._arrays import ArrayFamily, families, family, register_family, to_family
 from ._backends import ENTRY_POINTS, register_backend, registered_backends
 from ._backends import AbstractBackend as BackendConfig
+from ._bench import Engine as BenchEngine
 from ._closure import declare_modules
 from .rules import register_rules
 
@@ -46,6 +48,7 @@ __all__ = [
     "register_family",
     "to_family",
     "BackendConfig",
+    "BenchEngine",
     "ENTRY_POINTS",
     "register_backend",
     "registered_backends",

@@ -30,6 +30,7 @@ class AutoCentral(extend.BackendConfig):
     name: ClassVar[str] = "central-example"
     engine: ClassVar[str | None] = None  # numpy only
     adapter: ClassVar[str] = f"{__name__}:CentralAdapter"
+    bench: ClassVar[str | None] = f"{__name__}:CentralBench"  # what the benchmarks compare it with
 
     def tolerance(self, dtype: Any, second_order: bool) -> float:
         single = np.dtype(dtype) == np.float32
@@ -53,6 +54,18 @@ class CentralAdapter(extend.Adapter):
         return self.evaluate(target, x, contexts), tuple(out)
 
 
+class CentralBench(extend.BenchEngine):
+    """The backend's bench record: a central difference along ``t`` written by hand."""
+
+    limits = {"pushforward": 1_000}
+
+    def native(self, operator, f, x, t, A):
+        if operator != "pushforward":
+            return None
+        h = float(np.finfo(x.dtype).eps) ** (1 / 3) * max(1.0, float(np.max(np.abs(x))))
+        return lambda: (f(x + h * t) - f(x - h * t)) / (2 * h)
+
+
 extend.register_backend(AutoCentral)
 SCENARIOS = default_scenarios()
 
@@ -70,6 +83,26 @@ def test_an_outside_backend_is_a_backend_like_the_others():
     h = di.hessian(di.SecondOrder(di.AutoFiniteDiff(), AutoCentral()), lambda z: np.sum(z**3), x)
     assert np.allclose(h, np.diag(6 * x), atol=1e-4)
     assert repr(AutoCentral()) == "AutoCentral()"
+
+
+def test_an_outside_backend_is_benchmarked_through_its_bench_record(tmp_path):
+    from diffinterface import _bench
+
+    assert "central-example" in _bench.installed_engines()
+    done = _bench.run(
+        ["central-example"],
+        full=True,
+        out=str(tmp_path),
+        tables=["overhead"],
+        plots=False,
+        timing=_bench.Timing(rounds=1, seconds=0.001, warmup=0.0, prep_repeat=1),
+    )
+    rows = done["results"]["overhead"]
+    assert [(r["backend"], r["operator"], r["size"]) for r in rows] == [
+        ("AutoCentral()", "pushforward", 10),
+        ("AutoCentral()", "pushforward", 1_000),
+    ]
+    assert all(0 < r["prepared_ratio"] < 100 for r in rows)
 
 
 def test_a_wrong_adapter_path_and_a_taken_name_are_errors_that_say_so():
@@ -179,3 +212,72 @@ def test_an_outside_engine_registers_rules_through_the_extension_surface():
     assert cube(Tagged(2.0)).value == 8.0 + 12.0 and CALLS == ["cube"]
     with pytest.raises(ValueError, match="expected 'module.Type'"):
         extend.register_rules("Tagged", __name__)
+
+
+def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_path, monkeypatch):
+    """``ArrayFamily(module_type=..., children=...)``: a library's stateful callable (torch's
+    ``nn.Module`` is declared this way) gets its attributes and children duplicated per call, though
+    its class lives in a library namespace the walker does not enter."""
+    (tmp_path / "layerlib.py").write_text(
+        textwrap.dedent("""
+        import numpy as np
+
+        class Array:  # the library's array type (never met here)
+            pass
+
+        class Layer:
+            def __init__(self, scale, child=None):
+                self.scale, self.cache = scale, np.zeros(1)
+                self._children = {"inner": child} if child is not None else {}
+
+            def __call__(self, x):
+                self.cache[0] = self.scale  # a write into the layer's own buffer
+                self.cache[0] += x[0]
+                out = self.cache[0] ** 2
+                for child in self._children.values():
+                    out = out + child(x)
+                return out
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import layerlib
+
+    from diffinterface import _arrays, _closure
+
+    di.declare_modules("layerlib", walk=False)  # a library: its functions and objects are not entered
+    try:
+        inner = layerlib.Layer(2.0)
+        model = layerlib.Layer(1.0, inner)
+
+        def f(x):
+            return model(x)
+
+        x = np.array([0.5])
+        expected = 2 * (1.0 + 0.5) + 2 * (2.0 + 0.5)  # d/dx (1 + x)^2 + (2 + x)^2
+
+        di.gradient(di.AutoFiniteDiff(), f, x)  # not declared: the layer's caches are written
+        assert model.cache[0] != 0.0 and inner.cache[0] != 0.0
+        model.cache[0] = inner.cache[0] = 0.0
+
+        extend.register_family(
+            extend.ArrayFamily(
+                "layerlib",
+                "layerlib.Array",
+                np.asarray,
+                lambda a, like=None: a,
+                module_type="layerlib.Layer",
+                children="_children",
+            )
+        )
+        backends = [di.AutoFiniteDiff(), *(b for b in (di.AutoJAX(), di.AutoAutograd()) if di.check_available(b))]
+        for backend in backends:
+            grad = di.gradient(backend, f, x)
+            assert np.allclose(np.asarray(grad), [expected], rtol=1e-6), backend
+            assert model.cache[0] == 0.0 and inner.cache[0] == 0.0, backend  # the user's layers untouched
+    finally:
+        _arrays._FAMILIES.pop("layerlib", None)
+        _arrays._FAMILY_OF_TYPE.clear()
+        _closure._declared.pop("layerlib", None)
+        _closure._walk_cache.clear()
+    with pytest.raises(ValueError, match="module_type='Layer'"):
+        extend.ArrayFamily("bad", "layerlib.Array", np.asarray, np.asarray, module_type="Layer")
