@@ -115,7 +115,7 @@ class _Namespace:
         return anp._astype(unwrap(x), dtype)
 
     @staticmethod
-    def reshape(x: Any, shape: tuple, copy: Any = None) -> Any:
+    def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
         return anp.reshape(unwrap(x), shape)
 
     @staticmethod
@@ -126,7 +126,7 @@ class _Namespace:
         return "<the array API over autograd.numpy (diffinterface)>"
 
 
-namespace = _Namespace()
+namespace: _Namespace = _Namespace()
 
 
 class WritableArray(_Writable):
@@ -164,11 +164,11 @@ class _Function:
 
     __slots__ = ("target", "simple")
 
-    def __init__(self, target: Any, contexts: tuple) -> None:
+    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.simple = not contexts and target.plain
 
-    def __call__(self, x: Any, contexts: tuple) -> Any:
+    def __call__(self, x: Any, contexts: tuple[Any, ...]) -> Any:
         if self.simple:
             return _output(unwrap(self.target.f(x)), x, self.target)
         target = self.target
@@ -203,7 +203,7 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     return y
 
 
-def _chain(error: BaseException) -> tuple:
+def _chain(error: BaseException) -> tuple[Any, ...]:
     """``error`` and the errors it was raised from (explicit causes only: what was being handled
     when it was raised depends on the caller)."""
     out, seen = [], set()
@@ -299,7 +299,7 @@ class _Traces:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._depth = 0
-        self._saved: dict = {}
+        self._saved: dict[Any, Any] = {}
 
     def __enter__(self) -> None:
         self._lock.acquire()
@@ -339,7 +339,7 @@ class _Prepared:
     def __init__(self) -> None:
         self.plain: Any = None
         self.value: Any = None
-        self.reverse_inner = False
+        self.reverse_inner: bool = False
 
 
 def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, target: Any) -> None:
@@ -352,21 +352,21 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     like = _numpy(x_user, None)
     dtype = like.dtype
     whole = through_jacobian(operator, forward)
-    x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator == "hessian" else None
-    y_basis = basis(like, y_shape, dtype) if whole and not forward else None
+    x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator == "hessian" else ()
+    y_basis = basis(like, y_shape, dtype) if whole and not forward else ()
     one = np.ones((), dtype=dtype)
 
-    def jvp(x, t, contexts):
+    def jvp(x: Any, t: Any, contexts: Any) -> Any:
         return make_jvp(lambda z: fn(z, contexts), x)(t)
 
-    def vjp(x, contexts):
+    def vjp(x: Any, contexts: Any) -> Any:
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
 
-    def cast(v):
+    def cast(v: Any) -> Any:
         v = np.asarray(v)
         return v if v.dtype == dtype else v.astype(dtype)
 
-    def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
+    def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
         if forward:
             cols = [jvp(x, e, contexts) for e in x_basis]
             y = cols[0][0]
@@ -376,8 +376,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0)
         return y, cast(flat.reshape(y_shape + x_shape))
 
-    def gradient_of(contexts, record=None):
-        def grad(z):
+    def gradient_of(contexts: Any, record: Any = None) -> Any:
+        def grad(z: Any) -> Any:
             pull, y = make_vjp(lambda w: fn(w, contexts), z)
             if record is not None:
                 record.append(getval(y))
@@ -387,40 +387,40 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
 
     if operator == "pushforward" and forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             results = [jvp(x, t, contexts) for t in ts]
             return results[0][0], tuple(cast(r[1]) for r in results)
     elif operator == "pullback" and not forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             pull, y = vjp(x, contexts)
             return y, tuple(cast(pull(t)) for t in ts)
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, jac = jacobian(x, contexts)
             return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator == "pushforward"))
     elif operator == "derivative" and forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, der = jvp(x, one, contexts)
             return y, cast(der)
     elif operator == "gradient" and not forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             pull, y = vjp(x, contexts)
             return y, cast(pull(vspace(y).ones()))
     elif operator in ("derivative", "gradient", "jacobian"):
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # forward over forward; reverse over reverse without JVPs
         rows = basis(like, y_shape, dtype)
 
-        def forward_body(x, contexts):
-            record = []
+        def forward_body(x: Any, contexts: Any) -> Any:
+            record: list[Any] = []
 
-            def der(z):
+            def der(z: Any) -> Any:
                 y, d = make_jvp(lambda w: fn(w, contexts), z)(vspace(z).ones())
                 record.append(getval(y))
                 return d
@@ -428,10 +428,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             d, d2 = make_jvp(der, x)(one)
             return (record[0], cast(d)), cast(d2)
 
-        def reverse_body(x, contexts):  # 2 f(x).size backward passes
-            record = []
+        def reverse_body(x: Any, contexts: Any) -> Any:  # 2 f(x).size backward passes
+            record: list[Any] = []
 
-            def der(z):
+            def der(z: Any) -> Any:
                 pull, y = make_vjp(lambda w: fn(w, contexts), z)
                 record.append(getval(y))
                 return anp.reshape(anp.stack([pull(e) for e in rows]), y_shape)
@@ -439,7 +439,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             pull, d = make_vjp(der, x)
             return (record[0], cast(d)), cast(np.reshape(np.stack([pull(e) for e in rows]), y_shape))
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             if not data.reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -448,8 +448,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             return reverse_body(x, contexts)
     elif operator == "hvp":
 
-        def body(x, ts, contexts):
-            record = []
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
+            record: list[Any] = []
             grad = gradient_of(contexts, record)
             if len(ts) == 1 and not data.reverse_inner:
                 try:  # forward over reverse
@@ -462,8 +462,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
     elif operator == "hessian":  # reverse over reverse
 
-        def body(x, ts, contexts):
-            record = []
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
+            record: list[Any] = []
             pull, g = make_vjp(gradient_of(contexts, record), x)
             hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0)
             return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
@@ -473,14 +473,14 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
     convert = family(x_user) != NUMPY
 
-    def inputs(x, ts):
+    def inputs(x: Any, ts: Any) -> Any:
         if convert or type(x) is not np.ndarray:
             x = _numpy(x, dtype)
         if ts and (convert or any(type(t) is not np.ndarray or t.dtype != dtype for t in ts)):
             ts = tuple(_numpy(t, dtype) for t in ts)
         return x, ts
 
-    def traced(x, ts, contexts):
+    def traced(x: Any, ts: Any, contexts: Any) -> Any:
         try:
             return body(x, ts, contexts)
         except (TypeError, ValueError) as error:
@@ -497,12 +497,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
                 f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
             ) from error
 
-    def plain(x, ts, contexts):
+    def plain(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             return traced(x, ts, contexts)[1]
 
-    def value(x, ts, contexts):
+    def value(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             first, result = traced(x, ts, contexts)
@@ -525,7 +525,7 @@ class Adapter(_Base):
         """A box: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, Box)
 
-    def output_info(self, target, x, contexts, oneshot):
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
         fn = _Function(target, contexts)
         try:
@@ -548,11 +548,11 @@ class Adapter(_Base):
             )
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator, target, x, tangents, contexts, info) -> _Prepared:
+    def prepare(self, operator: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
         fn = _Function(target, contexts)
         forward = self.forward(operator, info)
 
-        def build(fwd: bool) -> tuple:
+        def build(fwd: bool) -> tuple[Any, ...]:
             data = _Prepared()
             _build(operator, fn, fwd, info, x, data, target)
             return data.plain, data.value
@@ -570,7 +570,7 @@ class Adapter(_Base):
 class Bench(BenchEngine):
     """autograd's ``grad``, ``hessian``, ``jacobian`` (reverse) and ``make_jvp``/``make_vjp``."""
 
-    def native(self, operator, f, x, t, A):
+    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         import autograd as ag
 
         if operator == "gradient":
@@ -589,7 +589,7 @@ class Bench(BenchEngine):
         if operator == "jacobian tall":  # autograd.jacobian is reverse only: one jvp per column
             eye = np.eye(x.size)
 
-            def columns():
+            def columns() -> Any:
                 push = ag.make_jvp(lambda z: anp.sin(A @ z))(x)
                 return np.stack([push(e)[1] for e in eye], axis=1)
 

@@ -25,17 +25,17 @@ class _Holder:
 
     __slots__ = ("active", "tape")
 
-    def __init__(self, active: tuple) -> None:
+    def __init__(self, active: tuple[Any, ...]) -> None:
         self.active, self.tape = active, None
 
 
-def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
+def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
     prim = rule.native(("autograd", tuple(sorted(kwargs.items()))), lambda: _register(rule, kwargs))
     active = tuple(isinstance(a, Box) and isinstance(a._node, VJPNode) for a in args)
     return prim(_Holder(active), *args)
 
 
-def _register(rule: Rule, kwargs: dict) -> Any:
+def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
     def impl(holder: _Holder, *args: Any) -> Any:
         if any(holder.active) and rule.has_reverse:
             y, holder.tape = rule.augmented_primal(*annotate(args, holder.active, Active), **kwargs)
@@ -45,10 +45,10 @@ def _register(rule: Rule, kwargs: dict) -> Any:
     impl.__name__ = rule.__name__
     prim = primitive(impl)
 
-    def vjpmaker(argnums, ans, args, kw):
+    def vjpmaker(argnums: Any, ans: Any, args: Any, kw: Any) -> Any:
         holder, values = args[0], args[1:]
 
-        def vjp(g):
+        def vjp(g: Any) -> Any:
             if not rule.has_reverse:
                 raise rule.missing("reverse", "under autograd")
             active = holder.active
@@ -57,7 +57,7 @@ def _register(rule: Rule, kwargs: dict) -> Any:
 
         return vjp
 
-    def jvpmaker(argnums, gs, ans, args, kw):
+    def jvpmaker(argnums: Any, gs: Any, ans: Any, args: Any, kw: Any) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under autograd")
         values = args[1:]

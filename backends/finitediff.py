@@ -134,11 +134,12 @@ class Adapter(_Base):
 
     def __init__(self, backend: Any) -> None:
         super().__init__(backend)
-        self.method, self.rel_step = backend.method, backend.rel_step
+        self.method: str = backend.method
+        self.rel_step: float | None = backend.rel_step
 
     # -- evaluations ---------------------------------------------------------------------------
 
-    def _evaluator(self, target: Any, contexts: tuple, x: Any, complex_step: bool = False):
+    def _evaluator(self, target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
         """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
         xp = array_namespace(x)
         dtype, dev = x.dtype, device(x)
@@ -171,7 +172,7 @@ class Adapter(_Base):
 
         return evaluate
 
-    def evaluate(self, target, x, contexts):
+    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
         return self._evaluator(target, contexts, x)(private_copy(x))
 
     def _exponent(self, order: str) -> float:
@@ -179,7 +180,7 @@ class Adapter(_Base):
 
     # -- first order -----------------------------------------------------------------------------
 
-    def _jacobian(self, data: Any, target: Any, x: Any, contexts: tuple, want_value: bool) -> tuple:
+    def _jacobian(self, data: Any, target: Any, x: Any, contexts: tuple[Any, ...], want_value: bool) -> tuple[Any, ...]:
         """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
         method = self.method
         p = _Points(x, self._exponent("first"), self.rel_step)
@@ -220,13 +221,13 @@ class Adapter(_Base):
         jac = xp.reshape(xp.stack([xp.reshape(c, (-1,)) for c in cols], axis=1), y_shape + x_shape)
         return y0, jac
 
-    def prepare_jacobian(self, target, x, contexts, info):
+    def prepare_jacobian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         return info
 
-    def value_and_jacobian(self, data, target, x, contexts):
+    def value_and_jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self._jacobian(data, target, x, contexts, True)
 
-    def jacobian(self, data, target, x, contexts):
+    def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self._jacobian(data, target, x, contexts, False)[1]
 
     # gradient and derivative are Jacobians of shape x.shape and f(x).shape: same code, same counts.
@@ -234,7 +235,7 @@ class Adapter(_Base):
     value_and_gradient = value_and_derivative = value_and_jacobian
     gradient = derivative = jacobian
 
-    def _pushforward(self, data, target, x, tangents, contexts, want_value):
+    def _pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any, want_value: Any) -> Any:
         xp = array_namespace(x)
         abs_h = _abs_steps(x, self._exponent("first"), self.rel_step)
         y0 = data.take_value()
@@ -262,26 +263,26 @@ class Adapter(_Base):
                 results.append((y0 - ev(x - k * t)) / k)
         return y0, tuple(results)
 
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
+    def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         return info
 
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
+    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, True)
 
-    def pushforward(self, data, target, x, tangents, contexts):
+    def pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, False)[1]
 
     # -- second order: central second differences ------------------------------------------------
 
-    def prepare_second_derivative(self, target, x, contexts, info):
+    def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         return info
 
     prepare_hessian = prepare_second_derivative
 
-    def prepare_hvp(self, target, x, tangents, contexts, info):
+    def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         return info
 
-    def _hessian(self, data, target, x, contexts, y0):
+    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         ev = self._evaluator(target, contexts, x)
@@ -305,7 +306,7 @@ class Adapter(_Base):
             return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
-    def _hvp(self, data, target, x, tangents, contexts):
+    def _hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h, flat = p.xp, p.n, p.h, p.flat
         ev = self._evaluator(target, contexts, x)
@@ -329,36 +330,36 @@ class Adapter(_Base):
             results.append(xp.reshape(xp.stack(out), p.shape))
         return tuple(results)
 
-    def _value(self, data, target, x, contexts):
+    def _value(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y0 = data.take_value()
         return self.evaluate(target, x, contexts) if y0 is None else y0
 
-    def hessian(self, data, target, x, contexts):
+    def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self._hessian(data, target, x, contexts, self._value(data, target, x, contexts))
 
-    def value_gradient_and_hessian(self, data, target, x, contexts):
+    def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y0 = self._value(data, target, x, contexts)
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return y0, grad, self._hessian(data, target, x, contexts, y0)
 
-    def hvp(self, data, target, x, tangents, contexts):
+    def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+    def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
 
-    def _second_derivative(self, x, y0, ev):
+    def _second_derivative(self, x: Any, y0: Any, ev: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
         step = xp.reshape(p.divisor("central"), ()) / 2
         return (ev(xp.reshape(p.plus, ())) - 2 * y0 + ev(xp.reshape(p.minus, ()))) / (step * step)
 
-    def second_derivative(self, data, target, x, contexts):
+    def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         ev = self._evaluator(target, contexts, x)
         return self._second_derivative(x, self._value(data, target, x, contexts), ev)
 
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+    def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y0 = self._value(data, target, x, contexts)
         der = self._jacobian(data, target, x, contexts, False)[1]
         return y0, der, self._second_derivative(x, y0, self._evaluator(target, contexts, x))
@@ -373,7 +374,7 @@ class Bench(BenchEngine):
     # an evaluation of f per coordinate: the sizes where that stays reasonable
     limits = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
 
-    def native(self, operator, f, x, t, A):
+    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         approx_derivative = _approx_derivative()
 
         if operator in ("gradient", "jacobian tall", "jacobian wide"):
@@ -381,7 +382,7 @@ class Bench(BenchEngine):
         if operator == "pushforward":  # central difference along t, with the step AutoFiniteDiff takes
             r = np.finfo(x.dtype).eps ** (1 / 3)
 
-            def central():
+            def central() -> Any:
                 h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
                 return (f(x + h * t) - f(x - h * t)) / (2 * h)
 

@@ -99,7 +99,7 @@ class _Static:
 
     __slots__ = ("treedef", "leaves", "_hash")
 
-    def __init__(self, treedef: Any, leaves: tuple) -> None:
+    def __init__(self, treedef: Any, leaves: tuple[Any, ...]) -> None:
         self.treedef, self.leaves = treedef, leaves
         try:
             self._hash = hash((treedef, leaves))
@@ -128,7 +128,7 @@ class _Function:
 
     __slots__ = ("target", "kinds", "simple", "common", "flat")
 
-    def __init__(self, target: Any, contexts: tuple) -> None:
+    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.stateless
@@ -140,14 +140,14 @@ class _Function:
                 self.common = _Static(treedef, (_DYNAMIC,) * len(flat))
                 self.flat = not contexts and target.has_state and len(flat) == len(target.plan.read())
 
-    def _flatten(self, contexts: tuple) -> tuple:
+    def _flatten(self, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         state = self.target.plan.read() if self.target.has_state else []
         flat, treedef = jax.tree_util.tree_flatten(([c.value for c in contexts], state))
         # a torch tensor is an argument too, as numpy (no copy on the CPU): as a static argument it
         # would be baked into the compiled program, and an update by the user would not be seen
         return [np.asarray(to_family(v, NUMPY)) if family(v) == TORCH else v for v in flat], treedef
 
-    def arguments(self, contexts: tuple) -> tuple:
+    def arguments(self, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         """``(dyn, static)``: the current values of the contexts and of the captured state, split;
         ``static`` is None when it is ``common``."""
         if self.flat:  # the common case, on the prepared path: the leaves as they are (a few us less)
@@ -180,11 +180,11 @@ def _output(y: Any, target: Any) -> Any:
     return jnp.asarray(y)
 
 
-def _split(results: Any, count: int) -> tuple:
+def _split(results: Any, count: int) -> tuple[Any, ...]:
     return tuple(results[i] for i in range(count))
 
 
-def _jvps(f: Any, x: Any, ts: tuple) -> tuple:
+def _jvps(f: Any, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
     if len(ts) == 1:
         y, out = jax.jvp(f, (x,), (ts[0],))
@@ -198,14 +198,14 @@ def _with_value(transform: Any, f: Any) -> Any:
     return transform(lambda z: (f(z), f(z)), has_aux=True)
 
 
-def _builders(forward: bool) -> dict:
+def _builders(forward: bool) -> dict[Any, Any]:
     """For each operator: ``(f, x, tangents, value) -> results``, traced inside the compiled function.
 
     With ``value`` the value form (a tuple, the value first); without, the plain result only, so the
     compiled program computes nothing it does not return.
     """
 
-    def pushforward(f, x, ts, value):
+    def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
             out = contract_all(jac, ts, x, True)
@@ -213,7 +213,7 @@ def _builders(forward: bool) -> dict:
             y, out = _jvps(f, x, ts)
         return (y, out) if value else out
 
-    def pullback(f, x, ts, value):
+    def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
             out = contract_all(jac, ts, x, False)
@@ -225,34 +225,34 @@ def _builders(forward: bool) -> dict:
                 out = _split(jax.vmap(lambda t: vjp(t)[0])(jnp.stack(ts)), len(ts))
         return (y, out) if value else out
 
-    def derivative(f, x, _, value):
+    def derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
         if forward:
             y, der = jax.jvp(f, (x,), (jnp.ones_like(x),))
         else:
             der, y = _with_value(jax.jacrev, f)(x)
         return (y, der) if value else der
 
-    def gradient(f, x, _, value):
+    def gradient(f: Any, x: Any, _: Any, value: Any) -> Any:
         if forward:
             return _with_value(jax.jacfwd, f)(x)[::-1] if value else jax.jacfwd(f)(x)
         return jax.value_and_grad(f)(x) if value else jax.grad(f)(x)
 
-    def jacobian(f, x, _, value):
+    def jacobian(f: Any, x: Any, _: Any, value: Any) -> Any:
         transform = jax.jacfwd if forward else jax.jacrev
         return _with_value(transform, f)(x)[::-1] if value else transform(f)(x)
 
-    def second_derivative(f, x, _, value):
-        def first(z):
+    def second_derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
+        def first(z: Any) -> Any:
             return jax.jvp(f, (z,), (jnp.ones_like(z),))
 
         (y, der), (_, der2) = jax.jvp(first, (x,), (jnp.ones_like(x),))
         return (y, der, der2) if value else der2
 
-    def hvp(f, x, ts, value):
+    def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
         g, out = _jvps(jax.grad(f), x, ts)
         return (g, out) if value else out
 
-    def hessian(f, x, _, value):
+    def hessian(f: Any, x: Any, _: Any, value: Any) -> Any:
         if not value:
             return jax.jacfwd(jax.grad(f))(x)
         hess, (y, g) = jax.jacfwd(lambda z: (jax.grad(f)(z), jax.value_and_grad(f)(z)), has_aux=True)(x)
@@ -303,7 +303,7 @@ class _Prepared:
             if not value:
                 return lambda x, tangents, contexts: (compiled(x, tangents[0]),)
 
-            def run_value(x, tangents, contexts):
+            def run_value(x: Any, tangents: Any, contexts: Any) -> Any:
                 y, out = compiled(x, tangents[0])
                 return y, (out,)
 
@@ -315,22 +315,22 @@ class _Prepared:
         ``common`` static structure (held in its closure) and one taking the static part as argument."""
         function, bare = self.function, self.bare
 
-        def call(f, x, ts):
+        def call(f: Any, x: Any, ts: Any) -> Any:
             if not bare:
                 return body(f, x, ts, value)
             results = body(f, x, (ts,), value)  # ts is the one tangent, bare
             return (results[0], results[1][0]) if value else results[0]
 
-        def simple_tangents(x, ts):
+        def simple_tangents(x: Any, ts: Any) -> Any:
             return call(function.pure, x, ts)
 
-        def simple(x):
+        def simple(x: Any) -> Any:
             return body(function.pure, x, (), value)
 
-        def with_tangents(x, ts, dyn, static):
+        def with_tangents(x: Any, ts: Any, dyn: Any, static: Any) -> Any:
             return call(lambda z: function.pure(z, dyn, static), x, ts)
 
-        def without_tangents(x, dyn, static):
+        def without_tangents(x: Any, dyn: Any, static: Any) -> Any:
             return body(lambda z: function.pure(z, dyn, static), x, (), value)
 
         if function.simple:
@@ -339,10 +339,10 @@ class _Prepared:
         run = with_tangents if self.tangents else without_tangents
         common = function.common
 
-        def common_tangents(x, ts, dyn):
+        def common_tangents(x: Any, ts: Any, dyn: Any) -> Any:
             return run(x, ts, dyn, common)
 
-        def common_plain(x, dyn):
+        def common_plain(x: Any, dyn: Any) -> Any:
             return run(x, dyn, common)
 
         run_common = common_tangents if self.tangents else common_plain
@@ -350,23 +350,39 @@ class _Prepared:
             return run_common, run
         return jax.jit(run_common), jax.jit(run, static_argnums=3 if self.tangents else 2)
 
-    def run(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
+    def run(
+        self,
+        compiled: Any,
+        value: bool,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        ahead: bool = False,
+    ) -> Any:
         if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
             with enable_x64(True):
                 return self._invoke(compiled, value, x, tangents, contexts, ahead)
         return self._invoke(compiled, value, x, tangents, contexts, ahead)
 
-    def compile_ahead(self, x: Any, tangents: tuple, contexts: tuple) -> None:
+    def compile_ahead(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> None:
         """Lower and compile both forms for these arguments now (``jit(...).lower(...).compile()``),
         so that preparation pays the compile and the first prepared call does not. JAX caches the
         trace and the executable by the arguments' shapes and dtypes, which the prepared calls share."""
         for compiled, value in ((self.plain_form, False), (self.value_form, True)):
             self.run(compiled, value, x, tangents, contexts, ahead=True)
 
-    def _invoke(self, compiled: Any, value: bool, x: Any, tangents: tuple, contexts: tuple, ahead: bool = False) -> Any:
+    def _invoke(
+        self,
+        compiled: Any,
+        value: bool,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        ahead: bool = False,
+    ) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context
             x, tangents = to_family(x, "jax"), tuple(to_family(t, "jax") for t in tangents)
-        args: tuple = (x,)
+        args: tuple[Any, ...] = (x,)
         if self.tangents:
             args += (tangents[0] if self.bare else tangents,)
         if not self.function.simple:
@@ -389,7 +405,7 @@ def _preferring(mode: str, body: Any) -> Any:
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
     from diffinterface.rules import prefer
 
-    def traced(f, x, ts, value):
+    def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)
 
@@ -410,11 +426,11 @@ class Adapter(_Base):
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, jax.core.Tracer)
 
-    def output_info(self, target, x, contexts, oneshot):
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         function = _Function(target, contexts)
         x64 = _is_float64(x)
 
-        def shape():
+        def shape() -> Any:
             xj = to_family(x, "jax") if family(x) == TORCH else x
             if function.simple:
                 return jax.eval_shape(function.pure, xj)
@@ -435,7 +451,7 @@ class Adapter(_Base):
             raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator_name, target, x, tangents, contexts, info) -> _Prepared:
+    def prepare(self, operator_name: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
         """The adapter contract (``diffinterface._adapter``): the compiled value and plain forms of one
         operator (see _Prepared), ``plain`` one call into the compiled function."""
         forward = self.forward(operator_name, info)
@@ -458,16 +474,16 @@ class Bench(BenchEngine):
 
     inputs = "jax float32"
 
-    def array(self, a):
+    def array(self, a: Any) -> Any:
         return jnp.asarray(a, dtype=jnp.float32)
 
-    def ready(self, value):
+    def ready(self, value: Any) -> Any:
         return jax.block_until_ready(value)
 
-    def compiled(self, f):
+    def compiled(self, f: Any) -> Any:
         return jax.jit(f)
 
-    def _compiled(self, operator, f):
+    def _compiled(self, operator: Any, f: Any) -> Any:
         if operator == "gradient":
             return jax.jit(jax.grad(f))
         if operator == "hvp":
@@ -483,10 +499,11 @@ class Bench(BenchEngine):
             return jax.jit(transform(lambda x, A: jnp.sin(A @ x)))
         return None
 
-    def native(self, operator, f, x, t, A):
+    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         g = self._compiled(operator, f)
         if g is None:
             return None
+        args: tuple[Any, ...]
         if operator.startswith("jacobian"):
             args = (x, A)
         elif operator in ("hvp", "pushforward", "pullback"):
@@ -495,8 +512,8 @@ class Bench(BenchEngine):
             args = (x,)
         return lambda: jax.block_until_ready(g(*args))
 
-    def native_first(self, operator, f, x, t, A):
-        def first():
+    def native_first(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+        def first() -> Any:
             self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
 
         return first

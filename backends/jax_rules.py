@@ -31,7 +31,7 @@ from jax.custom_derivatives import SymbolicZero
 from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
 
 
-def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
+def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
     mode = _choose(rule, preferred())
     key = ("jax", mode, tuple(sorted(kwargs.items())))
     return rule.native(key, lambda: _register(rule, mode, kwargs))(*args)
@@ -46,8 +46,8 @@ def _choose(rule: Rule, hint: str | None) -> str:
     return "forward"
 
 
-def _register(rule: Rule, mode: str, kwargs: dict) -> Any:
-    def primal(*args):
+def _register(rule: Rule, mode: str, kwargs: dict[Any, Any]) -> Any:
+    def primal(*args: Any) -> Any:
         if rule.opaque:
             return _host(lambda *a: rule.primal(*a, **kwargs), _out(rule, args, kwargs), args, rule.vectorized)
         return rule.primal(*args, **kwargs)
@@ -62,8 +62,8 @@ def _register(rule: Rule, mode: str, kwargs: dict) -> Any:
     return reverse
 
 
-def _forward_rule(rule: Rule, kwargs: dict) -> Any:
-    def jvp(primals, tangents):
+def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
+    def jvp(primals: Any, tangents: Any) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under JAX")
         active = tuple(type(t) is not SymbolicZero for t in tangents)
@@ -71,7 +71,7 @@ def _forward_rule(rule: Rule, kwargs: dict) -> Any:
             out = _out(rule, primals, kwargs)
             live = tuple(t for t, a in zip(tangents, active) if a)
 
-            def host(*arrays):
+            def host(*arrays: Any) -> Any:
                 values, ts = arrays[: len(primals)], iter(arrays[len(primals) :])
                 full = tuple(next(ts) if a else None for a in active)
                 y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
@@ -90,8 +90,8 @@ def _forward_rule(rule: Rule, kwargs: dict) -> Any:
     return jvp
 
 
-def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
-    def fwd(*cargs):
+def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any, ...]:
+    def fwd(*cargs: Any) -> Any:
         if not rule.has_reverse:
             raise rule.missing("reverse", "under JAX")
         values = tuple(c.value for c in cargs)
@@ -106,7 +106,7 @@ def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
         y, tape = rule.augmented_primal(*annotate(values, active, Active), **kwargs)
         return y, (split, tape)
 
-    def bwd(res, ct):
+    def bwd(res: Any, ct: Any) -> Any:
         (live, const), tape = res
         active = tuple(v is not None for v in live)
         values = tuple(a if a is not None else c for a, c in zip(live, const))
@@ -115,7 +115,7 @@ def _reverse_rules(rule: Rule, kwargs: dict, primal: Any) -> tuple:
         if rule.opaque:
             wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
 
-            def host(*arrays):
+            def host(*arrays: Any) -> Any:
                 vals, dy = arrays[:-1], arrays[-1]
                 args = annotate(vals, active, Active)
                 y, tp = rule.augmented_primal(*args, **kwargs)
@@ -137,10 +137,10 @@ def _dtype(v: Any) -> Any:
     return jax.dtypes.canonicalize_dtype(jnp.result_type(v))
 
 
-def _host(body: Any, out: Any, args: tuple, vectorized: bool) -> Any:
+def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
     """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes."""
 
-    def callback(*arrays):
+    def callback(*arrays: Any) -> Any:
         result = body(*(np.asarray(a) for a in arrays))
         if vectorized:  # the batch axis leads: the shapes are out's with it
             return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype), result, out)
@@ -152,13 +152,13 @@ def _host(body: Any, out: Any, args: tuple, vectorized: bool) -> Any:
 _PROBE = np.random.default_rng(20261122)
 
 
-def _out(rule: Rule, args: tuple, kwargs: dict) -> Any:
+def _out(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
     """The output's shape and dtype for a host callback: ``out_shape``, else the primal run once on
     random inputs of the arguments' shapes (cached per shapes, dtypes and keywords)."""
     structs = tuple(jax.ShapeDtypeStruct(jnp.shape(a), _dtype(a)) for a in args)
     key = ("jax-out", structs, tuple(sorted(kwargs.items())))
 
-    def build():
+    def build() -> Any:
         if rule.out_shape is not None:
             shape, dtype = rule.out_shape(*structs, **kwargs)
         else:

@@ -174,7 +174,7 @@ class _Function:
 
     __slots__ = ("target", "simple", "run", "eager")
 
-    def __init__(self, target: Any, contexts: tuple, compile: bool) -> None:
+    def __init__(self, target: Any, contexts: tuple[Any, ...], compile: bool) -> None:
         self.target = target
         self.simple = not contexts and target.plain
         # run(x, contexts) -> tensor: compiled with compile=True; eager(x, contexts): never compiled
@@ -185,14 +185,14 @@ class _Function:
         target = self.target
         if self.simple:  # the common case, on the prepared fast path: one call and a type check
 
-            def run(x: Any, contexts: tuple) -> Any:
+            def run(x: Any, contexts: tuple[Any, ...]) -> Any:
                 y = call(x)
                 return y if type(y) is _Tensor else _output(y, x, target)
 
             return run
         plain = target.plain
 
-        def run_with_state(x: Any, contexts: tuple) -> Any:
+        def run_with_state(x: Any, contexts: tuple[Any, ...]) -> Any:
             device = x.device
 
             def fresh(v: Any) -> Any:
@@ -229,7 +229,7 @@ class _Function:
         # f with captured state only (no contexts, no output buffer): f over the aliases, reused
         # between calls (StatePlan.aliased), without the general path's closures; a failure goes
         # to the general path, which reruns over copies and learns that f writes.
-        def run_aliased(x: Any, contexts: tuple) -> Any:
+        def run_aliased(x: Any, contexts: tuple[Any, ...]) -> Any:
             if contexts or not (plan.aliases and torch.is_grad_enabled()):
                 return run_with_state(x, contexts)
             device = x.device
@@ -308,7 +308,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
     def __init__(self, root: Any) -> None:
         super().__init__()
         self.derived = {id(root): root}  # strong references: an id is not reused while this runs
-        self.escapes: list = []
+        self.escapes: list[Any] = []
 
     def _mark(self, value: Any) -> None:
         if _floating(value):
@@ -336,7 +336,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return f"{name} under torch.no_grad()"
         return f"torch.{name}" if cut and name in _CONSTRUCTORS else None
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name.endswith("_like") or name in _SHAPE_ONLY or not (self._from_x(args) or self._from_x(kwargs)):
@@ -377,7 +377,7 @@ def _floating(value: Any) -> bool:
     return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex())
 
 
-def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
+def _lost(fn: Any, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> None:
     """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
     where a value computed from ``x`` left autograd on the way (see :class:`_Provenance`), and
     returns where ``f`` is constant in ``x`` or reaches its output only through operations torch
@@ -415,7 +415,7 @@ def _lost(fn: Any, x: Any, contexts: tuple, forward: bool = False) -> None:
 # -- the two directions ------------------------------------------------------------------------
 
 
-def _record(fn: Any, x: Any, contexts: tuple, run: Any = None) -> tuple:
+def _record(fn: Any, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tuple[Any, ...]:
     """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
     grad (a write into it raises: the user's ``x`` is never modified). A ``y`` with no graph is
     checked by :func:`_lost` (an error, unless ``f`` is constant)."""
@@ -470,7 +470,7 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
 
 
-def _differentiable_gradient(fn: Any, x: Any, contexts: tuple) -> tuple:
+def _differentiable_gradient(fn: Any, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x) detached, gradient with its graph, xt)`` for double backward.
 
     ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
@@ -484,7 +484,9 @@ def _no_graph(t: Any) -> Any:
     return t.detach() if t.requires_grad else t
 
 
-def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, loop: bool = False) -> tuple:
+def _jvps(
+    fn: _Function, x: Any, tangents: Any, contexts: tuple[Any, ...], batched: bool, loop: bool = False
+) -> tuple[Any, ...]:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
     ``f`` gets a copy of ``x`` as its primal (a dual tensor shares its primal's memory, and ``f`` may
@@ -497,7 +499,7 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
 
-    def one(t: Any) -> tuple:
+    def one(t: Any) -> tuple[Any, ...]:
         with fwAD.dual_level():
             y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
         if dy is None:
@@ -512,7 +514,7 @@ def _jvps(fn: _Function, x: Any, tangents: Any, contexts: tuple, batched: bool, 
             y = _no_graph(eager(primal_x, contexts))
             out = y.new_zeros((0,) + tuple(y.shape))
         else:
-            primal: list = []
+            primal: list[Any] = []
 
             def tangent_only(t: Any) -> Any:
                 y, dy = one(t)
@@ -544,15 +546,15 @@ def _tangent(t: Any, x: Any) -> Any:
     return t if t.dtype == x.dtype else t.to(x.dtype)
 
 
-def _stack(tangents: tuple, x: Any) -> Any:
+def _stack(tangents: tuple[Any, ...], x: Any) -> Any:
     return torch.stack([_tangent(t, x) for t in tangents])
 
 
-def _basis(n: int, shape: tuple, x: Any) -> Any:
+def _basis(n: int, shape: tuple[Any, ...], x: Any) -> Any:
     return torch.eye(n, dtype=x.dtype, device=x.device).reshape((n,) + shape)
 
 
-def _outside_inference_mode(body: Any, x: Any, ts: tuple, contexts: tuple) -> Any:
+def _outside_inference_mode(body: Any, x: Any, ts: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
     """``body`` run where autograd records: inside ``torch.inference_mode()`` nothing is recorded (every
     derivative would come out zero), and inference tensors cannot take part in a graph."""
     with torch.inference_mode(False):
@@ -571,7 +573,7 @@ class _Prepared:
         self.plain, self.value = plain, value
 
 
-def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple:
+def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple[Any, ...]:
     """``(plain, value)`` runners of ``operator``; the bodies below work on tensors."""
     x_like = as_tensor(x_user)
     x_shape, y_shape = info.x_shape, info.y_shape
@@ -584,7 +586,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
 
-    def jacobian(x, contexts):  # (y, J shaped y_shape + x_shape)
+    def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
         if forward:
             y, cols = _jvps(fn, x, x_basis, contexts, True, loop)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
@@ -594,7 +596,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
 
     if operator == "pushforward" and forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             if len(ts) == 1:
                 y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
                 return y, (out,)
@@ -602,7 +604,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             return y, tuple(out)
     elif operator == "pullback" and not forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, xt = _record(fn, x, contexts)
             unused = lambda: _lost(fn, x, contexts)  # noqa: E731
             if len(ts) == 1:
@@ -610,27 +612,27 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, jac = jacobian(x, contexts)
             return y, contract_all(jac, tuple(_stack(ts, x)), x, operator == "pushforward")
     elif operator == "derivative" and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             return _jvps(fn, x, one, contexts, False)
     elif operator == "gradient" and not forward:
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, xt = _record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator in ("derivative", "gradient", "jacobian"):
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             return jacobian(x, contexts)
     elif operator == "second_derivative":  # reverse over forward; reverse over reverse without forward AD
-        reverse_inner: list = []  # set at the first op without a forward derivative, for this prep
+        reverse_inner: list[Any] = []  # set at the first op without a forward derivative, for this prep
 
-        def forward_body(x, contexts):
+        def forward_body(x: Any, contexts: Any) -> Any:
             xt = x.detach().requires_grad_()
             with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
                 y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
@@ -641,12 +643,12 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
 
-        def reverse_body(x, contexts):  # 2 f(x).size backward passes
+        def reverse_body(x: Any, contexts: Any) -> Any:  # 2 f(x).size backward passes
             y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
             der = _vjps(y, xt, y_basis, True, create_graph=True, unused=lambda: _lost(fn, x, contexts)).reshape(y_shape)
             return (y.detach(), der.detach()), _vjps(der, xt, y_basis, True).reshape(y_shape)
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -655,7 +657,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             return reverse_body(x, contexts)
     elif operator in ("hvp", "hessian"):  # reverse over reverse
 
-        def body(x, ts, contexts):
+        def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, g, xt = _differentiable_gradient(fn, x, contexts)
             if operator == "hessian":
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
@@ -667,14 +669,14 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
 
     second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
 
-    def plain(x, ts, contexts):
+    def plain(x: Any, ts: Any, contexts: Any) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)  # numpy: zero-copy
         if x.is_inference() or torch.is_inference_mode_enabled():
             return _outside_inference_mode(body, x, ts, contexts)[1]
         return body(x, ts, contexts)[1]
 
-    def value(x, ts, contexts):
+    def value(x: Any, ts: Any, contexts: Any) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)
         if x.is_inference() or torch.is_inference_mode_enabled():
@@ -693,13 +695,13 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
 class Adapter(_Base):
     """PyTorch; see the module docstring."""
 
-    def output_info(self, target, x, contexts, oneshot):
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         fn = _Function(target, contexts, False)
         with torch.no_grad():
             y = fn.eager(as_tensor(x), contexts)
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator, target, x, tangents, contexts, info) -> _Prepared:
+    def prepare(self, operator: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)
@@ -710,7 +712,7 @@ class Adapter(_Base):
                 f"pushforward, derivative and jacobian, or differentiate f(x).real and f(x).imag separately"
             )
 
-        def build(fwd: bool) -> tuple:
+        def build(fwd: bool) -> tuple[Any, ...]:
             return _build(operator, fn, fwd, info, x)
 
         fallback = self.direction_fallback(operator, forward, target, build)  # ops without forward AD
@@ -731,23 +733,23 @@ class Bench(BenchEngine):
 
     inputs = "torch float64"
 
-    def array(self, a):
+    def array(self, a: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(a))
 
-    def native(self, operator, f, x, t, A):
-        def leaf():
+    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+        def leaf() -> Any:
             return x.detach().requires_grad_()
 
         if operator == "gradient":
 
-            def grad():
+            def grad() -> Any:
                 xt = leaf()
                 return torch.autograd.grad(f(xt), xt)[0]
 
             return grad
         if operator == "hvp":
 
-            def hvp():
+            def hvp() -> Any:
                 xt = leaf()
                 (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
                 return torch.autograd.grad(g, xt, t)[0]
@@ -757,14 +759,14 @@ class Bench(BenchEngine):
             return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
         if operator == "pushforward":
 
-            def jvp():
+            def jvp() -> Any:
                 with fwAD.dual_level():
                     return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
 
             return jvp
         if operator == "pullback":
 
-            def vjp():
+            def vjp() -> Any:
                 xt = leaf()
                 return torch.autograd.grad(f(xt), xt, t)[0]
 

@@ -35,7 +35,7 @@ class _Spec:
 
     __slots__ = ("rule", "kwargs", "active", "tape")
 
-    def __init__(self, rule: Rule, kwargs: dict, active: tuple) -> None:
+    def __init__(self, rule: Rule, kwargs: dict[Any, Any], active: tuple[Any, ...]) -> None:
         self.rule, self.kwargs, self.active = rule, kwargs, active
         self.tape: Any = None
 
@@ -47,7 +47,7 @@ class _Batched(list):
     """The tapes of a batch that the vmap rule looped over, one per element."""
 
 
-def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
+def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
     active = tuple(
         isinstance(a, _Tensor) and a.requires_grad and (a.is_floating_point() or a.is_complex()) for a in args
     )
@@ -59,7 +59,7 @@ def call(rule: Rule, args: tuple, kwargs: dict) -> Any:
 # -- the bodies, on tensors or (opaque) on NumPy ---------------------------------------------------
 
 
-def _like(args: tuple) -> Any:
+def _like(args: tuple[Any, ...]) -> Any:
     return next((a for a in args if isinstance(a, _Tensor)), None)
 
 
@@ -73,14 +73,14 @@ def _to_tensor(value: Any, like: Any) -> Any:
     return as_tensor(value if isinstance(value, (_Tensor, np.ndarray)) else np.asarray(value), like)
 
 
-def _primal(spec: _Spec, args: tuple) -> Any:
+def _primal(spec: _Spec, args: tuple[Any, ...]) -> Any:
     rule = spec.rule
     if rule.opaque:
         return _to_tensor(rule.primal(*(_to_np(a) for a in args), **spec.kwargs), _like(args))
     return rule.primal(*args, **spec.kwargs)
 
 
-def _augmented(spec: _Spec, args: tuple) -> tuple:
+def _augmented(spec: _Spec, args: tuple[Any, ...]) -> tuple[Any, ...]:
     rule = spec.rule
     if rule.opaque:
         y, tape = rule.augmented_primal(*annotate(tuple(_to_np(a) for a in args), spec.active, Active), **spec.kwargs)
@@ -88,7 +88,7 @@ def _augmented(spec: _Spec, args: tuple) -> tuple:
     return rule.augmented_primal(*annotate(args, spec.active, Active), **spec.kwargs)
 
 
-def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple) -> tuple:
+def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The cotangents of the active arguments, as tensors shaped like them."""
     rule, like = spec.rule, _like(args)
     if rule.opaque:
@@ -104,7 +104,7 @@ def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple) -> tuple:
     return tuple(out)
 
 
-def _forward(spec: _Spec, active: tuple, tangents: tuple, args: tuple) -> Any:
+def _forward(spec: _Spec, active: tuple[Any, ...], tangents: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
     rule, like = spec.rule, _like(args)
     if not rule.has_forward:
         raise rule.missing("forward", "under torch")
@@ -120,13 +120,13 @@ def _forward(spec: _Spec, active: tuple, tangents: tuple, args: tuple) -> Any:
 # -- vmap: a loop over the batch, or the batch whole (vectorized) ---------------------------------
 
 
-def _slices(info: Any, in_dims: tuple, args: tuple) -> list:
+def _slices(info: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> list[Any]:
     return [
         tuple(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)) for i in range(info.batch_size)
     ]
 
 
-def _whole(info: Any, in_dims: tuple, args: tuple) -> tuple:
+def _whole(info: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Every tensor argument with the batch on its first axis (broadcast where it had none)."""
     out = []
     for a, d in zip(args, in_dims):
@@ -145,7 +145,7 @@ class _RuleFunction(torch.autograd.Function):
         return _primal(spec, args)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         spec, *args = inputs
         ctx.spec, ctx.tape = spec, spec.tape
         tensors = [a if isinstance(a, _Tensor) else None for a in args]
@@ -154,7 +154,7 @@ class _RuleFunction(torch.autograd.Function):
         ctx.save_for_forward(*tensors)
 
     @staticmethod
-    def backward(ctx: Any, dy: Any) -> tuple:
+    def backward(ctx: Any, dy: Any) -> tuple[Any, ...]:
         spec = ctx.spec
         if not spec.rule.has_reverse:
             raise spec.rule.missing("reverse", "under torch")
@@ -176,7 +176,7 @@ class _RuleFunction(torch.autograd.Function):
         return _Forward.apply(spec, active, len(live), *live, *args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple, spec: _Spec, *args: Any) -> tuple:
+    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:
         dims = in_dims[1:]
         if spec.rule.vectorized:
             return _RuleFunction.forward(spec, *_whole(info, dims, args)), 0
@@ -196,11 +196,11 @@ class _Pass(torch.autograd.Function):
     unsupported = ""
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.name = inputs[0].rule.__name__
 
     @classmethod
-    def backward(cls, ctx: Any, *grads: Any) -> tuple:
+    def backward(cls, ctx: Any, *grads: Any) -> tuple[Any, ...]:
         raise NotImplementedError(cls.unsupported.format(name=ctx.name))
 
 
@@ -213,11 +213,11 @@ class _Reverse(_Pass):
     )
 
     @staticmethod
-    def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
+    def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
         return _reverse(spec, tape, dy, args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple, spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple:
+    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
         dims = in_dims[2:]
         if spec.rule.vectorized:
             whole = _whole(info, dims, (dy,) + args)
@@ -237,11 +237,13 @@ class _Forward(_Pass):
     )
 
     @staticmethod
-    def forward(spec: _Spec, active: tuple, n: int, *rest: Any) -> Any:
+    def forward(spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any) -> Any:
         return _forward(spec, active, _expand(active, rest[:n]), rest[n:])
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple, spec: _Spec, active: tuple, n: int, *rest: Any) -> tuple:
+    def vmap(
+        info: Any, in_dims: tuple[Any, ...], spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any
+    ) -> tuple[Any, ...]:
         dims = in_dims[3:]
         if spec.rule.vectorized:
             whole = _whole(info, dims, rest)
@@ -250,6 +252,6 @@ class _Forward(_Pass):
         return torch.stack(outs), 0
 
 
-def _expand(active: tuple, live: tuple) -> tuple:
+def _expand(active: tuple[Any, ...], live: tuple[Any, ...]) -> tuple[Any, ...]:
     it = iter(live)
     return tuple(next(it) if a else None for a in active)

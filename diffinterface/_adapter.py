@@ -34,6 +34,7 @@ Conventions at this boundary:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,15 @@ class Info:
     """What preparation learnt about ``f`` at ``x``."""
 
     __slots__ = ("y_shape", "y_dtype", "value", "x_shape", "oneshot")
+    y_shape: tuple[int, ...]  # of f(x)
+    y_dtype: Any  # of f(x), in its family
+    value: Any  # f(x) computed at preparation (one-shot calls only), else None
+    x_shape: tuple[int, ...]
+    oneshot: bool
 
-    def __init__(self, y_shape: tuple, y_dtype: Any, value: Any, x_shape: tuple, oneshot: bool = False) -> None:
+    def __init__(
+        self, y_shape: tuple[Any, ...], y_dtype: Any, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
+    ) -> None:
         self.y_shape, self.y_dtype, self.value, self.x_shape = y_shape, y_dtype, value, x_shape
         self.oneshot = oneshot  # prepared inside an unprepared call: used once, at the same point
 
@@ -75,7 +83,7 @@ def _xp(x: Any) -> Any:
     return array_namespace(x)
 
 
-def basis(like: Any, shape: tuple, dtype: Any) -> tuple:
+def basis(like: Any, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
     """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
     xp = _xp(like)
     n = shape_size(shape)
@@ -83,12 +91,14 @@ def basis(like: Any, shape: tuple, dtype: Any) -> tuple:
     return tuple(xp.reshape(eye[i, ...], shape) for i in range(n))
 
 
-def ones(like: Any, shape: tuple, dtype: Any) -> Any:
+def ones(like: Any, shape: tuple[Any, ...], dtype: Any) -> Any:
     xp = _xp(like)
     return xp.ones(shape, dtype=dtype, device=device(like))
 
 
-def stack_jacobian(parts: tuple, y_shape: tuple, x_shape: tuple, forward: bool, like: Any) -> Any:
+def stack_jacobian(
+    parts: tuple[Any, ...], y_shape: tuple[Any, ...], x_shape: tuple[Any, ...], forward: bool, like: Any
+) -> Any:
     """A Jacobian of shape ``y_shape + x_shape`` from columns (forward) or rows (reverse)."""
     if not parts:
         xp = _xp(like)
@@ -114,7 +124,7 @@ def through_jacobian(operator: str, forward: bool) -> bool:
     )
 
 
-def contract_all(jac: Any, tangents: tuple, x: Any, forward: bool) -> tuple:
+def contract_all(jac: Any, tangents: tuple[Any, ...], x: Any, forward: bool) -> tuple[Any, ...]:
     """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
     xp = _xp(jac)
     x_ndim = len(getattr(x, "shape", ()))
@@ -158,7 +168,7 @@ class _Derived:
 
     __slots__ = ("seeds", "inner", "forward", "info")
 
-    def __init__(self, seeds: tuple, inner: Any, forward: bool, info: Info) -> None:
+    def __init__(self, seeds: tuple[Any, ...], inner: Any, forward: bool, info: Info) -> None:
         self.seeds, self.inner, self.forward, self.info = seeds, inner, forward, info
 
 
@@ -166,25 +176,27 @@ class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
 
     def __init__(self, backend: Any) -> None:
-        self.backend = backend
+        self.backend: Any = backend  # the config
 
     # -- helpers ---------------------------------------------------------------------------------
 
     def _native(self, name: str) -> bool:
         return getattr(type(self), name) is not getattr(Adapter, name)
 
-    def evaluate(self, target: Any, x: Any, contexts: tuple) -> Any:
+    def evaluate(self, target: Any, x: Any, contexts: tuple[Any, ...]) -> Any:
         """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
         return target.instance()(x, *context_values(contexts, _copy_value))
 
-    def output_info(self, target: Any, x: Any, contexts: tuple, oneshot: bool) -> Info:
+    def output_info(self, target: Any, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Info:
         """Shape and dtype of ``f(x)``; the default evaluates ``f`` once (kept for a one-shot call)."""
         y = self.evaluate(target, x, contexts)
         if not hasattr(y, "shape"):
             y = np.asarray(y)
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
-    def prepare(self, operator: str, target: Any, x: Any, tangents: tuple, contexts: tuple, info: Info) -> Any:
+    def prepare(
+        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+    ) -> Any:
         """The contract (see the module docstring): the runners of ``operator`` bound to this
         preparation. Here: the adapter's ``prepare_<operator>`` and its plain and value methods
         (native or derived); an engine that builds its runners per operator overrides this."""
@@ -234,69 +246,69 @@ class Adapter:
 
     # -- pushforward -----------------------------------------------------------------------------
 
-    def prepare_pushforward(self, target, x, tangents, contexts, info):
+    def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         if self._native("value_and_pushforward"):
             return info
         return self.prepare_jacobian(target, x, contexts, info)
 
-    def value_and_pushforward(self, data, target, x, tangents, contexts):
+    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         if not self._native("value_and_pullback"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
         return y, contract_all(jac, tangents, x, True)
 
-    def pushforward(self, data, target, x, tangents, contexts):
+    def pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         if self._native("value_and_pushforward"):
             return self.value_and_pushforward(data, target, x, tangents, contexts)[1]
         return contract_all(self.jacobian(data, target, x, contexts), tangents, x, True)
 
     # -- pullback --------------------------------------------------------------------------------
 
-    def prepare_pullback(self, target, x, tangents, contexts, info):
+    def prepare_pullback(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         if self._native("value_and_pullback"):
             return info
         return self.prepare_jacobian(target, x, contexts, info)
 
-    def value_and_pullback(self, data, target, x, tangents, contexts):
+    def value_and_pullback(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         if not self._native("value_and_pushforward"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
         return y, contract_all(jac, tangents, x, False)
 
-    def pullback(self, data, target, x, tangents, contexts):
+    def pullback(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         if self._native("value_and_pullback"):
             return self.value_and_pullback(data, target, x, tangents, contexts)[1]
         return contract_all(self.jacobian(data, target, x, contexts), tangents, x, False)
 
     # -- derivative: a pushforward along 1 -------------------------------------------------------
 
-    def prepare_derivative(self, target, x, contexts, info):
+    def prepare_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         seeds = (ones(x, (), x.dtype),)
         return _Derived(seeds, self.prepare_pushforward(target, x, seeds, contexts, info), True, info)
 
-    def value_and_derivative(self, data, target, x, contexts):
+    def value_and_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y, (der,) = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
         return y, der
 
-    def derivative(self, data, target, x, contexts):
+    def derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self.value_and_derivative(data, target, x, contexts)[1]
 
     # -- gradient: a pullback of 1 ---------------------------------------------------------------
 
-    def prepare_gradient(self, target, x, contexts, info):
+    def prepare_gradient(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         seeds = (ones(x, (), x.dtype),)
         return _Derived(seeds, self.prepare_pullback(target, x, seeds, contexts, info), False, info)
 
-    def value_and_gradient(self, data, target, x, contexts):
+    def value_and_gradient(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y, (grad,) = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
         return y, grad
 
-    def gradient(self, data, target, x, contexts):
+    def gradient(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self.value_and_gradient(data, target, x, contexts)[1]
 
     # -- jacobian: batched pushforwards of the basis of x, or pullbacks of the basis of y --------
 
-    def prepare_jacobian(self, target, x, contexts, info):
+    def prepare_jacobian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         forward = self.jacobian_forward(size(x), shape_size(info.y_shape))
         if forward:
             seeds = basis(x, info.x_shape, x.dtype)
@@ -306,57 +318,57 @@ class Adapter:
             inner = self.prepare_pullback(target, x, seeds, contexts, info)
         return _Derived(seeds, inner, forward, info)
 
-    def value_and_jacobian(self, data, target, x, contexts):
+    def value_and_jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         if data.forward:
             y, parts = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
         else:
             y, parts = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
         return y, stack_jacobian(parts, data.info.y_shape, data.info.x_shape, data.forward, x)
 
-    def jacobian(self, data, target, x, contexts):
+    def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self.value_and_jacobian(data, target, x, contexts)[1]
 
     # -- second order: one first-order operator over another (see _second_order) ----------------
 
-    def outer_inner(self) -> tuple:
+    def outer_inner(self) -> tuple[Any, Any]:
         """The backends that nest in the second-order fallbacks: the engine over itself."""
         return self.backend, self.backend
 
-    def prepare_second_derivative(self, target, x, contexts, info):
+    def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         return Nested("second_derivative", *self.outer_inner(), target, x, (), contexts)
 
-    def value_derivative_and_second_derivative(self, data, target, x, contexts):
+    def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_value_derivative_and_second_derivative(x, contexts)
 
-    def second_derivative(self, data, target, x, contexts):
+    def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_second(x, (), contexts)
 
-    def prepare_hvp(self, target, x, tangents, contexts, info):
+    def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         return Nested("hvp", *self.outer_inner(), target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data, target, x, tangents, contexts):
+    def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return data.run_gradient_and_hvp(x, tangents, contexts)
 
-    def hvp(self, data, target, x, tangents, contexts):
+    def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return data.run_second(x, tangents, contexts)
 
-    def prepare_hessian(self, target, x, contexts, info):
+    def prepare_hessian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
         return Nested("hessian", *self.outer_inner(), target, x, (), contexts)
 
-    def value_gradient_and_hessian(self, data, target, x, contexts):
+    def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_value_gradient_and_hessian(x, contexts)
 
-    def hessian(self, data, target, x, contexts):
+    def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_second(x, (), contexts)
 
 
 class SecondOrderAdapter(Adapter):
     """The adapter of ``SecondOrder(outer, inner)``: ``outer`` differentiates what ``inner`` computes."""
 
-    def outer_inner(self) -> tuple:
+    def outer_inner(self) -> tuple[Any, Any]:
         return self.backend.outer, self.backend.inner
 
-    def output_info(self, target, x, contexts, oneshot):
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)
 
 
@@ -374,6 +386,8 @@ class DirectionFallback:
     ``mode="forward"`` (``switch=False``) the error is raised, prefixed with the call and the fix."""
 
     __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock")
+    plain: Callable[..., Any]
+    value: Callable[..., Any]
 
     def __init__(self, build: Any, call: str, backend: Any, switch: bool) -> None:
         self._current = build(True)  # (plain, value), forward mode first
@@ -383,7 +397,7 @@ class DirectionFallback:
         self.plain, self.value = self._runner(0), self._runner(1)
 
     def _runner(self, which: int) -> Any:
-        def run(x: Any, tangents: tuple, contexts: tuple) -> Any:
+        def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
             current = self._current
             try:
                 return current[which](x, tangents, contexts)

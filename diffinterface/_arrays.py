@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,15 @@ class ArrayFamily:
         "module_type",
         "children",
     )
+    name: str
+    array_type: str
+    to_numpy: Callable[[Any], Any]
+    from_numpy: Callable[..., Any]
+    convert: Callable[..., Any] | None
+    private_copy: Callable[[Any], Any]
+    computing: Callable[[Any], Any]
+    module_type: str | None
+    children: str | None
 
     def __init__(
         self,
@@ -112,7 +122,7 @@ def _no_context(dtype: Any) -> Any:
 
 
 _FAMILIES: dict[str, ArrayFamily] = {}
-_FAMILY_OF_TYPE: dict = {}  # type -> family, filled as types are met (on the prepared fast path)
+_FAMILY_OF_TYPE: dict[Any, Any] = {}  # type -> family, filled as types are met (on the prepared fast path)
 
 
 def register_family(record: ArrayFamily) -> ArrayFamily:
@@ -268,13 +278,13 @@ def describe(value: Any) -> str:
     return f"{fam} {dtype_name(value)} {tuple(value.shape)}"
 
 
-def shape(value: Any) -> tuple:
+def shape(value: Any) -> tuple[Any, ...]:
     if isinstance(value, (float, int, complex)) and not isinstance(value, np.generic):
         return ()
     return tuple(value.shape)
 
 
-def shape_size(dims: tuple) -> int:
+def shape_size(dims: tuple[Any, ...]) -> int:
     """The number of elements of an array of shape ``dims`` (1 for ``()``)."""
     n = 1
     for d in dims:

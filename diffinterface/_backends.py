@@ -19,7 +19,7 @@ _CLOSURES = ("duplicated", "const")
 _MODES = (None, "forward", "reverse")
 
 
-def _choice(config: object, field: str, value: object, allowed: tuple) -> None:
+def _choice(config: object, field: str, value: object, allowed: tuple[Any, ...]) -> None:
     if value not in allowed:
         raise ValueError(
             f"{type(config).__name__}({field}={value!r}): {field} must be one of {', '.join(repr(a) for a in allowed)}"
@@ -204,7 +204,7 @@ _entry_points_loaded = False
 _registry_lock = threading.Lock()
 
 
-def register_backend(config: type) -> type:
+def register_backend(config: type) -> type[Any]:
     """Add a backend config class to the registry (usable as a class decorator). Its ``name`` is what
     ``python -m diffinterface check --backend NAME`` and :func:`registered_backends` use; a package
     can do the same without code, through an entry point in the group ``diffinterface.backends``::
@@ -261,7 +261,7 @@ for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd):
     register_backend(_config)
 
 
-_adapters: dict = {}
+_adapters: dict[Any, Any] = {}
 _adapters_lock = threading.Lock()
 
 

@@ -73,7 +73,7 @@ def batch_size(fn: Callable[[], Any], seconds: float) -> int:
     return max(1, int(seconds / max(once, 1e-7)))
 
 
-def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = FULL) -> dict:
+def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = FULL) -> dict[Any, Any]:
     """Time ``ours`` and ``native`` in alternating batches; per-round ratios, their median and spread.
 
     Interleaving makes both see the same machine state (frequency, cache, other load), so the ratio
@@ -121,7 +121,9 @@ def once(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def machine(packages: tuple = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools")) -> dict:
+def machine(
+    packages: tuple[Any, ...] = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools"),
+) -> dict[Any, Any]:
     """The machine, Python, library versions and date a table was measured with."""
     cpu = platform.processor() or ""
     try:
@@ -153,7 +155,9 @@ def _cell(column: str, value: Any) -> str:
     return str(value)
 
 
-def write_table(path: str, title: str, info: dict, rows: list[dict], columns: list[str], notes: str = "") -> None:
+def write_table(
+    path: str, title: str, info: dict[Any, Any], rows: list[dict], columns: list[str], notes: str = ""
+) -> None:
     """``path.csv`` (every field of ``rows``) and ``path.md`` (``columns``, with the machine record)."""
     if not rows:
         return
@@ -254,13 +258,13 @@ class Engine:
     def ready(self, value: Any) -> Any:
         return value
 
-    def native(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
+    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
         raise NotImplementedError(f"{type(self).__name__}.native")
 
-    def native_first(self, operator: str, f: Callable, x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
+    def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
         return self.native(operator, f, x, t, A)
 
-    def compiled(self, f: Callable) -> Callable:
+    def compiled(self, f: Callable[..., Any]) -> Callable[..., Any]:
         return f
 
     def allows(self, operator: str, size: int) -> bool:
@@ -268,7 +272,7 @@ class Engine:
         return self.limits is None or size <= self.limits.get(operator, -1)
 
 
-def approx_derivative() -> Callable:
+def approx_derivative() -> Callable[..., Any]:
     """``scipy.optimize.approx_derivative``: the differencing behind SciPy's ``least_squares`` and
     ``minimize``, exported from ``scipy.optimize._numdiff`` (not from ``scipy.optimize`` in 1.17)."""
     try:
@@ -316,7 +320,7 @@ def budget(size: int) -> float:
     return 1.05 if size >= 10_000 else 1.25
 
 
-def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
+def _case(name: str, eng: Engine, operator: str, size: int) -> dict[Any, Any] | None:
     """The arrays, f and our three calls for one row; None where the engine has no native."""
     import diffinterface as di
 
@@ -353,7 +357,7 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict | None:
     }
 
 
-def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable) -> list[dict]:
+def overhead(engines: list[str], sizes: dict[Any, Any], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
     records = {name: engine(name) for name in engines}
     plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op] if records[name].allows(op, n)]
     rows = []
@@ -394,7 +398,9 @@ def overhead(engines: list[str], sizes: dict, timing: Timing, progress: Callable
     return rows
 
 
-def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+def cheap_gradient(
+    engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]
+) -> list[dict]:
     """The prepared gradient over ``f`` itself (JAX: ``jax.jit(f)``), per backend and size."""
     from . import gradient, prepare_gradient
 
@@ -424,7 +430,7 @@ def cheap_gradient(engines: list[str], sizes: tuple, timing: Timing, progress: C
     return rows
 
 
-def mode_choice(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+def mode_choice(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
     """Jacobians of ``sin(A @ x)``, tall (size x 10) and wide (10 x size): ``mode=None`` against the
     better of forward and reverse."""
     from . import jacobian, prepare_jacobian
@@ -476,7 +482,7 @@ class _Count:
         self.calls = 0
 
 
-def finite_differences(progress: Callable) -> list[dict]:
+def finite_differences(progress: Callable[..., Any]) -> list[dict]:
     """Evaluation counts and errors on smooth functions with analytic derivatives: AutoFiniteDiff
     (its three real methods) against ``scipy.optimize.approx_derivative`` and ``numdifftools``."""
     from . import AutoFiniteDiff, gradient, jacobian
@@ -553,7 +559,7 @@ def finite_differences(progress: Callable) -> list[dict]:
     return rows
 
 
-def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callable) -> list[dict]:
+def closures(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
     """``closure="duplicated"`` against ``"const"``: a prepared gradient (reverse mode; the
     pushforward too: forward mode) of a function capturing a float, one reading a captured
     array, and one writing a captured buffer (against the same arithmetic without the buffer)."""
@@ -618,7 +624,7 @@ def closures(engines: list[str], sizes: tuple, timing: Timing, progress: Callabl
     return rows
 
 
-def catalogue(engines: list[str], full: bool, progress: Callable) -> list[dict]:
+def catalogue(engines: list[str], full: bool, progress: Callable[..., Any]) -> list[dict]:
     """``benchmark_differentiation`` over the catalogue (numpy float64 inputs); quick: one scenario
     per operator."""
     from .testing import benchmark_differentiation, default_scenarios
@@ -761,10 +767,10 @@ def run(
     full: bool = False,
     out: str = os.path.join("benchmarks", "results"),
     tables: list[str] | None = None,
-    progress: Callable | None = None,
+    progress: Callable[..., Any] | None = None,
     plots: bool = True,
     timing: Timing | None = None,
-) -> dict:
+) -> dict[Any, Any]:
     """Run the benchmarks and write their tables; returns ``{"results": {table: rows}, "written":
     paths, "machine": record}``. ``timing`` overrides the rounds of ``QUICK`` or ``FULL``."""
     engines = installed_engines(engines)
@@ -773,7 +779,7 @@ def run(
     progress = progress or (lambda i, n, label: None)
     os.makedirs(out, exist_ok=True)
     info = machine()
-    results: dict = {}
+    results: dict[Any, Any] = {}
     written: list[str] = []
     for table in tables or TABLES:
         if table == "overhead":

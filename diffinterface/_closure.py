@@ -220,7 +220,7 @@ def _numpy_alias() -> np.ndarray:
     return read_only_alias(np.zeros(3))
 
 
-def _numpy_writes() -> list:
+def _numpy_writes() -> list[Any]:
     return [
         lambda a: a.__setitem__(0, 1.0),
         lambda a: a.__iadd__(1.0),
@@ -369,7 +369,7 @@ class _Walker:
             return None
         self.structural = self.structural or bool(global_parts)  # a copy of the module's globals
 
-        def build(values: list, memo: dict) -> types.FunctionType:
+        def build(values: list[Any], memo: dict[Any, Any]) -> types.FunctionType:
             if id(fn) in memo:
                 return memo[id(fn)]
             if global_parts:
@@ -419,7 +419,7 @@ class _Walker:
         if func is None and not args and not keywords:
             return None
 
-        def build(values: list, memo: dict) -> functools.partial:
+        def build(values: list[Any], memo: dict[Any, Any]) -> functools.partial:
             new_func = func(values, memo) if func is not None else p.func
             new_args = [args[i](values, memo) if i in args else a for i, a in enumerate(p.args)]
             new_kw = {k: keywords[k](values, memo) if k in keywords else v for k, v in p.keywords.items()}
@@ -438,7 +438,7 @@ class _Walker:
         if func is None and obj is None:
             return None
 
-        def build(values: list, memo: dict) -> types.MethodType:
+        def build(values: list[Any], memo: dict[Any, Any]) -> types.MethodType:
             new_func = func(values, memo) if func is not None else m.__func__
             new_self = obj(values, memo) if obj is not None else owner
             return types.MethodType(new_func, new_self)
@@ -462,7 +462,7 @@ class _Walker:
         # Even without state attributes the object is copied: its methods may set attributes on it
         # (``self.calls += 1`` over a class attribute), and the user's object must stay as it was.
 
-        def build(values: list, memo: dict) -> Any:
+        def build(values: list[Any], memo: dict[Any, Any]) -> Any:
             if id(obj) in memo:
                 return memo[id(obj)]
             new = copy.copy(obj)
@@ -474,7 +474,7 @@ class _Walker:
 
         return build
 
-    def _submodules(self, modules: dict, owner: str) -> Any:
+    def _submodules(self, modules: dict[Any, Any], owner: str) -> Any:
         """The ``_modules`` dict of an ``nn.Module``: each submodule rebuilt like its parent."""
         parts = {
             name: self.visit(sub, f"submodule {name!r} of {owner}") for name, sub in modules.items() if sub is not None
@@ -483,7 +483,7 @@ class _Walker:
         if not parts:
             return None
 
-        def build(values: list, memo: dict) -> dict:
+        def build(values: list[Any], memo: dict[Any, Any]) -> dict[Any, Any]:
             new = copy.copy(modules)
             for name, part in parts.items():
                 new[name] = part(values, memo)
@@ -497,7 +497,7 @@ class StatePlan:
 
     __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "_cached")
 
-    def __init__(self, f: Callable) -> None:
+    def __init__(self, f: Callable[..., Any]) -> None:
         walker = _Walker()
         self.f = f
         self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
@@ -510,7 +510,7 @@ class StatePlan:
         # and f over them reused while the user's objects are the same (see the module docstring).
         self.aliases = True
         self.cacheable = not walker.structural
-        self._cached: tuple | None = None
+        self._cached: tuple[Any, ...] | None = None
 
     @property
     def empty(self) -> bool:
@@ -520,23 +520,25 @@ class StatePlan:
         """Where each leaf lives, for error messages: ``'a' captured by f``."""
         return [leaf.where for leaf in self.leaves]
 
-    def read(self) -> list:
+    def read(self) -> list[Any]:
         """The user's current leaf values (read at every call: updates between calls are seen)."""
         return [leaf.get() for leaf in self.leaves]
 
-    def rebuild(self, values: list) -> Callable:
+    def rebuild(self, values: list[Any]) -> Callable[..., Any]:
         """``f`` over ``values`` in place of its captured leaves; the user's objects are not touched."""
         if self._build is None:
             return self.f
         return self._build(values, {})
 
-    def duplicated(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable:
+    def duplicated(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable[..., Any]:
         """``f`` over fresh duplicates of its state, each array passed through ``leaf``."""
         if self._build is None:
             return self.f
         return self._build([duplicate(v, leaf) for v in self.read()], {})
 
-    def aliased(self, guard: Callable[[Any], Any], copy: Callable[[Any], Any] = copy_leaf, key: Any = None) -> Callable:
+    def aliased(
+        self, guard: Callable[[Any], Any], copy: Callable[[Any], Any] = copy_leaf, key: Any = None
+    ) -> Callable[..., Any]:
         """``f`` over guarded aliases of its arrays, its containers copied. ``guard(array)`` is the
         alias, or None where the engine has none for that array (another device, a dtype that
         cannot require grad): that array is ``copy(array)``.
@@ -566,7 +568,7 @@ class StatePlan:
         return fn
 
 
-def _frames(error: BaseException) -> list:
+def _frames(error: BaseException) -> list[Any]:
     """The frames of ``error``'s traceback, outermost first."""
     frames, tb = [], error.__traceback__
     while tb is not None:

@@ -9,6 +9,7 @@ T = TypeVar("T")
 
 class Context(Generic[T]):
     __slots__ = ("value",)
+    value: T
 
     def __init__(self, value: T) -> None:
         self.value = value
@@ -37,7 +38,7 @@ class Cache(Context[T]):
     __slots__ = ()
 
 
-def check_contexts(contexts: tuple, call: str) -> None:
+def check_contexts(contexts: tuple[Any, ...], call: str) -> None:
     for i, c in enumerate(contexts):
         if not isinstance(c, Context):
             raise TypeError(
@@ -46,7 +47,7 @@ def check_contexts(contexts: tuple, call: str) -> None:
             )
 
 
-def context_values(contexts: tuple, duplicate: Any, constant: Any = None) -> list:
+def context_values(contexts: tuple[Any, ...], duplicate: Any, constant: Any = None) -> list[Any]:
     """What ``f`` receives for ``contexts``: Cache values duplicated, Constant values as they are or,
     with ``constant``, converted by it (to the engine's arrays)."""
     if constant is None:

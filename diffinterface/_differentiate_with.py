@@ -29,14 +29,17 @@ from .rules import Rule
 class DifferentiateWith(Rule):
     """``f`` differentiated by ``backend`` inside any engine; see the module docstring."""
 
-    def __init__(self, f: Callable, backend: AbstractBackend, out_shape: Callable | None = None) -> None:
+    def __init__(
+        self, f: Callable[..., Any], backend: AbstractBackend, out_shape: Callable[..., Any] | None = None
+    ) -> None:
         if not callable(f):
             raise TypeError(f"DifferentiateWith(f, {backend!r}): f must be callable, got {type(f).__name__}")
         if not isinstance(backend, AbstractBackend):
             raise TypeError(
                 f"DifferentiateWith(f, backend): backend must be a config such as AutoTorch(), got {type(backend).__name__}"
             )
-        self.f, self.backend = f, backend
+        self.f: Callable[..., Any] = f
+        self.backend: AbstractBackend = backend
         super().__init__(
             self._primal,
             opaque=True,
@@ -45,7 +48,7 @@ class DifferentiateWith(Rule):
             augmented_primal=self._augmented,
             reverse=self._reverse,
         )
-        self.__name__ = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
+        self.__name__: str = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
 
     def _primal(self, x: Any) -> Any:
         """``f`` on ``x`` in the arrays of the backend's engine (its :class:`ArrayFamily`, when it has
@@ -57,22 +60,22 @@ class DifferentiateWith(Rule):
         with record.computing(x.dtype):
             return np.asarray(to_family(self.f(to_family(x, record.name)), NUMPY))
 
-    def _forward(self, x: Any) -> tuple:
+    def _forward(self, x: Any) -> tuple[Any, ...]:
         from .first_order import value_and_pushforward
 
         if not hasattr(x, "dval"):  # Const: nothing to differentiate
             return self._primal(x.val), None
         return value_and_pushforward(self.backend, self.f, np.asarray(x.val), np.asarray(x.dval))
 
-    def _augmented(self, x: Any) -> tuple:
+    def _augmented(self, x: Any) -> tuple[Any, ...]:
         return self._primal(x.val), np.asarray(x.val)
 
-    def _reverse(self, tape: Any, dy: Any, x: Any) -> tuple:
+    def _reverse(self, tape: Any, dy: Any, x: Any) -> tuple[Any, ...]:
         from .first_order import pullback
 
         return (pullback(self.backend, self.f, tape, np.asarray(dy)),)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         return (DifferentiateWith, (self.f, self.backend, self.out_shape))
 
     def __repr__(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BackendNotAvailableError(ImportError):
     """The engine behind a backend config is not installed."""
@@ -39,7 +41,7 @@ def structured_output_error(y: object, call: str) -> TypeError | None:
     return structured_output(y, call)
 
 
-def structured_output(y: tuple | list | dict, call: str) -> TypeError:
+def structured_output(y: tuple[Any, ...] | list | dict, call: str) -> TypeError:
     """:func:`structured_output_error` for a ``y`` known to be a tuple, list or dict."""
     kind = type(y).__name__
     what = f"a {kind} of {len(y)} items"

@@ -88,7 +88,7 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
     return as_input(x)
 
 
-def _tangents(tangent: Any, x: Any, expected: tuple, what: str, call: str, name: str) -> tuple:
+def _tangents(tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str) -> tuple[Any, ...]:
     batched = isinstance(tangent, tuple)
     items = tangent if batched else (tangent,)
     out = []
@@ -120,7 +120,7 @@ def prepare(
     f: Any,
     x: Any,
     tangent: Any,
-    contexts: tuple,
+    contexts: tuple[Any, ...],
     y: Any,
     strict: bool,
     oneshot: bool = False,
@@ -162,7 +162,9 @@ def prepare(
     return Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot)
 
 
-def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple, y: Any, prep: Any) -> Prep:
+def resolve(
+    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, prep: Any
+) -> Prep:
     """The prep to run: a fresh one-shot prep, or the given one once checked against the arguments."""
     if prep is None:
         return prepare(operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True)
@@ -178,7 +180,7 @@ def resolve(operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts:
     return prep
 
 
-def tangents_of(tangent: Any, x: Any) -> tuple:
+def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
     items = tangent if type(tangent) is tuple else (tangent,)
     kind = type(x)
@@ -230,7 +232,7 @@ def run(
     f: Any,
     x: Any,
     tangent: Any,
-    contexts: tuple,
+    contexts: tuple[Any, ...],
     y: Any,
     prep: Any,
     out: Any = None,
@@ -250,7 +252,9 @@ def run(
     return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(VALUE_RESULTS[operator], results))
 
 
-def run_prepared(operator: str, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple, out: Any = None) -> Any:
+def run_prepared(
+    operator: str, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
+) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
     prep.check(operator, backend, f, (x,) + contexts)
@@ -260,7 +264,9 @@ def run_prepared(operator: str, prep: Prep, backend: Any, f: Any, x: Any, contex
     return finish(result, x, out, operator, backend)
 
 
-def run_prepared_tangent(operator: str, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple) -> Any:
+def run_prepared_tangent(
+    operator: str, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
+) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
     (result,) = prep.plain(x, (tangent,), contexts)
@@ -292,7 +298,7 @@ def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: An
     return out
 
 
-def tangent_result(results: tuple, tangent: Any, x: Any) -> Any:
+def tangent_result(results: tuple[Any, ...], tangent: Any, x: Any) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
     if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)

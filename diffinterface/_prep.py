@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 from ._arrays import as_input, describe, is_native
@@ -62,8 +63,32 @@ class Prep:
         "plain",
         "_arrays",
     )
+    operator: str  # "gradient", "hvp", ...
+    backend: Any  # the config it was made for
+    f: Callable[..., Any]
+    adapter: Any  # the backend's adapter
+    data: Any  # what the adapter's prepare returned (its runners)
+    target: Any  # f as adapters call it (_target.Target)
+    names: tuple[str, ...]  # the argument names, for messages
+    args: tuple[str, ...]  # a description of each argument, for messages
+    signature: tuple[Any, ...]  # what a later call's arguments are compared with
+    strict: bool
+    plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
+    _arrays: tuple[Any, ...] | None
 
-    def __init__(self, operator, backend, f, adapter, data, target, names, args, strict, oneshot=False) -> None:
+    def __init__(
+        self,
+        operator: Any,
+        backend: Any,
+        f: Any,
+        adapter: Any,
+        data: Any,
+        target: Any,
+        names: Any,
+        args: Any,
+        strict: Any,
+        oneshot: Any = False,
+    ) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
         self.data, self.target, self.names, self.strict = data, target, names, strict
         # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
@@ -87,7 +112,7 @@ class Prep:
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
-    def check(self, operator: str, backend: Any, f: Any, args: tuple) -> None:
+    def check(self, operator: str, backend: Any, f: Any, args: tuple[Any, ...]) -> None:
         """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
 
         This is on the prepared fast path: messages are formatted only on failure.

@@ -35,7 +35,14 @@ class Nested:
     __slots__ = ("operator", "target", "inner_adapter", "outer", "tangent")
 
     def __init__(
-        self, operator: str, outer: Any, inner: Any, target: Any, x: Any, tangents: tuple, contexts: tuple
+        self,
+        operator: str,
+        outer: Any,
+        inner: Any,
+        target: Any,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
     ) -> None:
         inner_name, outer_name = _NESTING[operator]
         self.operator, self.target, self.tangent = operator, target, outer_name == "pushforward"
@@ -56,17 +63,17 @@ class Nested:
             outer_name, first_target, x, tangents if self.tangent else (), contexts, outer_info
         )
 
-    def run_second(self, x: Any, tangents: tuple, contexts: tuple) -> Any:
+    def run_second(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
         """The second-order result: hvps (a tuple), the Hessian or the second derivative."""
         return self.outer.plain(x, tangents, contexts)
 
-    def run_gradient_and_hvp(self, x: Any, tangents: tuple, contexts: tuple) -> tuple:
+    def run_gradient_and_hvp(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         return self.outer.value(x, tangents, contexts)
 
-    def run_value_gradient_and_hessian(self, x: Any, contexts: tuple) -> tuple:
+    def run_value_gradient_and_hessian(self, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         grad, hess = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), grad, hess
 
-    def run_value_derivative_and_second_derivative(self, x: Any, contexts: tuple) -> tuple:
+    def run_value_derivative_and_second_derivative(self, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         der, der2 = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), der, der2

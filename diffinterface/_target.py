@@ -19,7 +19,7 @@ class Target:
 
     __slots__ = ("f", "y", "plan", "closure", "call", "constant_aliases")
 
-    def __init__(self, f: Callable, y: Any, closure: str, call: str = "f") -> None:
+    def __init__(self, f: Callable[..., Any], y: Any, closure: str, call: str = "f") -> None:
         self.f, self.y, self.closure, self.call = f, y, closure, call
         self.plan = StatePlan(f) if closure == "duplicated" else None
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
@@ -78,10 +78,10 @@ class Target:
     def instance(
         self,
         leaf: Callable[[Any], Any] = copy_leaf,
-        values: list | None = None,
+        values: list[Any] | None = None,
         guard: Callable[[Any], Any] | None = None,
         key: Any = None,
-    ) -> Callable:
+    ) -> Callable[..., Any]:
         """A one-output callable over fresh duplicates made with ``leaf`` (of the state and of ``y``).
 
         ``values`` replaces the user's current state (``plan.read()``): a compiling engine passes the

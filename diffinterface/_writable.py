@@ -76,7 +76,7 @@ class WritableArray:
         new.value = copy.copy(self.value)
         return new
 
-    def __deepcopy__(self, memo: dict) -> WritableArray:
+    def __deepcopy__(self, memo: dict[Any, Any]) -> WritableArray:
         new = object.__new__(type(self))
         new.value = copy.deepcopy(self.value, memo)
         return new

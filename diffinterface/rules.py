@@ -52,6 +52,7 @@ class Const:
     """An argument that is not differentiated: its value only."""
 
     __slots__ = ("val",)
+    val: Any
 
     def __init__(self, val: Any) -> None:
         self.val = val
@@ -64,6 +65,7 @@ class Active:
     """An argument of the reverse pass that is differentiated: ``reverse`` returns its cotangent."""
 
     __slots__ = ("val",)
+    val: Any
 
     def __init__(self, val: Any) -> None:
         self.val = val
@@ -76,6 +78,8 @@ class Duplicated:
     """An argument of the forward rule that is differentiated, with its tangent ``dval``."""
 
     __slots__ = ("val", "dval")
+    val: Any
+    dval: Any
 
     def __init__(self, val: Any, dval: Any) -> None:
         self.val, self.dval = val, dval
@@ -96,7 +100,7 @@ _PREFERRED: contextvars.ContextVar = contextvars.ContextVar("diffinterface_rules
 
 
 @contextlib.contextmanager
-def prefer(mode: str | None):
+def prefer(mode: str | None) -> Any:
     """Within this block, a rule-carrying function under JAX uses its ``"forward"`` rule
     (``custom_jvp``) or its ``"reverse"`` rules (``custom_vjp``) when it has both.
 
@@ -124,17 +128,21 @@ class Rule:
     forward: Any
     augmented_primal: Any
     reverse: Any
+    primal: Callable[..., Any]
+    opaque: bool  # the primal is not traceable by the engines (NumPy/SciPy/compiled code)
+    vectorized: bool
+    out_shape: Callable[..., Any] | None
 
     def __init__(
         self,
-        primal: Callable,
+        primal: Callable[..., Any],
         *,
         opaque: bool = False,
         vectorized: bool = False,
-        out_shape: Callable | None = None,
-        forward: Callable | None = None,
-        augmented_primal: Callable | None = None,
-        reverse: Callable | None = None,
+        out_shape: Callable[..., Any] | None = None,
+        forward: Callable[..., Any] | None = None,
+        augmented_primal: Callable[..., Any] | None = None,
+        reverse: Callable[..., Any] | None = None,
     ) -> None:
         if not callable(primal):
             raise TypeError(f"custom_rule: expected a function, got {type(primal).__name__}")
@@ -142,27 +150,27 @@ class Rule:
         self.primal = primal
         self.opaque, self.vectorized, self.out_shape = bool(opaque), bool(vectorized), out_shape
         self.forward, self.augmented_primal, self.reverse = forward, augmented_primal, reverse
-        self._native: dict = {}  # per engine and static keywords: the registration (never pickled)
+        self._native: dict[Any, Any] = {}  # per engine and static keywords: the registration (never pickled)
         self._lock = threading.Lock()
 
     # -- definition --------------------------------------------------------------------------
 
-    def _set(self, name: str, fn: Callable) -> Callable:
+    def _set(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
             raise TypeError(f"{self.__name__}.def_{name}: expected a function, got {type(fn).__name__}")
         setattr(self, name, fn)
         self._native.clear()
         return fn
 
-    def def_forward(self, fn: Callable) -> Callable:
+    def def_forward(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The forward rule ``fn(*args) -> (y, dy)``; each argument a ``Const`` or a ``Duplicated``."""
         return self._set("forward", fn)
 
-    def def_augmented_primal(self, fn: Callable) -> Callable:
+    def def_augmented_primal(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The augmented primal ``fn(*args) -> (y, tape)``; each argument a ``Const`` or an ``Active``."""
         return self._set("augmented_primal", fn)
 
-    def def_reverse(self, fn: Callable) -> Callable:
+    def def_reverse(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The reverse pass ``fn(tape, dy, *args) -> cotangents``, None for each ``Const`` argument."""
         return self._set("reverse", fn)
 
@@ -188,7 +196,7 @@ class Rule:
             module = _MODULES[registrar] = importlib.import_module(registrar)
         return module.call(self, args, kwargs)
 
-    def native(self, key: Any, build: Callable) -> Any:
+    def native(self, key: Any, build: Callable[..., Any]) -> Any:
         """The engine registration for ``key``, built once (thread-safe)."""
         try:
             return self._native[key]
@@ -214,13 +222,13 @@ class Rule:
 
     # -- pickling: by reference where the rule is a module attribute, else by value ---------------
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         module = sys.modules.get(getattr(self.primal, "__module__", None) or "")
         qualname = getattr(self.primal, "__qualname__", "")
         obj: Any = module
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        if obj is self:
+        if module is not None and obj is self:
             return (_lookup, (module.__name__, qualname))
         return (
             _rebuild,
@@ -248,8 +256,8 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("torch.Tensor", "diffinterface.backends.torch_rules"),
     ("autograd.tracer.Box", "diffinterface.backends.autograd_rules"),
 ]
-_MODULES: dict = {}  # registrar module name -> the module, imported at first use
-_REGISTRAR_OF_TYPE: dict = {}  # type -> registrar module (or None), filled as types are met
+_MODULES: dict[Any, Any] = {}  # registrar module name -> the module, imported at first use
+_REGISTRAR_OF_TYPE: dict[Any, Any] = {}  # type -> registrar module (or None), filled as types are met
 
 
 def register_rules(array_type: str, module: str) -> None:
@@ -270,7 +278,9 @@ def _lookup(module: str, qualname: str) -> Any:
     return obj
 
 
-def _rebuild(primal, opaque, vectorized, out_shape, forward, augmented_primal, reverse) -> Rule:
+def _rebuild(
+    primal: Any, opaque: Any, vectorized: Any, out_shape: Any, forward: Any, augmented_primal: Any, reverse: Any
+) -> Rule:
     return Rule(
         primal,
         opaque=opaque,
@@ -283,7 +293,11 @@ def _rebuild(primal, opaque, vectorized, out_shape, forward, augmented_primal, r
 
 
 def custom_rule(
-    fn: Callable | None = None, *, opaque: bool = False, vectorized: bool = False, out_shape: Callable | None = None
+    fn: Callable[..., Any] | None = None,
+    *,
+    opaque: bool = False,
+    vectorized: bool = False,
+    out_shape: Callable[..., Any] | None = None,
 ) -> Any:
     """Make ``fn`` a function with derivative rules (a :class:`Rule`).
 
@@ -299,13 +313,15 @@ def custom_rule(
       right shapes (per shape), which fails for a primal that needs specific values.
     """
 
-    def wrap(f: Callable) -> Rule:
+    def wrap(f: Callable[..., Any]) -> Rule:
         return Rule(f, opaque=opaque, vectorized=vectorized, out_shape=out_shape)
 
     return wrap if fn is None else wrap(fn)
 
 
-def annotate(values: tuple, active: tuple, kind: type, tangents: tuple | None = None) -> tuple:
+def annotate(
+    values: tuple[Any, ...], active: tuple[Any, ...], kind: type, tangents: tuple[Any, ...] | None = None
+) -> tuple[Any, ...]:
     """The arguments of a rule: ``kind(v)`` (Active) or ``Duplicated(v, t)`` where active, ``Const(v)``."""
     if tangents is not None:
         return tuple(Duplicated(v, t) if a else Const(v) for v, a, t in zip(values, active, tangents))
@@ -316,7 +332,7 @@ def _np(value: Any) -> Any:
     return value if isinstance(value, (int, float, complex)) else np.asarray(value)
 
 
-def cotangents(result: Any, n: int) -> tuple:
+def cotangents(result: Any, n: int) -> tuple[Any, ...]:
     """A reverse pass's result as a tuple of ``n`` (one argument's cotangent may come bare)."""
     if n == 1 and not isinstance(result, (tuple, list)):
         return (result,)
@@ -334,7 +350,7 @@ def cotangent_like(value: Any, ref: Any) -> Any:
     return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)
 
 
-def _registrar_of(args: tuple) -> str | None:
+def _registrar_of(args: tuple[Any, ...]) -> str | None:
     """The rules module of the engine whose arrays or traced values are among ``args`` (imports nothing)."""
     for a in args:
         kind = type(a)

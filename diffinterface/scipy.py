@@ -37,7 +37,7 @@ def _signal() -> Any:
 # -- solve -----------------------------------------------------------------------------------------
 
 
-def _solve_shape(A: Any, b: Any) -> tuple:
+def _solve_shape(A: Any, b: Any) -> tuple[Any, ...]:
     return tuple(b.shape), np.result_type(A.dtype, b.dtype)
 
 
@@ -48,7 +48,7 @@ def solve(A: Any, b: Any) -> Any:
 
 
 @solve.def_forward
-def _solve_forward(A: Any, b: Any) -> tuple:
+def _solve_forward(A: Any, b: Any) -> tuple[Any, ...]:
     linalg = _linalg()
     lu = linalg.lu_factor(A.val)
     y = linalg.lu_solve(lu, b.val)
@@ -61,7 +61,7 @@ def _solve_forward(A: Any, b: Any) -> tuple:
 
 
 @solve.def_augmented_primal
-def _solve_augmented(A: Any, b: Any) -> tuple:
+def _solve_augmented(A: Any, b: Any) -> tuple[Any, ...]:
     linalg = _linalg()
     lu = linalg.lu_factor(A.val)
     y = linalg.lu_solve(lu, b.val)
@@ -69,7 +69,7 @@ def _solve_augmented(A: Any, b: Any) -> tuple:
 
 
 @solve.def_reverse
-def _solve_reverse(tape: tuple, dy: Any, A: Any, b: Any) -> tuple:
+def _solve_reverse(tape: tuple[Any, ...], dy: Any, A: Any, b: Any) -> tuple[Any, ...]:
     lu, y = tape
     g = _linalg().lu_solve(lu, dy, trans=1)  # A^T g = dy
     dA = None
@@ -88,19 +88,19 @@ def expm(A: Any) -> Any:
 
 
 @expm.def_forward
-def _expm_forward(A: Any) -> tuple:
+def _expm_forward(A: Any) -> tuple[Any, ...]:
     if not isinstance(A, Duplicated):
         return _linalg().expm(A.val), None
     return _linalg().expm_frechet(A.val, A.dval, compute_expm=True)
 
 
 @expm.def_augmented_primal
-def _expm_augmented(A: Any) -> tuple:
+def _expm_augmented(A: Any) -> tuple[Any, ...]:
     return _linalg().expm(A.val), A.val
 
 
 @expm.def_reverse
-def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple:
+def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple[Any, ...]:
     if not isinstance(A, Active):
         return (None,)
     return (_linalg().expm_frechet(tape.T, dy, compute_expm=False),)
@@ -109,7 +109,7 @@ def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple:
 # -- fftconvolve -----------------------------------------------------------------------------------
 
 
-def _conv_shape(in1: Any, in2: Any, mode: str = "full") -> tuple:
+def _conv_shape(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
     s1, s2 = np.array(in1.shape), np.array(in2.shape)
     if mode == "full":
         shape = s1 + s2 - 1
@@ -129,7 +129,7 @@ def fftconvolve(in1: Any, in2: Any, mode: str = "full") -> Any:
 
 
 @fftconvolve.def_forward
-def _conv_forward(in1: Any, in2: Any, mode: str = "full") -> tuple:
+def _conv_forward(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
     conv = _signal().fftconvolve
     y = conv(in1.val, in2.val, mode=mode)
     dy = np.zeros_like(y)
@@ -141,12 +141,12 @@ def _conv_forward(in1: Any, in2: Any, mode: str = "full") -> tuple:
 
 
 @fftconvolve.def_augmented_primal
-def _conv_augmented(in1: Any, in2: Any, mode: str = "full") -> tuple:
+def _conv_augmented(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
     return _signal().fftconvolve(in1.val, in2.val, mode=mode), None
 
 
 @fftconvolve.def_reverse
-def _conv_reverse(tape: Any, dy: Any, in1: Any, in2: Any, mode: str = "full") -> tuple:
+def _conv_reverse(tape: Any, dy: Any, in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
     conv = _signal().fftconvolve
     a, b = in1.val, in2.val
     full = tuple(s1 + s2 - 1 for s1, s2 in zip(a.shape, b.shape))

@@ -10,20 +10,34 @@ from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
-def prepare_jacobian(backend: Backend, f: Callable, x: Any, *contexts: Any, y: Any = None, strict: bool = True) -> Prep:
+def prepare_jacobian(
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, y: Any = None, strict: bool = True
+) -> Prep:
     """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these."""
     return prepare("jacobian", backend, f, x, None, contexts, y, strict)
 
 
 def value_and_jacobian(
-    backend: Backend, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None
-) -> tuple:
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    prep: Prep | None = None,
+    out: Any = None,
+) -> tuple[Any, ...]:
     """``(f(x), J)``; ``out=`` receives the Jacobian."""
     return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True)
 
 
 def jacobian(
-    backend: Backend, f: Callable, x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None, out: Any = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    prep: Prep | None = None,
+    out: Any = None,
 ) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 

@@ -11,21 +11,21 @@ from .._prep import Prep
 
 
 def prepare_pullback(
-    backend: Backend, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, strict: bool = True
 ) -> Prep:
     """Prepare :func:`pullback` and :func:`value_and_pullback` for arguments shaped like these."""
     return prepare("pullback", backend, f, x, ty, contexts, y, strict)
 
 
 def value_and_pullback(
-    backend: Backend, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
-) -> tuple:
+    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+) -> tuple[Any, ...]:
     """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can."""
     return run("pullback", backend, f, x, ty, contexts, y, prep, value=True)
 
 
 def pullback(
-    backend: Backend, f: Callable, x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple."""
     if type(prep) is Prep and y is None and type(ty) is type(x) is not float:

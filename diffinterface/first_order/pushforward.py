@@ -11,15 +11,15 @@ from .._prep import Prep
 
 
 def prepare_pushforward(
-    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
 ) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these."""
     return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
 
 
 def value_and_pushforward(
-    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
-) -> tuple:
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+) -> tuple[Any, ...]:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
     ``f(x, *contexts)`` returns its output, or with ``y=`` is ``f(y, x, *contexts)`` writing it into ``y``.
@@ -28,7 +28,7 @@ def value_and_pushforward(
 
 
 def pushforward(
-    backend: Backend, f: Callable, x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:

@@ -10,19 +10,21 @@ from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
-def prepare_hessian(backend: Backend, f: Callable, x: Any, *contexts: Any, strict: bool = True) -> Prep:
+def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
     """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these."""
     return prepare("hessian", backend, f, x, None, contexts, None, strict)
 
 
 def value_gradient_and_hessian(
-    backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
-) -> tuple:
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+) -> tuple[Any, ...]:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian."""
     return run("hessian", backend, f, x, None, contexts, None, prep, out, value=True)
 
 
-def hessian(backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None) -> Any:
+def hessian(
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``."""
     if type(prep) is Prep:
         return run_prepared("hessian", prep, backend, f, x, contexts, out)

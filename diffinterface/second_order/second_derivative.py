@@ -10,19 +10,21 @@ from .._frontend import prepare, run, run_prepared
 from .._prep import Prep
 
 
-def prepare_second_derivative(backend: Backend, f: Callable, x: Any, *contexts: Any, strict: bool = True) -> Prep:
+def prepare_second_derivative(
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True
+) -> Prep:
     """Prepare :func:`second_derivative` and :func:`value_derivative_and_second_derivative`."""
     return prepare("second_derivative", backend, f, x, None, contexts, None, strict)
 
 
 def value_derivative_and_second_derivative(
-    backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None
-) -> tuple:
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None
+) -> tuple[Any, ...]:
     """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``."""
     return run("second_derivative", backend, f, x, None, contexts, None, prep, value=True)
 
 
-def second_derivative(backend: Backend, f: Callable, x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
+def second_derivative(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
     """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``."""
     if type(prep) is Prep:
         return run_prepared("second_derivative", prep, backend, f, x, contexts)

@@ -21,7 +21,7 @@ class _Counter:
         self.calls = 0
 
 
-def _counted(f: Callable, counter: _Counter) -> Callable:
+def _counted(f: Callable[..., Any], counter: _Counter) -> Callable[..., Any]:
     def counted(*args: Any) -> Any:
         counter.calls += 1
         return f(*args)
@@ -67,7 +67,7 @@ def benchmark_differentiation(
             f = _counted(s.f, counter)
             lead = (s.tangent,) if takes_tangent else ()
             kwargs = {"y": s.y} if s.y is not None else {}
-            row: dict = {"backend": repr(backend), "scenario": s.name, "operator": s.operator}
+            row: dict[Any, Any] = {"backend": repr(backend), "scenario": s.name, "operator": s.operator}
             try:
                 counter.calls = 0
                 prep = prepare(backend, f, s.x, *lead, *s.contexts, **kwargs)

@@ -71,7 +71,7 @@ def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
     return 1e-7
 
 
-def _snapshot(value: Any) -> tuple:
+def _snapshot(value: Any) -> tuple[Any, ...]:
     """A tagged deep copy of ``value`` that :func:`_same` compares exactly (NaN equal to NaN)."""
     if isinstance(value, Context):
         return ("context", type(value), _snapshot(value.value))
@@ -84,7 +84,7 @@ def _snapshot(value: Any) -> tuple:
     return ("object", type(value), copy.deepcopy(value))
 
 
-def _same(a: tuple, b: tuple) -> bool:
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     if a[0] != b[0] or a[1] is not b[1]:
         return False
     kind, _, u = a
@@ -135,14 +135,14 @@ class _Check:
                 f"{what}: max error {err:.3g} exceeds {self.tol:.1g} x {scale:.3g}\n got      {a.ravel()[:8]}\n expected {e.ravel()[:8]}"
             )
 
-    def unchanged(self, before: list, label: str) -> None:
+    def unchanged(self, before: list[Any], label: str) -> None:
         after = self.inputs()
         names = ["x", "tangent", "contexts", "y", "captured state"]
         for name, b, a in zip(names, before, after):
             if not _same(b, a):
                 raise AssertionError(f"{label}: {name} was modified by the call")
 
-    def inputs(self) -> list:
+    def inputs(self) -> list[Any]:
         s = self.s
         return [_snapshot(s.x), _snapshot(s.tangent), _snapshot(s.contexts), _snapshot(s.y), _snapshot(s.state)]
 

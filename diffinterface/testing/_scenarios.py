@@ -41,10 +41,10 @@ class Scenario:
     """
 
     operator: str
-    f: Callable
+    f: Callable[..., Any]
     x: Any
     tangent: Any = None
-    contexts: tuple = ()
+    contexts: tuple[Any, ...] = ()
     y: Any = None
     value: Any = None
     first: Any = None
@@ -52,8 +52,8 @@ class Scenario:
     name: str = ""
     prep_x: Any = None
     prep_tangent: Any = None
-    prep_contexts: tuple | None = None
-    state: tuple = ()
+    prep_contexts: tuple[Any, ...] | None = None
+    state: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"Scenario({self.name})"
@@ -72,52 +72,52 @@ _MULT_VEC = np.array([1.0, 2.0])
 _MULT_MAT = np.array([[1.0, 3.0], [2.0, 4.0]])
 
 
-def num_to_num(x):
+def num_to_num(x: Any) -> Any:
     return array_namespace(x).sin(x)
 
 
-def num_to_vec(x):
+def num_to_vec(x: Any) -> Any:
     return array_namespace(x).sin(_const(x, _MULT_VEC) * x)
 
 
-def num_to_mat(x):
+def num_to_mat(x: Any) -> Any:
     return array_namespace(x).sin(_const(x, _MULT_MAT) * x)
 
 
-def arr_to_num(x):
+def arr_to_num(x: Any) -> Any:
     xp = array_namespace(x)
     return xp.sum(x**4) * xp.sum(x**6)
 
 
-def vec_to_vec(x):
+def vec_to_vec(x: Any) -> Any:
     xp = array_namespace(x)
     return xp.concat([xp.sin(x), xp.cos(x)])
 
 
-def vec_to_mat(x):
+def vec_to_mat(x: Any) -> Any:
     xp = array_namespace(x)
     return xp.stack([xp.sin(x), xp.cos(x)], axis=1)
 
 
-def mat_to_vec(x):
+def mat_to_vec(x: Any) -> Any:
     xp = array_namespace(x)
     return xp.concat([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))])
 
 
-def mat_to_mat(x):
+def mat_to_mat(x: Any) -> Any:
     xp = array_namespace(x)
     return xp.stack([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))], axis=1)
 
 
-def diff_square(x):
+def diff_square(x: Any) -> Any:
     return (x[1:] - x[:-1]) ** 2
 
 
-def diff_cube(x):
+def diff_cube(x: Any) -> Any:
     return (x[1:] - x[:-1]) ** 3
 
 
-def sum_diff_cube(x):
+def sum_diff_cube(x: Any) -> Any:
     return array_namespace(x).sum((x[1:] - x[:-1]) ** 3)
 
 
@@ -129,11 +129,11 @@ _BANDED = (
 )
 
 
-def banded_times_square(x):
+def banded_times_square(x: Any) -> Any:
     return _const(x, _BANDED) @ (x * x)
 
 
-def quadratic_form(x):
+def quadratic_form(x: Any) -> Any:
     u = x * x
     return array_namespace(x).sum(u * (_const(x, _BANDED) @ u))
 
@@ -143,12 +143,12 @@ class Reference:
     """A function with closed-form value, Jacobian (flat: ``(y.size, x.size)``) and Hessian."""
 
     name: str
-    f: Callable
+    f: Callable[..., Any]
     x: Any
-    value: Callable
-    jac: Callable
-    hess: Callable | None = None  # (x.size, x.size), scalar outputs only
-    der2: Callable | None = None  # d2f/dx2 shaped like f(x), scalar inputs only
+    value: Callable[..., Any]
+    jac: Callable[..., Any]
+    hess: Callable[..., Any] | None = None  # (x.size, x.size), scalar outputs only
+    der2: Callable[..., Any] | None = None  # d2f/dx2 shaped like f(x), scalar inputs only
 
 
 def _references() -> list[Reference]:
@@ -156,14 +156,14 @@ def _references() -> list[Reference]:
     xv = np.array([0.6, 1.1, -0.4, 0.9, 1.3, -0.8])
     xm = np.array([[0.6, 1.1, -0.4], [0.9, 1.3, -0.8]])
 
-    def diffs(x, k):
+    def diffs(x: Any, k: Any) -> Any:
         d = np.diff(x)
         jac = np.zeros((d.size, x.size))
         i = np.arange(d.size)
         jac[i, i], jac[i, i + 1] = -k * d ** (k - 1), k * d ** (k - 1)
         return d, jac
 
-    def sincos_jac(x, interleave):
+    def sincos_jac(x: Any, interleave: Any) -> Any:
         xf = np.ravel(x)
         n = xf.size
         jac = np.zeros((2 * n, n))
@@ -172,12 +172,12 @@ def _references() -> list[Reference]:
         jac[rows_sin, i], jac[rows_cos, i] = np.cos(xf), -np.sin(xf)
         return jac
 
-    def arr_hess(x):
+    def arr_hess(x: Any) -> Any:
         xf = np.ravel(x)
         s4, s6 = np.sum(xf**4), np.sum(xf**6)
         return np.diag(12 * xf**2 * s6 + 30 * xf**4 * s4) + 24 * np.outer(xf**3, xf**5) + 24 * np.outer(xf**5, xf**3)
 
-    def arr_grad(x):
+    def arr_grad(x: Any) -> Any:
         xf = np.ravel(x)
         return (4 * xf**3 * np.sum(xf**6) + 6 * xf**5 * np.sum(xf**4))[None, :]
 
@@ -266,15 +266,15 @@ def _references() -> list[Reference]:
 # -- variants: contexts, caches, closures, two-argument functions ------------------------------
 
 
-def _with_constant(f):
-    def with_constant(x, c):
+def _with_constant(f: Any) -> Any:
+    def with_constant(x: Any, c: Any) -> Any:
         return c[0] * f(x) + c[1]
 
     return with_constant
 
 
-def _with_cache(f):
-    def with_cache(x, cache):
+def _with_cache(f: Any) -> Any:
+    def with_cache(x: Any, cache: Any) -> Any:
         xp = array_namespace(x)
         cache[...] = x
         return f(xp.asarray(cache))
@@ -282,8 +282,8 @@ def _with_cache(f):
     return with_cache
 
 
-def _closure_over_buffer(f, buffer):
-    def over_buffer(x):
+def _closure_over_buffer(f: Any, buffer: Any) -> Any:
+    def over_buffer(x: Any) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
@@ -291,9 +291,9 @@ def _closure_over_buffer(f, buffer):
     return over_buffer
 
 
-def _closure_scalar(buffer):
+def _closure_scalar(buffer: Any) -> Any:
     # The example of SPEC section 7: derivative 2 (1 + x) on every call, with the buffer unchanged.
-    def accumulate(x):
+    def accumulate(x: Any) -> Any:
         buffer[0] = 1.0
         buffer[0] += x
         return buffer[0] ** 2
@@ -301,8 +301,8 @@ def _closure_scalar(buffer):
     return accumulate
 
 
-def _write_then(f):
-    def write_then(x, buffer):
+def _write_then(f: Any) -> Any:
+    def write_then(x: Any, buffer: Any) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
@@ -313,33 +313,33 @@ def _write_then(f):
 class _Buffered:
     """A callable object that writes x into a buffer attribute before computing from it."""
 
-    def __init__(self, f, buffer):
+    def __init__(self, f: Any, buffer: Any) -> None:
         self.f, self.buffer = f, buffer
 
-    def __call__(self, x):
+    def __call__(self, x: Any) -> Any:
         xp = array_namespace(x)
         self.buffer[...] = x
         return self.f(xp.asarray(self.buffer))
 
 
-def _nested(f, buffer):
+def _nested(f: Any, buffer: Any) -> Any:
     inner = _closure_over_buffer(f, buffer)
 
-    def nested(x):  # captures a function that captures the buffer
+    def nested(x: Any) -> Any:  # captures a function that captures the buffer
         return inner(x)
 
     return nested
 
 
-def _reads_captured(f, weights):
-    def reads(x):  # only reads its captured array: 3 f(x) + 0.5
+def _reads_captured(f: Any, weights: Any) -> Any:
+    def reads(x: Any) -> Any:  # only reads its captured array: 3 f(x) + 0.5
         return weights[0] * f(x) + weights[1]
 
     return reads
 
 
-def _in_place(f):
-    def in_place(y, x):
+def _in_place(f: Any) -> Any:
+    def in_place(y: Any, x: Any) -> Any:
         y[...] = f(x)
 
     return in_place
@@ -371,13 +371,15 @@ def _mutable_family(family: str) -> str:
     return "numpy" if family == "jax" else family
 
 
-def _tangent(shape: tuple, k: int) -> np.ndarray:
+def _tangent(shape: tuple[Any, ...], k: int) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     t = np.linspace(0.5, 1.5, n) * (-1.0) ** np.arange(n) + 0.25 * k
     return np.reshape(t, shape) if shape else np.asarray(t[0])
 
 
-def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include: tuple = OPERATORS) -> list[Scenario]:
+def default_scenarios(
+    family: str = "numpy", dtype: Any = np.float64, *, include: tuple[Any, ...] = OPERATORS
+) -> list[Scenario]:
     """The reference catalogue: every applicable operator on every reference function, with variants.
 
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
@@ -401,17 +403,19 @@ def default_scenarios(family: str = "numpy", dtype: Any = np.float64, *, include
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 
-def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closure_variants: set) -> list[Scenario]:
+def _scenarios_of(
+    ref: Reference, family: str, dtype: Any, include: tuple[Any, ...], closure_variants: set
+) -> list[Scenario]:
     x = np.asarray(ref.x, dtype=np.float64)
     y_value = np.asarray(ref.value(x))
     jac = np.asarray(ref.jac(x))
     scalar_in, scalar_out = x.shape == (), y_value.shape == ()
     out: list[Scenario] = []
 
-    def conv(v):
+    def conv(v: Any) -> Any:
         return convert(v, family, dtype)
 
-    def refs(op, scale=1.0, shift=0.0, tangent=None):
+    def refs(op: Any, scale: Any = 1.0, shift: Any = 0.0, tangent: Any = None) -> Any:
         """References for ``op`` at x, for ``scale * f + shift``."""
         value = scale * y_value + shift
         jac_full = scale * np.reshape(jac, y_value.shape + x.shape)
@@ -426,8 +430,10 @@ def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closu
             res = tuple(np.reshape(scale * np.ravel(t) @ jac, x.shape) for t in tangent)
             return value, res, None
         if op == "second_derivative":
+            assert ref.der2 is not None, ref.name  # scalar inputs have one
             return value, jac_full, scale * np.asarray(ref.der2(x))
         grad = np.reshape(scale * jac, x.shape)
+        assert ref.hess is not None, ref.name  # scalar outputs have one
         hess = scale * np.asarray(ref.hess(x))
         if op == "hessian":
             return value, grad, np.reshape(hess, x.shape + x.shape)
@@ -456,7 +462,7 @@ def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closu
                 else (tuple(conv(np.ones(tshape)) for _ in ts) if batched else conv(np.ones(tshape)))
             )
 
-            def unbatch(res):
+            def unbatch(res: Any) -> Any:
                 return res if batched or not isinstance(res, tuple) else res[0]
 
             value, first, second = refs(op, tangent=ts)
@@ -571,7 +577,7 @@ def _scenarios_of(ref: Reference, family: str, dtype: Any, include: tuple, closu
     return out
 
 
-def _closure_scalar_scenarios(family: str, dtype: Any, include: tuple) -> list[Scenario]:
+def _closure_scalar_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list[Scenario]:
     x = 0.3
     value, der = (1 + x) ** 2, 2 * (1 + x)
     out = []
