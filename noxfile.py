@@ -116,7 +116,8 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "diffinterface", "backends")
 
 
-TYPE_COMPLETENESS = 0.90  # measured 0.943 (pyright 1.1, 2026-11-23); internal JAX adapter classes make up most of the rest
+# measured 0.943 (2026-11-23); the internal JAX adapter classes make up most of the rest
+TYPE_COMPLETENESS = 0.90
 
 
 @nox.session
@@ -129,7 +130,13 @@ def types(session: nox.Session) -> None:
     session.install("--no-deps", "--force-reinstall", str(ROOT))
     session.chdir(session.create_tmp())  # not the source tree: pyright must read the installed copy
     report = session.run(
-        "pyright", "--verifytypes", "diffinterface", "--ignoreexternal", "--outputjson", silent=True, success_codes=[0, 1]
+        "pyright",
+        "--verifytypes",
+        "diffinterface",
+        "--ignoreexternal",
+        "--outputjson",
+        silent=True,
+        success_codes=[0, 1],
     )
     found = json.loads(report or "{}")["typeCompleteness"]
     score = found["completenessScore"]

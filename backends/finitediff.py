@@ -132,6 +132,8 @@ class _Points:
 class Adapter(_Base):
     """Finite differences; see the module docstring for steps and evaluation counts."""
 
+    evaluates_only = True  # an outer finite difference differentiates any inner engine's results
+
     def __init__(self, backend: Any) -> None:
         super().__init__(backend)
         self.method: str = backend.method

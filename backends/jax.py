@@ -420,6 +420,7 @@ class Adapter(_Base):
     """JAX; see the module docstring."""
 
     engine_name = "JAX"
+    traceable_results = True  # the runners are traced under an outer JAX transformation
 
     @staticmethod
     def traced(value: Any) -> bool:

@@ -175,6 +175,13 @@ class _Derived:
 class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
 
+    # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend): it only
+    # evaluates what ``inner`` computes (finite differences: any inner engine), and the results of
+    # its runners stay differentiable by an outer call of the same engine (JAX traces them). Neither:
+    # a SecondOrder of the engine over itself runs the engine's own second order.
+    evaluates_only: bool = False
+    traceable_results: bool = False
+
     def __init__(self, backend: Any) -> None:
         self.backend: Any = backend  # the config
 

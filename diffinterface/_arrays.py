@@ -31,6 +31,8 @@ class ArrayFamily:
     - ``private_copy(value)``: a copy ``f`` may write into (default: the value itself, for immutable arrays);
     - ``computing(dtype)``: a context manager in which the library keeps arrays of ``dtype`` in that
       dtype (JAX's ``enable_x64`` for float64 when x64 is off; default: no context);
+    - ``copy_into(out, result)`` (optional): writes ``result`` (an array of the family) into the
+      user's ``out=`` array; None for a library of immutable arrays (JAX), whose ``out=`` is refused;
     - ``module_type`` (optional): ``"module.Type"`` of the library's stateful callables (torch's
       ``nn.Module``), whose attributes the closure walker duplicates like a user object's, and
       ``children``: the attribute holding their submodules (a dict, each walked in turn).
@@ -44,6 +46,7 @@ class ArrayFamily:
         "convert",
         "private_copy",
         "computing",
+        "copy_into",
         "module_type",
         "children",
     )
@@ -54,6 +57,7 @@ class ArrayFamily:
     convert: Callable[..., Any] | None
     private_copy: Callable[[Any], Any]
     computing: Callable[[Any], Any]
+    copy_into: Callable[[Any, Any], Any] | None
     module_type: str | None
     children: str | None
 
@@ -66,6 +70,7 @@ class ArrayFamily:
         convert: Any = None,
         private_copy: Any = None,
         computing: Any = None,
+        copy_into: Any = None,
         module_type: str | None = None,
         children: str | None = None,
     ) -> None:
@@ -77,6 +82,7 @@ class ArrayFamily:
         self.to_numpy, self.from_numpy, self.convert = to_numpy, from_numpy, convert
         self.private_copy = private_copy or _same
         self.computing = computing or _no_context
+        self.copy_into = copy_into
         self.module_type, self.children = module_type, children
 
     def type(self) -> Any:
@@ -201,7 +207,17 @@ def _torch_private_copy(value: Any) -> Any:
     return value.detach().clone()
 
 
-register_family(ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, private_copy=np.copy))
+def _numpy_copy_into(out: Any, result: Any) -> None:
+    np.copyto(out, result, casting="same_kind")
+
+
+def _torch_copy_into(out: Any, result: Any) -> None:
+    out.copy_(result)
+
+
+register_family(
+    ArrayFamily(NUMPY, "numpy.ndarray", np.asarray, _numpy_from, private_copy=np.copy, copy_into=_numpy_copy_into)
+)
 register_family(
     ArrayFamily(
         TORCH,
@@ -210,6 +226,7 @@ register_family(
         _torch_from_numpy,
         _torch_convert,
         _torch_private_copy,
+        copy_into=_torch_copy_into,
         module_type="torch.nn.Module",
         children="_modules",
     )

@@ -12,10 +12,9 @@ import numpy as np
 
 from ._adapter import VALUE_METHOD, SecondOrderAdapter
 from ._arrays import (
-    JAX,
-    TORCH,
     as_input,
     describe,
+    families,
     family,
     is_real_floating,
     output_like,
@@ -23,7 +22,7 @@ from ._arrays import (
     shape,
     to_family,
 )
-from ._backends import AutoFiniteDiff, SecondOrder, adapter_for
+from ._backends import SecondOrder, adapter_for
 from ._closure import const_trace_checked
 from ._contexts import check_contexts
 from ._errors import call_repr
@@ -56,16 +55,18 @@ def _adapter(operator: str, backend: Any, call: str) -> Any:
 def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
     """The adapter of ``SecondOrder(outer, inner)``.
 
-    - ``outer=AutoFiniteDiff()``: finite differences of what ``inner`` computes, any ``inner``.
-    - the same engine: JAX nests its transformations inside one traced program, so each mode
-      combination is what it says (forward over reverse, reverse over reverse, ...). torch's and
-      autograd's adapters return results with no graph or box left, which an outer call of the same
-      engine cannot differentiate (torch gave zeros): they run their engine's native second order,
-      the fastest combination there (torch: reverse over reverse), whatever the modes.
+    - an outer adapter that only evaluates (``evaluates_only``: finite differences): nested over what
+      ``inner`` computes, any ``inner``.
+    - the same engine, whose results stay traceable (``traceable_results``: JAX nests its
+      transformations inside one traced program, so each mode combination is what it says).
+      torch's and autograd's adapters return results with no graph or box left, which an outer call
+      of the same engine cannot differentiate (torch gave zeros): they run their engine's own second
+      order, the fastest combination there (torch: reverse over reverse), whatever the modes.
     - other engines: an error (outer would pass its arrays into inner's engine).
     """
     outer, inner = backend.outer, backend.inner
-    if isinstance(outer, AutoFiniteDiff) or (type(outer) is type(inner) and outer.engine == "jax"):
+    outer_adapter = adapter_for(outer, call)
+    if outer_adapter.evaluates_only or (type(outer) is type(inner) and outer_adapter.traceable_results):
         return SecondOrderAdapter(backend)
     if type(outer) is type(inner):
         return adapter_for(inner, call)
@@ -283,18 +284,17 @@ def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: An
         return _call(operator, backend, None)
 
     fam = family(out)
-    if fam == JAX:
+    record = families().get(fam) if fam is not None else None
+    if record is None:
+        writable = " or ".join(f"a {r.array_type}" for r in families().values() if r.copy_into is not None)
+        raise TypeError(f"{call()}: out= must be {writable}, got {type(out).__name__}")
+    if record.copy_into is None:
         raise TypeError(
-            f"{call()}: out= is a jax array, and jax arrays are immutable; drop out= and use the returned array"
+            f"{call()}: out= is a {fam} array, and {fam} arrays are immutable; drop out= and use the returned array"
         )
-    if fam is None:
-        raise TypeError(f"{call()}: out= must be a numpy array or a torch tensor, got {type(out).__name__}")
     if shape(out) != shape(result):
         raise ValueError(f"{call()}: out= has shape {shape(out)}, expected {shape(result)} (got {describe(out)})")
-    if fam == TORCH:
-        out.copy_(to_family(result, TORCH, like=out))
-    else:
-        np.copyto(out, to_family(result, fam), casting="same_kind")
+    record.copy_into(out, to_family(result, fam, like=out))
     return out
 
 

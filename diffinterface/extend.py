@@ -8,7 +8,10 @@ A backend is two classes in one module of its own, and no change to diffinterfac
   ``tolerance(dtype, second_order)`` for the test harness;
 - an **adapter** (subclass :class:`Adapter`) implementing at least ``value_and_pushforward`` or
   ``value_and_pullback``; every other operator, second order included, is derived by the base
-  class, and the adapter overrides what its engine does better natively.
+  class, and the adapter overrides what its engine does better natively. Two class flags say how
+  it serves as ``outer`` in ``SecondOrder(outer, inner)``: ``evaluates_only`` (it only evaluates
+  what ``inner`` computes, as finite differences do: any ``inner``) and ``traceable_results`` (its
+  results stay differentiable by an outer call of the same engine, as JAX's do).
 
 Register the config with :func:`register_backend` (or a ``diffinterface.backends`` entry point, so
 that ``python -m diffinterface check`` finds it without an import), and check it on the whole
