@@ -100,8 +100,10 @@ class _Namespace:
         "atanh": "arctanh",
     }
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(anp, self._RENAMED.get(name, name))
+    def __getattr__(self, name: str) -> Any:  # looked up once: later reads find the instance attribute
+        value = getattr(anp, self._RENAMED.get(name, name))
+        setattr(self, name, value)
+        return value
 
     @staticmethod
     def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
@@ -569,6 +571,12 @@ class Adapter(_Base):
 
 class Bench(BenchEngine):
     """autograd's ``grad``, ``hessian``, ``jacobian`` (reverse) and ``make_jvp``/``make_vjp``."""
+
+    costs = {
+        "jacobian tall": "one forward pass per column, each running f over read-only aliases of its captured state "
+        "(the closure policy: a writing f would be rerun over copies) and checking its output, where the "
+        "hand-written loop calls f's arithmetic directly",
+    }
 
     def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         import autograd as ag

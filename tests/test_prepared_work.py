@@ -1,0 +1,120 @@
+"""The prepared fast path does a fixed, small amount of work (issue: prepared calls at the engines'
+own speed): each prepared call is profiled and the calls into diffinterface's own functions (the
+frontend, the prep check, the adapters' runners, their helpers) are counted. A change that adds
+work to the path (a conversion, a lookup, another wrapper) raises a count and fails here; a change
+that removes work lowers the table below.
+
+The counts exclude ``f`` and the engines' own code; finite differences evaluate ``f`` once or
+twice per coordinate, so their counts grow with ``n`` (here 4).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from array_api_compat import array_namespace
+
+import diffinterface as di
+
+N = 4
+
+
+def sum_sin2(x: Any) -> Any:
+    xp = array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+
+def sin_times_sum(x: Any) -> Any:
+    xp = array_namespace(x)
+    return xp.sin(x) * xp.sum(x)
+
+
+OPERATORS = {  # operator: (f, takes a tangent)
+    "gradient": (sum_sin2, False),
+    "pushforward": (sin_times_sum, True),
+    "pullback": (sin_times_sum, True),
+    "jacobian": (sin_times_sum, False),
+    "hvp": (sum_sin2, True),
+    "hessian": (sum_sin2, False),
+}
+
+# The most calls into diffinterface's functions that one prepared call makes (measured 2026-11-23).
+BUDGET = {
+    "finitediff": {"gradient": 55, "pushforward": 21, "pullback": 62, "jacobian": 55, "hvp": 94, "hessian": 186},
+    "jax": {"gradient": 4, "pushforward": 4, "pullback": 4, "jacobian": 4, "hvp": 4, "hessian": 4},
+    "torch": {"gradient": 8, "pushforward": 13, "pullback": 10, "jacobian": 14, "hvp": 12, "hessian": 10},
+    "autograd": {"gradient": 17, "pushforward": 23, "pullback": 21, "jacobian": 39, "hvp": 21, "hessian": 20},
+}
+
+
+def _jax_asarray(a: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.asarray(a)
+
+
+def _torch_asarray(a: Any) -> Any:
+    import torch
+
+    return torch.as_tensor(a)
+
+
+CASES = [  # name, backend, the engine's own array type for x and the tangent
+    ("finitediff", di.AutoFiniteDiff(), np.asarray),
+    ("jax", di.AutoJAX(), _jax_asarray),
+    ("torch", di.AutoTorch(), _torch_asarray),
+    ("autograd", di.AutoAutograd(), np.asarray),
+]
+
+
+def _backends() -> list[Any]:
+    return [
+        pytest.param(
+            name,
+            lambda b=backend, a=asarray: (b, a),
+            id=name,
+            marks=[] if di.check_available(backend) else [pytest.mark.skip(reason=f"{name} is not installed")],
+        )
+        for name, backend, asarray in CASES
+    ]
+
+
+def library_calls(call: Any) -> dict[str, int]:
+    """The calls into diffinterface's functions made by ``call()`` (after one warm-up call), by function."""
+    counts: dict[str, int] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            module = frame.f_globals.get("__name__", "")
+            if module.startswith("diffinterface"):
+                key = f"{module}.{frame.f_code.co_qualname}"
+                counts[key] = counts.get(key, 0) + 1
+
+    call()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+@pytest.mark.parametrize("operator", list(OPERATORS))
+@pytest.mark.parametrize(("name", "make"), _backends())
+def test_a_prepared_call_does_no_more_work_than_measured(name: str, make: Any, operator: str) -> None:
+    backend, asarray = make()
+    f, tangent = OPERATORS[operator]
+    x = asarray(np.linspace(-1.0, 1.0, N))
+    args = (x, asarray(np.linspace(0.5, 1.5, N))) if tangent else (x,)
+    prep = getattr(di, f"prepare_{operator}")(backend, f, *args)
+    run = getattr(di, operator)
+    counts = library_calls(lambda: run(backend, f, *args, prep=prep))
+    total = sum(counts.values())
+    budget = BUDGET[name][operator]
+    detail = "\n".join(f"  {n}: {c}" for n, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+    assert total <= budget, (
+        f"a prepared {operator} on {backend!r} made {total} calls into diffinterface, the budget is {budget}:\n{detail}"
+    )
