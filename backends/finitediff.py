@@ -10,7 +10,8 @@ not already computed. A pushforward along ``t`` takes the largest step ``k`` tha
 by more than its own step above: ``k = min over t_i != 0 of |h_i| / |t_i|`` (one scale for all
 coordinates, ``max|x|``, made the error 6e-4 at ``x = [100, -0.5]``, where SciPy's per-coordinate steps
 give 6e-8). A NaN or inf coordinate gets the step of a coordinate of 1 (it stays NaN in its own
-entries and does not set the step of the others).
+entries and does not set the step of the others); in a pushforward an inf coordinate sets no limit
+on ``k`` (it stays inf whatever the step) and a NaN one limits it as a coordinate of 1 would.
 
 ``f`` never receives the user's ``x`` itself: where it is evaluated at ``x``, it gets a copy, so that
 an ``f`` that writes into its input leaves the caller's array unchanged.
@@ -70,13 +71,14 @@ def _along(xp: Any, abs_h: Any, t: Any) -> float:
 
 def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
     """:func:`_along` for the default steps ``r * max(1, |x_i|)`` in one expression (its temporaries
-    freed as soon as used: three large allocations less than through ``_Points``):
-    ``r / max(|t_i| / max(1, |x_i|))``; None where ``x`` has a NaN or inf coordinate (whose own step
-    is ``r``), found by a sum of ``x`` that is not finite: the caller then takes the exact path."""
+    freed as soon as used): ``r / max(|t_i| / max(1, |x_i|))``. An inf coordinate of ``x`` sets no
+    limit on the step (its ratio is 0: it stays inf whatever the step, and does not shrink the step
+    of the others); a NaN one makes the maximum NaN: None, and the caller takes the exact path, where
+    it gets the step of a coordinate of 1."""
     if 0 in x.shape:
         return 0.0
     top = float(xp.max(xp.abs(t) / xp.maximum(xp.abs(x), 1.0)))
-    if not (math.isfinite(top) and math.isfinite(float(xp.sum(x)))):
+    if not math.isfinite(top):
         return None
     return 0.0 if top == 0.0 else r / top
 
