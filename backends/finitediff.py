@@ -77,7 +77,14 @@ def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
     it gets the step of a coordinate of 1."""
     if 0 in x.shape:
         return 0.0
-    top = float(xp.max(xp.abs(t) / xp.maximum(xp.abs(x), 1.0)))
+    if type(x) is np.ndarray and type(t) is np.ndarray:  # numpy's out=: two temporaries, as |x| and |t| take
+        scale = np.abs(x)
+        np.maximum(scale, 1.0, out=scale)
+        ratio = np.abs(t)
+        np.divide(ratio, scale, out=ratio)
+        top = float(np.max(ratio))
+    else:
+        top = float(xp.max(xp.abs(t) / xp.maximum(xp.abs(x), 1.0)))
     if not math.isfinite(top):
         return None
     return 0.0 if top == 0.0 else r / top
