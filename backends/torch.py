@@ -172,10 +172,13 @@ class _Function:
     which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
-    __slots__ = ("target", "simple", "run", "eager")
+    __slots__ = ("target", "simple", "run", "eager", "writes_input")
 
     def __init__(self, target: Any, contexts: tuple[Any, ...], compile: bool) -> None:
         self.target = target
+        # set when f wrote into its input in reverse mode (torch refused the write into the leaf):
+        # from then on f gets a differentiable copy of x (see _record)
+        self.writes_input = False
         self.simple = not contexts and target.plain
         # run(x, contexts) -> tensor: compiled with compile=True; eager(x, contexts): never compiled
         self.run = self._runner(torch.compile(target.f, dynamic=False) if compile else target.f)
@@ -417,15 +420,25 @@ def _lost(fn: Any, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> 
 
 def _record(fn: Any, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tuple[Any, ...]:
     """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
-    grad (a write into it raises: the user's ``x`` is never modified). A ``y`` with no graph is
-    checked by :func:`_lost` (an error, unless ``f`` is constant)."""
+    grad. A write of ``f`` into it is refused by torch (the user's ``x`` is never modified): that
+    refusal, and only it, makes ``f`` run again on ``xt.clone()``, a copy whose writes autograd
+    differentiates through, and from then on for this preparation. A ``y`` with no graph is checked
+    by :func:`_lost` (an error, unless ``f`` is constant)."""
     xt = x.detach().requires_grad_()
     run = fn.run if run is None else run
-    if torch.is_grad_enabled():
-        y = run(xt, contexts)
-    else:
+    if not torch.is_grad_enabled():
         with torch.enable_grad():
+            return _record(fn, x, contexts, run)
+    if fn.writes_input:
+        y = run(xt.clone(), contexts)
+    else:
+        try:
             y = run(xt, contexts)
+        except Exception as error:
+            if not raised_by(error, _alias_write_refused):
+                raise  # f's own error, after one run of f
+            fn.writes_input = True
+            y = run(xt.clone(), contexts)
     if not y.requires_grad:
         _lost(fn, x, contexts)
     return y, xt

@@ -340,3 +340,47 @@ def test_submodules_state_is_duplicated(mode):
         assert torch.allclose(di.gradient(backend, f, x, prep=prep), expected, rtol=1e-12, atol=1e-12)
         assert torch.allclose(di.gradient(backend, f, x), expected, rtol=1e-12, atol=1e-12)
     assert float(inner.calls) == 0.0 and bool(torch.all(inner.work == 0)) and inner.weight.grad is None
+
+
+class _Runs:
+    count = 0  # a class attribute: the closure walker does not duplicate the class f names
+
+
+def test_reverse_mode_differentiates_through_writes_into_x_and_learns_them_once():
+    """f(z) = sum(z**2) after z[0] = 5: the derivative is 0 in the overwritten coordinate and 2 z_i
+    elsewhere (closed form). torch refuses the write into the leaf alias of x; that refusal alone
+    makes f run again over a differentiable copy, learnt for the preparation; the user's x is unchanged."""
+    import torch
+
+    def f(z):
+        _Runs.count += 1
+        z[0] = 5.0
+        return (z**2).sum()
+
+    x = torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64)
+    backend = di.AutoTorch(mode="reverse")
+    prep = di.prepare_gradient(backend, f, x)
+    _Runs.count = 0
+    assert torch.equal(di.gradient(backend, f, x, prep=prep), torch.tensor([0.0, 4.0, -6.0], dtype=torch.float64))
+    assert _Runs.count == 2  # the refused run and the run over the copy
+    _Runs.count = 0
+    di.gradient(backend, f, x, prep=prep)
+    assert _Runs.count == 1  # learnt
+    assert torch.equal(x, torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64))
+    jac = di.jacobian(backend, lambda z: f(z) * z, x)  # d/dz_j (s(z) z_i), s = 25 + z1^2 + z2^2 after the write
+    z = torch.tensor([5.0, 2.0, -3.0], dtype=torch.float64)
+    ds = torch.tensor([0.0, 4.0, -6.0], dtype=torch.float64)
+    expected = torch.outer(z, ds) + (z**2).sum() * torch.diag(torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(jac, expected)
+    h = di.hessian(backend, f, x)
+    assert torch.equal(h, torch.diag(torch.tensor([0.0, 2.0, 2.0], dtype=torch.float64)))
+    assert torch.equal(x, torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64))
+
+    def fails(z):
+        _Runs.count += 1
+        raise ValueError("f's own error")
+
+    _Runs.count = 0
+    with pytest.raises(ValueError, match="f's own error"):
+        di.gradient(backend, fails, x)
+    assert _Runs.count == 1  # not the guard's refusal: no second run
