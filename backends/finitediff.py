@@ -77,7 +77,7 @@ def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
     it gets the step of a coordinate of 1."""
     if 0 in x.shape:
         return 0.0
-    if type(x) is np.ndarray and type(t) is np.ndarray:  # numpy's out=: two temporaries, as |x| and |t| take
+    if type(x) is np.ndarray and type(t) is np.ndarray and x.ndim and t.ndim:  # numpy's out=: two temporaries
         scale = np.abs(x)
         np.maximum(scale, 1.0, out=scale)
         ratio = np.abs(t)
@@ -293,6 +293,8 @@ class Adapter(_Base):
     gradient = derivative = jacobian
 
     def _pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any, want_value: Any) -> Any:
+        if type(data) is not _Along:  # an Info from another adapter's preparation (one that delegates here)
+            data = _Along(data, x, self._exponent("first"))
         xp, r = data.namespace(x)
         y0 = data.info.take_value()
         complex_step = self.method == "complex"
