@@ -264,7 +264,9 @@ class Engine:
         return value
 
     def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
-        raise NotImplementedError(f"{type(self).__name__}.native")
+        raise NotImplementedError(
+            f"{type(self).__name__}: a bench record implements native(operator, f, x, t, A), the engine's own call"
+        )
 
     def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
         return self.native(operator, f, x, t, A)

@@ -74,7 +74,8 @@ def _backends() -> list[Any]:
     return [
         pytest.param(
             name,
-            lambda b=backend, a=asarray: (b, a),
+            backend,
+            asarray,
             id=name,
             marks=[] if di.check_available(backend) else [pytest.mark.skip(reason=f"{name} is not installed")],
         )
@@ -103,9 +104,8 @@ def library_calls(call: Any) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("operator", list(OPERATORS))
-@pytest.mark.parametrize(("name", "make"), _backends())
-def test_a_prepared_call_does_no_more_work_than_measured(name: str, make: Any, operator: str) -> None:
-    backend, asarray = make()
+@pytest.mark.parametrize(("name", "backend", "asarray"), _backends())
+def test_a_prepared_call_does_no_more_work_than_measured(name: str, backend: Any, asarray: Any, operator: str) -> None:
     f, tangent = OPERATORS[operator]
     x = asarray(np.linspace(-1.0, 1.0, N))
     args = (x, asarray(np.linspace(0.5, 1.5, N))) if tangent else (x,)
