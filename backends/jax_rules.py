@@ -1,14 +1,25 @@
-"""A :class:`diffinterface.rules.Rule` under JAX: ``jax.custom_jvp`` for the forward rule,
-``jax.custom_vjp`` for the reverse rules, with ``symbolic_zeros`` so that the rules see which
-arguments are differentiated. Opaque bodies run through ``jax.pure_callback`` (``vmap`` loops over
-the batch, or hands it to the bodies whole with ``vectorized=True``); so they work under ``jit``.
+"""A :class:`diffinterface.rules.Rule` under JAX, one registration per call site's needs, with
+``symbolic_zeros`` so that the rules see which arguments are differentiated. Opaque bodies run
+through ``jax.pure_callback`` (``vmap`` loops over the batch, or hands it to the bodies whole with
+``vectorized=True``); so they work under ``jit``.
 
-One registration cannot serve both modes on JAX 0.10: a ``custom_vjp`` function refuses ``jvp``,
-and a ``custom_jvp`` rule made of host callbacks cannot be transposed for reverse mode. A function
-with both rules takes, in this order: the direction ``diffinterface.rules.prefer`` names (the JAX
-adapter sets it while tracing each operator); else ``custom_jvp`` for non-opaque bodies (JAX
-transposes the forward rule for reverse mode, as for its own functions); else, opaque, the reverse
-rules (``jax.grad`` works; ``jax.jvp`` needs ``prefer("forward")``).
+- An opaque function with both rules: a ``jax.custom_jvp`` whose tangent is a
+  ``jax.custom_derivatives.linear_call`` of the forward rule, with the reverse rules as its
+  transpose. ``jax.jvp`` and ``jacfwd`` run the forward rule; ``grad``, ``vjp`` and ``jacrev``
+  (linearize, then transpose) run the reverse rules; one registration serves both. JAX has no
+  batching rule for ``linear_call`` (0.4.35 to 0.10 at least): where ``vmap`` of one raises, the
+  first such registration adds one that loops over the batch with ``lax.map`` (what a sequential
+  host callback does anyway), so ``jacfwd``, ``jacrev`` and ``vmap(grad)`` work too.
+- A non-opaque function with a forward rule: ``custom_jvp``; JAX transposes the forward rule (traced
+  array code) for reverse mode, as for its own functions, and differentiates it again for second
+  derivatives.
+- Reverse rules only: ``custom_vjp``.
+
+``diffinterface.rules.prefer`` picks the single registration of one direction (``custom_jvp`` for
+"forward", ``custom_vjp`` for "reverse"); the JAX adapter sets it while tracing a first-order operator.
+
+Second derivatives through an opaque rule raise ``SecondOrderError`` (its residuals pass through an
+identity whose derivative raises), before JAX would differentiate a host callback.
 
 An opaque forward rule's tangent and the primal are two callbacks (under ``jacfwd`` the tangents
 are batched and the primals not, and one callback's results are batched alike): the primal runs
@@ -21,12 +32,13 @@ is a residual like any other.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_derivatives import SymbolicZero
+from jax.custom_derivatives import SymbolicZero, linear_call
 
 from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
 
@@ -38,12 +50,15 @@ def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
 
 
 def _choose(rule: Rule, hint: str | None) -> str:
+    """The registration: "forward" (custom_jvp), "reverse" (custom_vjp) or "both" (see the docstring)."""
     fwd, rev = rule.has_forward, rule.has_reverse
-    if hint == "forward" or (hint is None and fwd and (not rev or not rule.opaque)):
-        return "forward"
-    if hint == "reverse" or rev:
-        return "reverse"
-    return "forward"
+    if hint == "forward":
+        return "forward"  # without a forward rule, its jvp raises the error that names the other
+    if hint == "reverse":
+        return "reverse" if rev or not (fwd and not rule.opaque) else "forward"  # JAX transposes it
+    if fwd and rev and rule.opaque:
+        return "both"
+    return "forward" if fwd or not rev else "reverse"
 
 
 def _register(rule: Rule, mode: str, kwargs: dict[Any, Any]) -> Any:
@@ -56,10 +71,40 @@ def _register(rule: Rule, mode: str, kwargs: dict[Any, Any]) -> Any:
         forward = jax.custom_jvp(primal)
         forward.defjvp(_forward_rule(rule, kwargs), symbolic_zeros=True)
         return forward
+    if mode == "both":
+        _batchable_linear_call()
+        both = jax.custom_jvp(primal)
+        both.defjvp(_both_rule(rule, kwargs, primal), symbolic_zeros=True)
+        return both
     reverse = jax.custom_vjp(primal)
     fwd, bwd = _reverse_rules(rule, kwargs, primal)
     reverse.defvjp(fwd, bwd, symbolic_zeros=True)
     return reverse
+
+
+def _first_order(rule: Rule) -> Any:
+    """The identity on a rule's arguments, whose derivative raises ``SecondOrderError``: the values
+    an opaque rule's passes use pass through it, so that differentiating them (a second derivative)
+    raises before JAX reaches a host callback."""
+
+    def build() -> Any:
+        @jax.custom_jvp
+        def first_order(values: Any) -> Any:
+            return values
+
+        def jvp(primals: Any, tangents: Any) -> Any:
+            if any(type(t) is not SymbolicZero for t in jax.tree.leaves(tangents[0], is_leaf=_is_zero)):
+                raise rule.second_order("under JAX", "AutoJAX()")
+            return primals[0], jax.tree.map(lambda p: jnp.zeros_like(p), primals[0])
+
+        first_order.defjvp(jvp, symbolic_zeros=True)
+        return first_order
+
+    return rule.native(("jax-first-order",), build)
+
+
+def _is_zero(t: Any) -> bool:
+    return type(t) is SymbolicZero
 
 
 def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
@@ -68,24 +113,67 @@ def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
             raise rule.missing("forward", "under JAX")
         active = tuple(type(t) is not SymbolicZero for t in tangents)
         if rule.opaque:
+            primals = _first_order(rule)(tuple(primals))
             out = _out(rule, primals, kwargs)
             live = tuple(t for t, a in zip(tangents, active) if a)
-
-            def host(*arrays: Any) -> Any:
-                values, ts = arrays[: len(primals)], iter(arrays[len(primals) :])
-                full = tuple(next(ts) if a else None for a in active)
-                y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
-                return np.zeros_like(y) if dy is None else dy
-
             # y from its own callback: under jacfwd the tangents are batched and the primals are
             # not, and a callback's results are all batched alike
             y = _host(lambda *a: rule.primal(*a, **kwargs), out, tuple(primals), rule.vectorized)
-            dy = _host(host, out, tuple(primals) + live, rule.vectorized)
+            dy = _host(_forward_host(rule, kwargs, active, len(primals)), out, tuple(primals) + live, rule.vectorized)
         else:
             y, dy = rule.forward(*annotate(tuple(primals), active, Active, tuple(tangents)), **kwargs)
             if dy is None:
                 dy = jnp.zeros_like(y)
         return y, dy
+
+    return jvp
+
+
+def _forward_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], n: int) -> Any:
+    """The opaque forward rule's tangent, on NumPy arrays: the n values, then the live tangents."""
+
+    def host(*arrays: Any) -> Any:
+        values, ts = arrays[:n], iter(arrays[n:])
+        full = tuple(next(ts) if a else None for a in active)
+        y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
+        return np.zeros_like(y) if dy is None else dy
+
+    return host
+
+
+def _reverse_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...]) -> Any:
+    """The opaque reverse pass, on NumPy arrays (the values, then dy): the augmented primal run again
+    for its tape, then the cotangents of the active arguments."""
+
+    def host(*arrays: Any) -> Any:
+        vals, dy = arrays[:-1], arrays[-1]
+        args = annotate(vals, active, Active)
+        _, tape = rule.augmented_primal(*args, **kwargs)
+        cts = rule.reverse(tape, dy, *args, **kwargs)
+        return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
+
+    return host
+
+
+def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
+    """An opaque function's JVP whose tangent is linear_call(forward rule, transpose = reverse rules)."""
+
+    def jvp(primals: Any, tangents: Any) -> Any:
+        active = tuple(type(t) is not SymbolicZero for t in tangents)
+        values = _first_order(rule)(tuple(primals))
+        out = _out(rule, values, kwargs)
+        live = tuple(t for t, a in zip(tangents, active) if a)
+        wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
+        forward = _forward_host(rule, kwargs, active, len(values))
+        reverse = _reverse_host(rule, kwargs, active)
+
+        def tangent(res: Any, lin: Any) -> Any:
+            return _host(forward, out, tuple(res) + tuple(lin), rule.vectorized)
+
+        def transpose(res: Any, ct: Any) -> Any:
+            return tuple(_host(reverse, wanted, tuple(res) + (ct,), rule.vectorized))
+
+        return primal(*values), linear_call(tangent, transpose, values, live)
 
     return jvp
 
@@ -114,15 +202,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
             ct = jnp.zeros(ct.shape, ct.dtype)
         if rule.opaque:
             wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
-
-            def host(*arrays: Any) -> Any:
-                vals, dy = arrays[:-1], arrays[-1]
-                args = annotate(vals, active, Active)
-                y, tp = rule.augmented_primal(*args, **kwargs)
-                cts = rule.reverse(tp, dy, *args, **kwargs)
-                return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
-
-            got = iter(_host(host, wanted, values + (ct,), rule.vectorized))
+            got = iter(_host(_reverse_host(rule, kwargs, active), wanted, values + (ct,), rule.vectorized))
             return tuple(next(got) if a else None for a in active)
         cts = cotangents(rule.reverse(tape, ct, *annotate(values, active, Active), **kwargs), len(values))
         return tuple(
@@ -181,3 +261,49 @@ def _out(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
         return jax.ShapeDtypeStruct(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))
 
     return rule.native(key, build)
+
+
+# -- a batching rule for linear_call, where JAX has none --------------------------------------------
+
+_BATCHING_LOCK = threading.Lock()
+_BATCHING_DONE: list[bool] = []
+
+
+def _batchable_linear_call() -> None:
+    """Make ``vmap`` of a ``linear_call`` work where it raises (JAX registers no batching rule for
+    its primitive): a rule that maps the primitive over the batch with ``lax.map``. Registered once,
+    through ``jax.interpreters.batching.primitive_batchers``, and only where ``vmap`` of a
+    ``linear_call`` fails; the primitive is found by tracing one (no private import)."""
+    if _BATCHING_DONE:
+        return
+    with _BATCHING_LOCK:
+        if _BATCHING_DONE:
+            return
+
+        def identity(r: Any, x: Any) -> Any:
+            return linear_call(lambda _, v: v, lambda _, t: t, r, x)
+
+        probe = np.zeros((2, 1), np.float32)
+        try:
+            jax.vmap(identity)(probe, probe)
+        except NotImplementedError:
+            from jax.interpreters import batching
+
+            primitive = jax.make_jaxpr(identity)(probe[0], probe[0]).jaxpr.eqns[0].primitive
+            batching.primitive_batchers[primitive] = lambda args, dims, **params: _map_over_batch(
+                primitive, args, dims, params
+            )
+            jax.vmap(identity)(probe, probe)  # the rule answers now
+        _BATCHING_DONE.append(True)
+
+
+def _map_over_batch(primitive: Any, args: Any, dims: Any, params: Any) -> Any:
+    """The batched ``primitive``: bound once per element of the batch, in a ``lax.map`` loop."""
+    mapped = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
+
+    def one(parts: Any) -> Any:
+        it = iter(parts)
+        return primitive.bind(*(next(it) if d is not None else a for a, d in zip(args, dims)), **params)
+
+    out = jax.lax.map(one, mapped)
+    return out, [0] * len(out)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import NUMPY, families, to_family
-from ._backends import AbstractBackend
+from ._backends import AbstractBackend, adapter_for
 from .rules import Rule
 
 
@@ -54,6 +54,8 @@ class DifferentiateWith(Rule):
         """``f`` on ``x`` in the arrays of the backend's engine (its :class:`ArrayFamily`, when it has
         one: conversions and the context that keeps x's dtype), back as numpy."""
         record = families().get(self.backend.engine or NUMPY)
+        if record is not None and record.name != NUMPY:
+            adapter_for(self.backend, self.__name__)  # loads the engine its arrays need (first call)
         if record is None or record.name == NUMPY:
             return np.asarray(self.f(x))
         x = np.asarray(x)

@@ -45,7 +45,13 @@ import numpy as np
 
 from ._writable import unwrap
 
-__all__ = ["Active", "Const", "Duplicated", "Rule", "custom_rule", "prefer"]
+__all__ = ["Active", "Const", "Duplicated", "Rule", "SecondOrderError", "custom_rule", "prefer"]
+
+
+class SecondOrderError(NotImplementedError):
+    """A second derivative through a custom rule whose bodies the engine cannot differentiate (an
+    opaque rule, or any rule under torch and autograd): its rules are first order, and every engine
+    raises this error there rather than return a derivative that misses the rule's own curvature."""
 
 
 class Const:
@@ -218,6 +224,15 @@ class Rule:
         return NotImplementedError(
             f"{self.__name__} ({where}): {mode} mode needs {what}, which this function does not have; "
             f"define them with {how}{alt}"
+        )
+
+    def second_order(self, where: str, backend: str) -> SecondOrderError:
+        """The error for a second derivative through this function (its rules are first order)."""
+        return SecondOrderError(
+            f"{self.__name__} ({where}): a second derivative through a custom rule needs the derivatives "
+            f"of its rules, which the engine cannot take here (custom_rule defines first-order rules only). "
+            f"Differentiate its first-order rules by finite differences with the backend "
+            f"SecondOrder(AutoFiniteDiff(), {backend}) in hessian, hvp or second_derivative"
         )
 
     # -- pickling: by reference where the rule is a module attribute, else by value ---------------

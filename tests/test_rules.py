@@ -297,7 +297,7 @@ def test_vectorized_rule_takes_the_batch_whole(engine):
     if engine == "jax":
         import jax
 
-        with _enable_x64()(True):
+        with _enable_x64()(True), prefer("reverse"):  # the one registration that batches vmap(grad)
             out = jax.vmap(ex.sumsq)(xs)
             grads = jax.vmap(jax.grad(ex.sumsq))(xs)
     else:
@@ -308,6 +308,28 @@ def test_vectorized_rule_takes_the_batch_whole(engine):
     np.testing.assert_allclose(out, np.sum(xs**2, axis=1))
     np.testing.assert_allclose(grads, 2 * xs)
     assert ex.BATCH_CALLS and all(shape == (4, 3) for shape in ex.BATCH_CALLS), ex.BATCH_CALLS
+
+
+@pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+def test_vectorized_rule_with_both_rules_loops_in_derivatives_without_prefer():
+    # one registration for both directions (linear_call) batches derivatives by a loop: the bodies
+    # see single elements there, and the primal's vmap still takes the batch whole
+    import jax
+
+    xs = np.arange(12.0).reshape(4, 3)
+    ex.BATCH_CALLS.clear()
+    with _enable_x64()(True):
+        np.testing.assert_allclose(jax.vmap(jax.grad(ex.sumsq))(xs), 2 * xs)
+    # the primal once on the batch, the augmented primal and the reverse pass once per element
+    assert ex.BATCH_CALLS == [(4, 3)] + [(3,)] * 8, ex.BATCH_CALLS
+    ex.BATCH_CALLS.clear()
+    with _enable_x64()(True):
+        np.testing.assert_allclose(jax.jacfwd(ex.sumsq)(xs[0]), 2 * xs[0])
+    assert ex.BATCH_CALLS == [(3,)] * 4, ex.BATCH_CALLS  # the primal, then the forward rule per tangent
+    ex.BATCH_CALLS.clear()
+    with _enable_x64()(True):
+        jax.vmap(ex.sumsq)(xs)
+    assert ex.BATCH_CALLS == [(4, 3)]
 
 
 @pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
