@@ -5,8 +5,11 @@ pass on the tape of the augmented primal) and a JVP (the forward rule), register
 autograd's arrays are NumPy arrays, so opaque and non-opaque bodies alike get NumPy arrays. The
 primal runs the augmented primal where an argument is boxed by a reverse trace (its tape is kept,
 for this call only, by a holder passed as the primitive's first argument); forward traces and
-plain calls run the primal. Second derivatives through a rule are not supported (the reverse pass
-runs on raw arrays).
+plain calls run the primal.
+
+Second derivatives through a rule raise ``SecondOrderError``: the tape is computed on raw arrays,
+so differentiating the reverse pass or the forward rule again (the values, the cotangent or the
+tangents arrive boxed by an outer trace) would miss the rule's own curvature.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
         def vjp(g: Any) -> Any:
             if not rule.has_reverse:
                 raise rule.missing("reverse", "under autograd")
+            if isinstance(g, Box) or any(isinstance(v, Box) for v in values):
+                raise rule.second_order("under autograd", "AutoAutograd()")
             active = holder.active
             cts = cotangents(rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs), len(values))
             return tuple(cotangent_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums)
@@ -61,6 +66,8 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under autograd")
         values = args[1:]
+        if any(isinstance(v, Box) for v in values) or any(isinstance(g, Box) for g in gs):
+            raise rule.second_order("under autograd", "AutoAutograd()")
         active = tuple(i + 1 in argnums for i in range(len(values)))
         tangents = dict(zip(argnums, gs))
         _, dy = rule.forward(

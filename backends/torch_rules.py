@@ -1,19 +1,27 @@
 """A :class:`diffinterface.rules.Rule` under torch: one ``torch.autograd.Function`` carrying both
 rules (``backward`` runs the reverse pass on the tape of the augmented primal, ``jvp`` the forward
 rule), in the ``setup_context`` style so that ``torch.func`` (``grad``, ``jacrev``, ``jacfwd``,
-``vmap``) accepts it as well as eager ``.backward()``.
+``vmap`` and their compositions) accepts it as well as eager ``.backward()``.
 
 Opaque bodies get NumPy arrays: tensors are moved to NumPy inside the Functions' ``forward``, which
 torch runs on plain tensors at every level of ``torch.func``. So the backward and forward passes
 call two more Functions (``_Reverse``, ``_Forward``) rather than NumPy directly: under ``jacrev`` or
 ``jacfwd`` they are vmapped, and a Function's ``vmap`` rule can loop where NumPy cannot take a
-batched tensor. Every Function's ``vmap`` rule loops over the batch (the per-element tapes kept as a
-list), or with ``vectorized=True`` hands the batch to the bodies whole.
+batched tensor.
+
+Every Function's ``vmap`` rule calls the Function again (``apply``) on each element of the batch,
+as torch's documentation does, so that nested levels (``vmap(jacrev(f))``: a vmap over the
+cotangents inside a vmap over the inputs) are unwrapped one at a time until ``forward`` gets plain
+tensors. The tapes of a looped batch are kept as a list, one per element, nested like the levels;
+a reverse pass at a level where the saved inputs are batched (the forward was vmapped there) takes
+element i's tape, and at a level where only the cotangent is (``jacrev``) every element's pass
+shares the one tape. With ``vectorized=True`` a level hands its batch to the bodies whole instead:
+at the innermost call the leading batch axes of every level are flattened into one for the bodies.
 
 Which arguments are active: those that require grad (the augmented primal is run for them when
 any does); the reverse pass then returns the cotangents torch asks for (``needs_input_grad``).
-Second derivatives through a rule are not supported (the reverse and forward passes have no rules
-of their own): torch raises.
+Second derivatives through a rule raise ``SecondOrderError`` (the reverse and forward passes have
+no rules of their own).
 """
 
 from __future__ import annotations
@@ -30,30 +38,61 @@ _Tensor = torch.Tensor
 
 
 class _Spec:
-    """One call's static data: the rule, its keywords, which arguments are tensors, the activity of
-    the augmented primal, and the tape it returned (a list of tapes for a looped batch)."""
+    """One call's static data: the rule, its keywords, the activity of the augmented primal, the
+    number of leading batch axes that vectorized vmap levels added (``lead``), and the tape the
+    augmented primal returned (a list of tapes for a looped batch)."""
 
-    __slots__ = ("rule", "kwargs", "active", "tape")
+    __slots__ = ("rule", "kwargs", "active", "lead", "tape")
 
-    def __init__(self, rule: Rule, kwargs: dict[Any, Any], active: tuple[Any, ...]) -> None:
-        self.rule, self.kwargs, self.active = rule, kwargs, active
-        self.tape: Any = None
+    def __init__(self, rule: Rule, kwargs: dict[Any, Any], active: tuple[Any, ...], lead: int = 0) -> None:
+        self.rule, self.kwargs, self.active, self.lead = rule, kwargs, active, lead
+        self.tape: Any = _NONE
 
-    def again(self) -> _Spec:
-        return _Spec(self.rule, self.kwargs, self.active)
+    def again(self, lead: int, active: tuple[Any, ...] | None = None) -> _Spec:
+        return _Spec(self.rule, self.kwargs, self.active if active is None else active, lead)
 
 
-class _Batched(list):
-    """The tapes of a batch that the vmap rule looped over, one per element."""
+class _Held:
+    """A tape, held in an object torch does not take apart: the arguments of ``apply`` are pytrees
+    to torch.func, and a tape's own tuples and lists would come back rebuilt (a list as a tuple)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _Batched:
+    """The tapes (``_Held`` or ``_Batched``) of a batch that a vmap rule looped over, one per element."""
+
+    __slots__ = ("tapes",)
+
+    def __init__(self, tapes: list[Any]) -> None:
+        self.tapes = tapes
 
 
 def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
-    active = tuple(
-        isinstance(a, _Tensor) and a.requires_grad and (a.is_floating_point() or a.is_complex()) for a in args
-    )
     # through the Function even where nothing requires grad: dual tensors and torch.func's wrapped
     # tensors (vmap, jvp) say nothing of it, and only the Function's forward gets plain tensors
-    return _RuleFunction.apply(_Spec(rule, kwargs, active if rule.has_reverse else (False,) * len(args)), *args)
+    return _RuleFunction.apply(_Spec(rule, kwargs, _active(rule, (False,) * len(args), args)), *args)
+
+
+def _active(rule: Rule, known: tuple[bool, ...], args: tuple[Any, ...]) -> tuple[bool, ...]:
+    """The arguments the augmented primal treats as active: those ``known`` so, and the tensors that
+    require grad here (a vmap level unwraps tensors whose wrapper said nothing of it: the rule asks
+    again at every level). Without reverse rules, none (the primal runs)."""
+    if not rule.has_reverse:
+        return known
+    return tuple(
+        k or (isinstance(a, _Tensor) and a.requires_grad and (a.is_floating_point() or a.is_complex()))
+        for k, a in zip(known, args)
+    )
+
+
+# The tape of a forward pass that ran the primal only (no argument was known to be active): a
+# reverse pass given it runs the augmented primal first (never a reverse pass without its tape).
+_NO_TAPE: Any = object()
+_NONE = _Held(_NO_TAPE)
 
 
 # -- the bodies, on tensors or (opaque) on NumPy ---------------------------------------------------
@@ -73,31 +112,55 @@ def _to_tensor(value: Any, like: Any) -> Any:
     return as_tensor(value if isinstance(value, (_Tensor, np.ndarray)) else np.asarray(value), like)
 
 
+def _batch(spec: _Spec, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The leading batch axes that vectorized levels added (``spec.lead``; () for none or one)."""
+    return tuple(_like(args).shape[: spec.lead]) if spec.lead > 1 else ()
+
+
+def _flat(batch: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Every tensor with the leading axes ``batch`` flattened into one, for a vectorized body."""
+    if not batch:
+        return args
+    k = len(batch)
+    return tuple(a.reshape((-1,) + tuple(a.shape[k:])) if isinstance(a, _Tensor) else a for a in args)
+
+
+def _unflat(batch: tuple[Any, ...], y: Any) -> Any:
+    return y.reshape(batch + tuple(y.shape[1:])) if batch else y
+
+
 def _primal(spec: _Spec, args: tuple[Any, ...]) -> Any:
-    rule = spec.rule
+    rule, batch = spec.rule, _batch(spec, args)
+    args = _flat(batch, args)
     if rule.opaque:
-        return _to_tensor(rule.primal(*(_to_np(a) for a in args), **spec.kwargs), _like(args))
-    return rule.primal(*args, **spec.kwargs)
+        return _unflat(batch, _to_tensor(rule.primal(*(_to_np(a) for a in args), **spec.kwargs), _like(args)))
+    return _unflat(batch, rule.primal(*args, **spec.kwargs))
 
 
 def _augmented(spec: _Spec, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    rule = spec.rule
+    rule, batch = spec.rule, _batch(spec, args)
+    args = _flat(batch, args)
     if rule.opaque:
         y, tape = rule.augmented_primal(*annotate(tuple(_to_np(a) for a in args), spec.active, Active), **spec.kwargs)
-        return _to_tensor(y, _like(args)), tape
-    return rule.augmented_primal(*annotate(args, spec.active, Active), **spec.kwargs)
+        return _unflat(batch, _to_tensor(y, _like(args))), tape
+    y, tape = rule.augmented_primal(*annotate(args, spec.active, Active), **spec.kwargs)
+    return _unflat(batch, y), tape
 
 
 def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The cotangents of the active arguments, as tensors shaped like them."""
-    rule, like = spec.rule, _like(args)
+    rule, like, batch = spec.rule, _like(args), _batch(spec, args)
+    if tape is _NO_TAPE:
+        tape = _augmented(spec, args)[1]
+    shaped, (dy, *args) = args, _flat(batch, (dy,) + args)
+    args = tuple(args)
     if rule.opaque:
         values = tuple(_to_np(a) for a in args)
         cts = rule.reverse(tape, _to_np(dy), *annotate(values, spec.active, Active), **spec.kwargs)
     else:
         cts = rule.reverse(tape, dy, *annotate(args, spec.active, Active), **spec.kwargs)
     out = []
-    for c, a, act in zip(cotangents(cts, len(args)), args, spec.active):
+    for c, a, act in zip(cotangents(cts, len(args)), shaped, spec.active):
         if act:
             c = torch.zeros_like(a) if c is None else _to_tensor(c, like).to(a.dtype).reshape(a.shape)
             out.append(c)
@@ -105,16 +168,17 @@ def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[An
 
 
 def _forward(spec: _Spec, active: tuple[Any, ...], tangents: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
-    rule, like = spec.rule, _like(args)
+    rule, like, batch = spec.rule, _like(args), _batch(spec, args)
     if not rule.has_forward:
         raise rule.missing("forward", "under torch")
+    tangents, args = _flat(batch, tangents), _flat(batch, args)
     if rule.opaque:
         values = tuple(_to_np(a) for a in args)
         y, dy = rule.forward(*annotate(values, active, Active, tuple(_to_np(t) for t in tangents)), **spec.kwargs)
     else:
         y, dy = rule.forward(*annotate(args, active, Active, tangents), **spec.kwargs)
     y = _to_tensor(y, like)
-    return torch.zeros_like(y) if dy is None else _to_tensor(dy, like).to(y.dtype).reshape(y.shape)
+    return _unflat(batch, torch.zeros_like(y) if dy is None else _to_tensor(dy, like).to(y.dtype).reshape(y.shape))
 
 
 # -- vmap: a loop over the batch, or the batch whole (vectorized) ---------------------------------
@@ -140,7 +204,8 @@ class _RuleFunction(torch.autograd.Function):
     @staticmethod
     def forward(spec: _Spec, *args: Any) -> Any:
         if any(spec.active):
-            y, spec.tape = _augmented(spec, args)
+            y, tape = _augmented(spec, args)
+            spec.tape = _Held(tape)
             return y
         return _primal(spec, args)
 
@@ -159,9 +224,12 @@ class _RuleFunction(torch.autograd.Function):
         if not spec.rule.has_reverse:
             raise spec.rule.missing("reverse", "under torch")
         args = tuple(o if t is None else t for t, o in zip(ctx.saved_tensors, ctx.others))
-        if not any(spec.active):
+        tape, active = ctx.tape, tuple(a or n for a, n in zip(spec.active, ctx.needs_input_grad[1:]))
+        if not any(active):
             return (None,) * (len(args) + 1)
-        cts = iter(_Reverse.apply(spec, ctx.tape, dy, *args))
+        if active != spec.active:  # torch asks for an argument the forward pass did not know active
+            spec, tape = spec.again(spec.lead, active), _NONE
+        cts = iter(_Reverse.apply(spec, tape, dy, *args))
         full = [next(cts) if act else None for act in spec.active]
         return (None,) + tuple(c if need else None for c, need in zip(full, ctx.needs_input_grad[1:]))
 
@@ -179,62 +247,65 @@ class _RuleFunction(torch.autograd.Function):
     def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:
         dims = in_dims[1:]
         if spec.rule.vectorized:
-            return _RuleFunction.forward(spec, *_whole(info, dims, args)), 0
-        outs, tapes = [], _Batched()
+            whole = _whole(info, dims, args)
+            inner = spec.again(spec.lead + 1, _active(spec.rule, spec.active, whole))
+            out = _RuleFunction.apply(inner, *whole)
+            spec.tape = inner.tape
+            return out, 0
+        outs, tapes = [], []
         for part in _slices(info, dims, args):
-            one = spec.again()
-            outs.append(_RuleFunction.forward(one, *part))
+            one = spec.again(spec.lead, _active(spec.rule, spec.active, part))
+            outs.append(_RuleFunction.apply(one, *part))
             tapes.append(one.tape)
-        spec.tape = tapes
+        spec.tape = _Batched(tapes)
         return torch.stack(outs), 0
 
 
 class _Pass(torch.autograd.Function):
     """A pass of a rule (reverse or forward) as a Function of its own, for its ``vmap`` rule; it has
-    no derivative: differentiating it raises ``unsupported`` (formatted with the rule's name)."""
-
-    unsupported = ""
+    no derivative: differentiating it (a second derivative through the rule) raises SecondOrderError."""
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.name = inputs[0].rule.__name__
+        ctx.rule = inputs[0].rule
 
-    @classmethod
-    def backward(cls, ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        raise NotImplementedError(cls.unsupported.format(name=ctx.name))
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        raise ctx.rule.second_order("under torch", "AutoTorch()")
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        raise ctx.rule.second_order("under torch", "AutoTorch()")
 
 
 class _Reverse(_Pass):
     """The cotangents of the active arguments: ``reverse(tape, dy, *args)``."""
 
-    unsupported = (
-        "{name}: second derivatives through a custom rule are not supported under torch (its "
-        "reverse pass has no rule of its own); use a SecondOrder(AutoFiniteDiff(), AutoTorch()) backend"
-    )
-
     @staticmethod
     def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
-        return _reverse(spec, tape, dy, args)
+        # a batch's tapes reaching plain tensors would be another level's: the augmented primal instead
+        return _reverse(spec, tape.value if isinstance(tape, _Held) else _NO_TAPE, dy, args)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
         dims = in_dims[2:]
-        if spec.rule.vectorized:
+        n_out = sum(1 for a in spec.active if a)
+        # the inputs batched at this level: the forward was vmapped here too, and its tapes follow
+        forward_batched = any(d is not None for d in dims[1:])
+        if spec.rule.vectorized and forward_batched:
             whole = _whole(info, dims, (dy,) + args)
-            return _reverse(spec, tape, whole[0], whole[1:]), tuple(0 for a in spec.active if a)
-        parts = []
-        for i, part in enumerate(_slices(info, dims, (dy,) + args)):
-            parts.append(_reverse(spec, tape[i] if isinstance(tape, _Batched) else tape, part[0], part[1:]))
-        return tuple(torch.stack(c) for c in zip(*parts)), tuple(0 for _ in parts[0])
+            return _Reverse.apply(spec.again(spec.lead + 1), tape, *whole), (0,) * n_out
+        if forward_batched and not isinstance(tape, _Batched):
+            tape = _NONE  # no tape per element: each element's pass runs its augmented primal
+        parts = [
+            _Reverse.apply(spec, tape.tapes[i] if forward_batched else tape, *part)
+            for i, part in enumerate(_slices(info, dims, (dy,) + args))
+        ]
+        return tuple(torch.stack(c) for c in zip(*parts)), (0,) * n_out
 
 
 class _Forward(_Pass):
     """The forward rule's tangent: ``forward(*args with tangents)[1]``."""
-
-    unsupported = (
-        "{name}: reverse mode over a custom forward rule is not supported under torch; use "
-        "the function's reverse rules (def_augmented_primal, def_reverse)"
-    )
 
     @staticmethod
     def forward(spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any) -> Any:
@@ -246,10 +317,8 @@ class _Forward(_Pass):
     ) -> tuple[Any, ...]:
         dims = in_dims[3:]
         if spec.rule.vectorized:
-            whole = _whole(info, dims, rest)
-            return _forward(spec, active, _expand(active, whole[:n]), whole[n:]), 0
-        outs = [_forward(spec, active, _expand(active, part[:n]), part[n:]) for part in _slices(info, dims, rest)]
-        return torch.stack(outs), 0
+            return _Forward.apply(spec.again(spec.lead + 1), active, n, *_whole(info, dims, rest)), 0
+        return torch.stack([_Forward.apply(spec, active, n, *part) for part in _slices(info, dims, rest)]), 0
 
 
 def _expand(active: tuple[Any, ...], live: tuple[Any, ...]) -> tuple[Any, ...]:
