@@ -1,0 +1,280 @@
+"""One rule written once, used by every engine's own transforms (issue 15), with no ``prefer``.
+
+The rule is ``propagate(A, b) = expm(A) @ b`` of ``_rules_example``: an opaque SciPy body with a
+forward rule and reverse rules. References are independent of it: central differences of the plain
+SciPy code (``scipy.linalg.expm(A) @ b``, no rule involved), or closed forms.
+"""
+
+from __future__ import annotations
+
+import _rules_example as ex
+import numpy as np
+import pytest
+import scipy.linalg
+
+import diffinterface as di
+from conftest import installed
+from diffinterface.rules import SecondOrderError
+
+RNG = np.random.default_rng(15)
+A0 = 0.3 * RNG.standard_normal((3, 3))
+B0 = RNG.standard_normal(3)
+W = RNG.standard_normal(3)
+E0 = scipy.linalg.expm(A0)
+FD = di.AutoFiniteDiff()
+
+# the references, from the plain SciPy computation
+JAC_A = di.jacobian(FD, lambda A: ex.plain_propagate(A, B0), A0)  # (3, 3, 3)
+GRAD_A = np.tensordot(W, JAC_A, axes=1)  # of sum(w * y) in A
+GRAD_B = E0.T @ W
+PUSH_A = np.tensordot(JAC_A, A0, axes=2)  # the tangent of y along dA = A0
+HESS_SIN_B = E0.T @ np.diag(-np.sin(E0 @ B0)) @ E0  # of sum(sin(expm(A) b)) in b, closed form
+
+
+def _needs(engine):
+    return pytest.mark.skipif(
+        not installed(engine), reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"'
+    )
+
+
+def _close(got, want, atol=1e-6):
+    np.testing.assert_allclose(np.asarray(got), want, atol=atol, rtol=1e-6)
+
+
+# -- JAX ---------------------------------------------------------------------------------------------
+
+
+@_needs("jax")
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_jax_transforms(jit):
+    import jax
+    import jax.numpy as jnp
+
+    from diffinterface.backends.jax import enable_x64
+
+    J = jax.jit if jit else (lambda f: f)
+    with enable_x64(True):
+        A, b = jnp.asarray(A0), jnp.asarray(B0)
+
+        def loss(A, b):
+            return jnp.sum(ex.propagate(A, b) * W)
+
+        _close(J(lambda A, dA: jax.jvp(lambda A: ex.propagate(A, b), (A,), (dA,))[1])(A, A), PUSH_A)
+        _close(J(lambda b, db: jax.jvp(lambda b: ex.propagate(A, b), (b,), (db,))[1])(b, b), E0 @ B0)
+        _close(J(jax.grad(loss))(A, b), GRAD_A)
+        _close(J(jax.grad(loss, argnums=(0, 1)))(A, b)[1], GRAD_B)
+        _close(J(jax.jacfwd(lambda A: ex.propagate(A, b)))(A), JAC_A)
+        _close(J(jax.jacrev(lambda A: ex.propagate(A, b)))(A), JAC_A)
+        _close(J(jax.jacfwd(lambda b: ex.propagate(A, b)))(b), E0)
+        _close(J(jax.jacrev(lambda b: ex.propagate(A, b)))(b), E0)
+        As = jnp.stack([A, A])
+        _close(J(jax.vmap(jax.grad(loss), in_axes=(0, None)))(As, b), np.stack([GRAD_A, GRAD_A]))
+        _close(J(jax.vmap(jax.jacfwd(lambda A: ex.propagate(A, b))))(As), np.stack([JAC_A, JAC_A]))
+        _close(J(jax.vmap(jax.jacrev(lambda A: ex.propagate(A, b))))(As), np.stack([JAC_A, JAC_A]))
+        lin = J(lambda A, dA: jax.linearize(lambda A: ex.propagate(A, b), A)[1](dA))
+        _close(lin(A, A), PUSH_A)
+
+
+@_needs("jax")
+def test_jax_runs_the_forward_rule_forward_and_the_reverse_rules_in_reverse():
+    import jax
+    import jax.numpy as jnp
+
+    from diffinterface.backends.jax import enable_x64
+
+    with enable_x64(True):
+        A, b = jnp.asarray(A0), jnp.asarray(B0)
+        for key in ex.CALLS:
+            ex.CALLS[key] = 0
+        jax.jvp(lambda b: ex.propagate(A, b), (b,), (b,))
+        assert ex.CALLS["forward"] == 1 and ex.CALLS["reverse"] == 0, ex.CALLS
+        for key in ex.CALLS:
+            ex.CALLS[key] = 0
+        jax.grad(lambda b: jnp.sum(ex.propagate(A, b)))(b)
+        assert ex.CALLS["forward"] == 0 and ex.CALLS["reverse"] == 1, ex.CALLS
+
+
+# -- torch -------------------------------------------------------------------------------------------
+
+
+@_needs("torch")
+def test_torch_func_transforms_and_eager_backward():
+    import torch
+    from torch.func import grad, jacfwd, jacrev, vmap
+
+    A, b, w = torch.tensor(A0), torch.tensor(B0), torch.tensor(W)
+
+    def loss_A(A):
+        return (ex.propagate(A, b) * w).sum()
+
+    def loss_b(b):
+        return (ex.propagate(A, b) * w).sum()
+
+    _close(grad(loss_A)(A), GRAD_A)
+    _close(grad(loss_b)(b), GRAD_B)
+    _close(jacrev(lambda A: ex.propagate(A, b))(A), JAC_A)
+    _close(jacfwd(lambda A: ex.propagate(A, b))(A), JAC_A)
+    _close(jacfwd(lambda b: ex.propagate(A, b))(b), E0)
+    As, bs = torch.stack([A, 2 * A]), torch.stack([b, -b, 2 * b])
+    JAC_2A = di.jacobian(FD, lambda A: ex.plain_propagate(A, B0), 2 * A0)
+    _close(vmap(jacrev(lambda A: ex.propagate(A, b)))(As), np.stack([JAC_A, JAC_2A]))
+    _close(vmap(jacfwd(lambda A: ex.propagate(A, b)))(As), np.stack([JAC_A, JAC_2A]))
+    _close(vmap(grad(loss_A))(As), np.stack([GRAD_A, np.tensordot(W, JAC_2A, axes=1)]))
+    _close(vmap(grad(loss_b))(bs), np.tile(GRAD_B, (3, 1)))
+    # nested levels, and a derivative taken outside a vmap
+    bss = torch.stack([bs, 2 * bs])
+    _close(vmap(vmap(lambda b: ex.propagate(A, b)))(bss), bss.numpy() @ E0.T)
+    _close(vmap(vmap(grad(loss_b)))(bss), np.broadcast_to(GRAD_B, (2, 3, 3)))
+    _close(vmap(vmap(jacrev(lambda b: ex.propagate(A, b))))(bss), np.broadcast_to(E0, (2, 3, 3, 3)))
+    _close(grad(lambda bs: vmap(loss_b)(bs).sum())(bs), np.tile(GRAD_B, (3, 1)))
+    # eager .backward(), directly and through a vmap
+    Ar = A.clone().requires_grad_()
+    loss_A(Ar).backward()
+    _close(Ar.grad, GRAD_A)
+    br = bs.clone().requires_grad_()
+    vmap(loss_b)(br).sum().backward()
+    _close(br.grad, np.tile(GRAD_B, (3, 1)))
+
+
+@_needs("torch")
+def test_torch_runs_each_pass_once_per_element():
+    import torch
+    from torch.func import grad, jacrev, vmap
+
+    A, b = torch.tensor(A0), torch.tensor(B0)
+    cases = [
+        (lambda: grad(lambda b: ex.propagate(A, b).sum())(b), 1, 1),
+        (lambda: jacrev(lambda b: ex.propagate(A, b))(b), 1, 3),  # one tape, a reverse pass per row
+        (lambda: vmap(jacrev(lambda b: ex.propagate(A, b)))(torch.stack([b, b])), 2, 6),
+    ]
+    for run, augmented, reverse in cases:
+        for key in ex.CALLS:
+            ex.CALLS[key] = 0
+        run()
+        assert (ex.CALLS["augmented"], ex.CALLS["reverse"], ex.CALLS["primal"]) == (augmented, reverse, 0), ex.CALLS
+
+
+@_needs("torch")
+def test_torch_vectorized_rule_under_nested_vmaps():
+    import torch
+    from torch.func import grad, jacfwd, jacrev, vmap
+
+    xs = torch.tensor(np.arange(24.0).reshape(2, 4, 3))
+    X = xs.numpy()
+    ex.BATCH_CALLS.clear()
+    _close(vmap(vmap(ex.sumsq))(xs), np.sum(X**2, axis=-1))
+    _close(vmap(vmap(grad(ex.sumsq)))(xs), 2 * X)
+    assert set(ex.BATCH_CALLS) == {(8, 3)}, ex.BATCH_CALLS  # both levels' batches, flattened into one
+    _close(vmap(jacrev(ex.sumsq))(xs[0]), 2 * X[0])
+    _close(vmap(jacfwd(ex.sumsq))(xs[0]), 2 * X[0])
+    _close(jacrev(vmap(ex.sumsq))(xs[0]), np.eye(4)[:, :, None] * 2 * X[0][None])
+    xr = xs[0].clone().requires_grad_()
+    vmap(ex.sumsq)(xr).sum().backward()
+    _close(xr.grad, 2 * X[0])
+
+
+# -- autograd ----------------------------------------------------------------------------------------
+
+
+@_needs("autograd")
+def test_autograd_transforms():
+    import autograd
+    import autograd.numpy as anp
+
+    _close(autograd.grad(lambda A: anp.sum(ex.propagate(A, B0) * W))(A0), GRAD_A)
+    _close(autograd.grad(lambda b: anp.sum(ex.propagate(A0, b) * W))(B0), GRAD_B)
+    _close(autograd.make_jvp(lambda A: ex.propagate(A, B0))(A0)(A0)[1], PUSH_A)
+    _close(autograd.jacobian(lambda A: ex.propagate(A, B0))(A0), JAC_A)
+
+
+# -- second derivatives: one clear error, and the documented way that works --------------------------
+
+
+def _native_hessians():
+    out = []
+    if installed("jax"):
+
+        def jax_hessian(f, x):
+            import jax
+
+            from diffinterface.backends.jax import enable_x64
+
+            with enable_x64(True):
+                return jax.hessian(f)(jax.numpy.asarray(x))
+
+        out.append(pytest.param(jax_hessian, "jax", id="jax.hessian"))
+    if installed("torch"):
+
+        def torch_hessian(f, x):
+            import torch
+
+            return torch.func.hessian(f)(torch.tensor(x))
+
+        out.append(pytest.param(torch_hessian, "torch", id="torch.func.hessian"))
+    if installed("autograd"):
+
+        def autograd_hessian(f, x):
+            import autograd
+
+            return autograd.hessian(f)(x)
+
+        out.append(pytest.param(autograd_hessian, "autograd", id="autograd.hessian"))
+    return out
+
+
+def _sum_sin(b):
+    from array_api_compat import array_namespace
+
+    return array_namespace(b).sum(array_namespace(b).sin(ex.propagate(A0, b)))
+
+
+@pytest.mark.parametrize("hessian, engine", _native_hessians())
+def test_native_second_derivatives_through_an_opaque_rule_raise(hessian, engine):
+    if engine == "autograd":
+        import autograd.numpy as anp
+
+        def f(b):
+            return anp.sum(anp.sin(ex.propagate(A0, b)))
+    else:
+        f = _sum_sin
+    with pytest.raises(SecondOrderError, match=r"propagate \(under .*SecondOrder\(AutoFiniteDiff\(\), Auto"):
+        hessian(f, B0)
+
+
+def _engines():
+    return [
+        pytest.param(cls, marks=_needs(engine), id=cls.__name__)
+        for cls, engine in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]
+    ]
+
+
+@pytest.mark.parametrize("cls", _engines())
+def test_second_order_operators_raise_and_the_finite_difference_outer_works(cls):
+    for mode in (None, "forward", "reverse"):
+        with pytest.raises(SecondOrderError, match=rf"SecondOrder\(AutoFiniteDiff\(\), {cls.__name__}\(\)\)"):
+            di.hessian(cls(mode=mode), _sum_sin, B0)
+        with pytest.raises(SecondOrderError):
+            di.hvp(cls(mode=mode), _sum_sin, B0, np.ones(3))
+    backend = di.SecondOrder(FD, cls())
+    # central differences of the rule's exact gradient: measured 1e-9 relative here
+    _close(di.hessian(backend, _sum_sin, B0), HESS_SIN_B, atol=1e-7)
+    _close(di.hvp(backend, _sum_sin, B0, W), HESS_SIN_B @ W, atol=1e-7)
+
+
+@_needs("jax")
+def test_jax_differentiates_a_non_opaque_rule_twice():
+    import jax
+
+    from diffinterface.backends.jax import enable_x64
+
+    x = np.array([-1.0, 0.5, 2.0])
+    s = 1 / (1 + np.exp(-x))
+    with enable_x64(True):
+        _close(jax.hessian(lambda z: jax.numpy.sum(ex.softplus(z)))(x), np.diag(s * (1 - s)), atol=1e-12)
+    _close(di.hessian(di.AutoJAX(), lambda z: _xp_sum(ex.softplus(z)), x), np.diag(s * (1 - s)), atol=1e-12)
+
+
+def _xp_sum(y):
+    from array_api_compat import array_namespace
+
+    return array_namespace(y).sum(y)
