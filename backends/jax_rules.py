@@ -32,6 +32,7 @@ is a residual like any other.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -64,8 +65,8 @@ def _choose(rule: Rule, hint: str | None) -> str:
 def _register(rule: Rule, mode: str, kwargs: dict[Any, Any]) -> Any:
     def primal(*args: Any) -> Any:
         if rule.opaque:
-            return _host(lambda *a: rule.primal(*a, **kwargs), _out(rule, args, kwargs), args, rule.vectorized)
-        return rule.primal(*args, **kwargs)
+            return _host(_primal_host(rule, kwargs), _out(rule, args, kwargs), args, rule.vectorized)
+        return rule.primal(*_jax(args), **kwargs)
 
     if mode == "forward":
         forward = jax.custom_jvp(primal)
@@ -118,10 +119,10 @@ def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
             live = tuple(t for t, a in zip(tangents, active) if a)
             # y from its own callback: under jacfwd the tangents are batched and the primals are
             # not, and a callback's results are all batched alike
-            y = _host(lambda *a: rule.primal(*a, **kwargs), out, tuple(primals), rule.vectorized)
+            y = _host(_primal_host(rule, kwargs), out, tuple(primals), rule.vectorized)
             dy = _host(_forward_host(rule, kwargs, active, len(primals)), out, tuple(primals) + live, rule.vectorized)
         else:
-            y, dy = rule.forward(*annotate(tuple(primals), active, Active, tuple(tangents)), **kwargs)
+            y, dy = rule.forward(*annotate(_jax(primals), active, Active, _jax(tangents)), **kwargs)
             if dy is None:
                 dy = jnp.zeros_like(y)
         return y, dy
@@ -129,30 +130,52 @@ def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
     return jvp
 
 
+# The host bodies are built once per rule, keywords and activity (``rule.native``): a host callback
+# is compiled per callable, and a new closure per call would make every eager call compile again.
+
+
+def _primal_host(rule: Rule, kwargs: dict[Any, Any]) -> Any:
+    """The opaque primal, on NumPy arrays."""
+
+    def build() -> Any:
+        def host(*arrays: Any) -> Any:
+            return rule.primal(*arrays, **kwargs)
+
+        return host
+
+    return rule.native(("jax-primal-host", tuple(sorted(kwargs.items()))), build)
+
+
 def _forward_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], n: int) -> Any:
     """The opaque forward rule's tangent, on NumPy arrays: the n values, then the live tangents."""
 
-    def host(*arrays: Any) -> Any:
-        values, ts = arrays[:n], iter(arrays[n:])
-        full = tuple(next(ts) if a else None for a in active)
-        y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
-        return np.zeros_like(y) if dy is None else dy
+    def build() -> Any:
+        def host(*arrays: Any) -> Any:
+            values, ts = arrays[:n], iter(arrays[n:])
+            full = tuple(next(ts) if a else None for a in active)
+            y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
+            return np.zeros_like(y) if dy is None else dy
 
-    return host
+        return host
+
+    return rule.native(("jax-forward-host", tuple(sorted(kwargs.items())), active, n), build)
 
 
 def _reverse_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...]) -> Any:
     """The opaque reverse pass, on NumPy arrays (the values, then dy): the augmented primal run again
     for its tape, then the cotangents of the active arguments."""
 
-    def host(*arrays: Any) -> Any:
-        vals, dy = arrays[:-1], arrays[-1]
-        args = annotate(vals, active, Active)
-        _, tape = rule.augmented_primal(*args, **kwargs)
-        cts = rule.reverse(tape, dy, *args, **kwargs)
-        return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
+    def build() -> Any:
+        def host(*arrays: Any) -> Any:
+            vals, dy = arrays[:-1], arrays[-1]
+            args = annotate(vals, active, Active)
+            _, tape = rule.augmented_primal(*args, **kwargs)
+            cts = rule.reverse(tape, dy, *args, **kwargs)
+            return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
 
-    return host
+        return host
+
+    return rule.native(("jax-reverse-host", tuple(sorted(kwargs.items())), active), build)
 
 
 def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
@@ -191,7 +214,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         )
         if rule.opaque:
             return primal(*values), (split, None)
-        y, tape = rule.augmented_primal(*annotate(values, active, Active), **kwargs)
+        y, tape = rule.augmented_primal(*annotate(_jax(values), active, Active), **kwargs)
         return y, (split, tape)
 
     def bwd(res: Any, ct: Any) -> Any:
@@ -204,7 +227,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
             wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
             got = iter(_host(_reverse_host(rule, kwargs, active), wanted, values + (ct,), rule.vectorized))
             return tuple(next(got) if a else None for a in active)
-        cts = cotangents(rule.reverse(tape, ct, *annotate(values, active, Active), **kwargs), len(values))
+        cts = cotangents(rule.reverse(tape, ct, *annotate(_jax(values), active, Active), **kwargs), len(values))
         return tuple(
             (jnp.zeros_like(v) if c is None else jnp.asarray(c, dtype=_dtype(v))) if a else None
             for c, v, a in zip(cts, values, active)
@@ -213,12 +236,27 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
     return fwd, bwd
 
 
+def _jax(values: Any) -> tuple[Any, ...]:
+    """NumPy arrays among a non-opaque body's arguments as JAX arrays: JAX hands a custom rule its
+    primals as the caller gave them (NumPy, outside jit), and array-API bodies must not see two
+    namespaces (``array_namespace(a, b)`` of a NumPy and a JAX array raises)."""
+    return tuple(jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v for v in values)
+
+
 def _dtype(v: Any) -> Any:
     return jax.dtypes.canonicalize_dtype(jnp.result_type(v))
 
 
 def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
     """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes."""
+    return jax.pure_callback(
+        _callback(body, out, vectorized), out, *args, vmap_method="broadcast_all" if vectorized else "sequential"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _callback(body: Any, out: Any, vectorized: bool) -> Any:
+    """The host function of ``body`` for ``out``: one object per body and output (see _primal_host)."""
 
     def callback(*arrays: Any) -> Any:
         result = body(*(np.asarray(a) for a in arrays))
@@ -226,7 +264,7 @@ def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
             return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype), result, out)
         return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype).reshape(o.shape), result, out)
 
-    return jax.pure_callback(callback, out, *args, vmap_method="broadcast_all" if vectorized else "sequential")
+    return callback
 
 
 _PROBE = np.random.default_rng(20261122)

@@ -67,6 +67,13 @@ def test_catalogue_covers_the_reference_functions_and_variants():
         "banded_times_square",
         "quadratic_form",
         "closure_accumulate",
+        "rule_opaque_active_const",
+        "rule_opaque_const_active",
+        "rule_opaque_both_active",
+        "rule_array_api_active_const",
+        "rule_array_api_const_active",
+        "rule_array_api_both_active",
+        "rule_opaque_sum",
     ):
         assert any(f"/{fn}" in n for n in names), fn
     for variant in ("batched", "constant", "cache", "closure", "in_place"):

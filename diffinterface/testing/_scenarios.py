@@ -19,6 +19,7 @@ from array_api_compat import array_namespace, device
 
 from .._closure import declare_modules
 from .._contexts import Cache, Constant
+from ._rule_scenarios import rule_references
 
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
 declare_modules(__name__, walk=True)
@@ -382,6 +383,9 @@ def default_scenarios(
 ) -> list[Scenario]:
     """The reference catalogue: every applicable operator on every reference function, with variants.
 
+    Then the scenarios through custom rules (``_rule_scenarios``: an opaque rule and an array-API
+    rule, their arguments active and constant in turn), for the first-order operators.
+
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
     into a captured buffer, and a two-argument ``f(y, x)``; for one reference function per operator,
     the closure variants of SPEC section 7 (a buffer written through ``functools.partial``, a callable
@@ -400,6 +404,14 @@ def default_scenarios(
     for ref in _references():
         scenarios += _scenarios_of(ref, family, dtype, include, closure_variants)
     scenarios.append(_closure_scalar_scenarios(family, dtype, include))
+    # through custom rules (_rule_scenarios): first order; the context and in-place variants for
+    # one function (they test the backends more than the rules)
+    first = tuple(op for op in include if op in FIRST_ORDER)
+    for ref in rule_references():
+        for s in _scenarios_of(ref, family, dtype, first, set(OPERATORS)):
+            variant = s.name.count("/") > 1
+            if not variant or (ref.name == "rule_opaque_both_active" and not s.name.endswith(("/batched", "/closure"))):
+                scenarios.append(s)
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 
