@@ -496,6 +496,22 @@ class Bench(BenchEngine):
     def compiled(self, f: Any) -> Any:
         return jax.jit(f)
 
+    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+        """A ``jax.custom_vjp`` over ``jax.pure_callback``: the input is the residual."""
+
+        @jax.custom_vjp
+        def by_hand(a: Any) -> Any:
+            return jax.pure_callback(primal, jax.ShapeDtypeStruct(a.shape, a.dtype), a, vmap_method="sequential")
+
+        def fwd(a: Any) -> Any:
+            return by_hand(a), a
+
+        def bwd(a: Any, dy: Any) -> Any:
+            return (jax.pure_callback(vjp, jax.ShapeDtypeStruct(a.shape, a.dtype), a, dy, vmap_method="sequential"),)
+
+        by_hand.defvjp(fwd, bwd)
+        return by_hand
+
     def _compiled(self, operator: Any, f: Any) -> Any:
         if operator == "gradient":
             return jax.jit(jax.grad(f))

@@ -248,21 +248,45 @@ def _dtype(v: Any) -> Any:
 
 
 def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
-    """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes."""
-    return jax.pure_callback(
-        _callback(body, out, vectorized), out, *args, vmap_method="broadcast_all" if vectorized else "sequential"
+    """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes.
+
+    64-bit results travel as pairs of uint32 (a bitcast each way): JAX checks a callback's results
+    against the x64 flag of the thread the callback runs on, and XLA runs large computations' callbacks
+    on its own threads, where the thread-local ``jax.enable_x64`` context of the caller (the one
+    diffinterface uses for float64 inputs) is off: float64 results failed there as float32. Not for
+    ``vectorized`` rules yet (their results' batch axes are JAX's to add): those need x64 on globally
+    for float64 results of large inputs."""
+    declared = jax.tree.map(lambda o: _as_pairs(o) if _wide(o, vectorized) else o, out)
+    results = jax.pure_callback(
+        _callback(body, out, vectorized), declared, *args, vmap_method="broadcast_all" if vectorized else "sequential"
     )
+    return jax.tree.map(
+        lambda r, o: jax.lax.bitcast_convert_type(r, o.dtype) if _wide(o, vectorized) else r, results, out
+    )
+
+
+def _as_pairs(struct: Any) -> Any:
+    return jax.ShapeDtypeStruct(tuple(struct.shape) + (2,), np.uint32)
+
+
+def _wide(struct: Any, vectorized: bool) -> bool:
+    """A 64-bit result of a looped rule, which travels as uint32 pairs (see _host)."""
+    dtype = np.dtype(struct.dtype)
+    return not vectorized and dtype.itemsize == 8 and dtype.kind in "fiu"
 
 
 @functools.lru_cache(maxsize=4096)
 def _callback(body: Any, out: Any, vectorized: bool) -> Any:
     """The host function of ``body`` for ``out``: one object per body and output (see _primal_host)."""
 
+    def one(r: Any, o: Any) -> Any:
+        if vectorized:  # the batch axis leads: the shape is out's with it
+            return np.asarray(r, dtype=o.dtype)
+        r = np.ascontiguousarray(np.asarray(r, dtype=o.dtype).reshape(o.shape))
+        return r.reshape(r.shape + (1,)).view(np.uint32) if _wide(o, vectorized) else r
+
     def callback(*arrays: Any) -> Any:
-        result = body(*(np.asarray(a) for a in arrays))
-        if vectorized:  # the batch axis leads: the shapes are out's with it
-            return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype), result, out)
-        return jax.tree.map(lambda r, o: np.asarray(r, dtype=o.dtype).reshape(o.shape), result, out)
+        return jax.tree.map(one, body(*(np.asarray(a) for a in arrays)), out)
 
     return callback
 

@@ -754,6 +754,25 @@ class Bench(BenchEngine):
     def array(self, a: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(a))
 
+    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+        """A ``torch.autograd.Function`` moving tensors to NumPy, the input saved for backward."""
+
+        class ByHand(torch.autograd.Function):
+            @staticmethod
+            def forward(a: Any) -> Any:
+                return torch.from_numpy(primal(a.detach().numpy()))
+
+            @staticmethod
+            def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+                ctx.save_for_backward(inputs[0])
+
+            @staticmethod
+            def backward(ctx: Any, dy: Any) -> Any:
+                (a,) = ctx.saved_tensors
+                return torch.from_numpy(np.ascontiguousarray(vjp(a.detach().numpy(), dy.detach().numpy())))
+
+        return ByHand.apply
+
     def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         def leaf() -> Any:
             return x.detach().requires_grad_()

@@ -14,6 +14,8 @@ Tables (CSV and markdown with the machine, versions and date, in ``--out``, by d
 - ``finite_differences``: ``f``-evaluation counts and errors against the analytic derivative, for
   ``AutoFiniteDiff``, ``scipy.optimize.approx_derivative`` and ``numdifftools`` (when installed).
 - ``closures``: ``closure="duplicated"`` against ``closure="const"``.
+- ``rules``: a prepared gradient through a ``custom_rule`` against the same through the engine's
+  own registration written by hand (``rule_by_hand`` of the bench records).
 - ``catalogue``: :func:`diffinterface.testing.benchmark_differentiation` over the scenario
   catalogue (prepared, unprepared and preparation times, and ``f``-evaluation counts).
 
@@ -250,7 +252,10 @@ class Engine:
     - ``limits``: the largest size per operator worth timing (finite differences cost an evaluation
       of ``f`` per coordinate), or None for every size;
     - ``costs``: per operator, the work the adapter does beyond the native call and why (shown in the
-      overhead table next to the measured split of a row over budget).
+      overhead table next to the measured split of a row over budget);
+    - ``rule_by_hand(primal, vjp)``: an opaque NumPy function of one array (``primal(a)``, an array of
+      a's shape; ``vjp(a, dy)``) registered with the engine's own mechanism as its users write it by
+      hand, what the rules table compares a ``custom_rule`` with; None where the engine has none.
     """
 
     inputs = "numpy float64"
@@ -273,6 +278,9 @@ class Engine:
 
     def compiled(self, f: Callable[..., Any]) -> Callable[..., Any]:
         return f
+
+    def rule_by_hand(self, primal: Callable[..., Any], vjp: Callable[..., Any]) -> Callable[..., Any] | None:
+        return None
 
     def allows(self, operator: str, size: int) -> bool:
         """Whether ``operator`` at ``size`` is within :attr:`limits`."""
@@ -644,6 +652,61 @@ def closures(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progres
     return rows
 
 
+def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+    """A prepared gradient through a ``custom_rule`` against the same through the engine's own
+    registration written by hand (``rule_by_hand``), both through the engine's backend: the price of
+    writing the rule once. The function is opaque NumPy code, ``cumsum(x * b**2)`` with ``b``
+    captured (``diffinterface.testing``'s ``cumsum_weighted``, its ``b`` a ``Const``)."""
+    from . import gradient, prepare_gradient
+    from .testing._rule_scenarios import cumsum_weighted
+
+    plan = [(name, n) for name in engines for n in sizes if engine(name).rule_by_hand(np.cumsum, np.cumsum)]
+    rows = []
+    for i, (name, n) in enumerate(plan):
+        progress(i, len(plan), f"rules {name} {n}")
+        eng, backend = engine(name), config(name, closure="const")  # the closures table prices duplicates
+        b = np.linspace(0.5, 1.5, n)
+
+        def primal(a: Any) -> Any:  # the rule's arithmetic, written for x alone
+            return np.cumsum(a * b**2)
+
+        def vjp(a: Any, dy: Any) -> Any:
+            return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
+
+        by_hand = eng.rule_by_hand(primal, vjp)
+
+        def with_rule(x: Any) -> Any:
+            return array_namespace(x).sum(cumsum_weighted(x, b))
+
+        def with_hand(x: Any) -> Any:
+            return array_namespace(x).sum(by_hand(x))
+
+        x = np.linspace(-1.0, 1.0, n)
+        expected = np.cumsum(np.ones(n)[::-1])[::-1] * b**2
+        p_rule, p_hand = prepare_gradient(backend, with_rule, x), prepare_gradient(backend, with_hand, x)
+        for f, p in ((with_rule, p_rule), (with_hand, p_hand)):  # both right before both are timed
+            np.testing.assert_allclose(np.asarray(gradient(backend, f, x, prep=p)), expected, rtol=1e-12)
+        r = ratio(
+            lambda: eng.ready(gradient(backend, with_rule, x, prep=p_rule)),
+            lambda: eng.ready(gradient(backend, with_hand, x, prep=p_hand)),
+            timing,
+        )
+        rows.append(
+            {
+                "backend": repr(backend),
+                "size": n,
+                "rule_s": r["ours_s"],
+                "by_hand_s": r["native_s"],
+                "ratio": r["ratio"],
+                "min": r["ratio_min"],
+                "max": r["ratio_max"],
+                "within_1.1": r["ratio"] <= 1.1,
+            }
+        )
+    progress(len(plan), len(plan), "rules")
+    return rows
+
+
 def catalogue(engines: list[str], full: bool, progress: Callable[..., Any]) -> list[dict]:
     """``benchmark_differentiation`` over the catalogue (numpy float64 inputs); quick: one scenario
     per operator."""
@@ -702,7 +765,7 @@ def plot_overhead(rows: list[dict], out: str) -> list[str]:
 
 # -- the command ----------------------------------------------------------------------------------
 
-TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "catalogue")
+TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "rules", "catalogue")
 
 _COLUMNS = {
     "overhead": [
@@ -739,6 +802,7 @@ _COLUMNS = {
     ],
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
+    "rules": ["backend", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
     "catalogue": [
         "backend",
         "scenario",
@@ -758,6 +822,7 @@ _TITLES = {
     "mode_choice": "Mode choice: jacobian with mode=None / the better of forward and reverse",
     "finite_differences": "Finite differences: f evaluations and errors against the analytic derivative",
     "closures": "Closures: closure='duplicated' / closure='const'",
+    "rules": "Rules: a prepared gradient through a custom_rule / through the engine's registration written by hand",
     "catalogue": "The scenario catalogue, through benchmark_differentiation",
 }
 
@@ -784,6 +849,12 @@ def _notes(table: str, timing: Timing) -> str:
         "mode_choice": how + " f: `sin(A @ x)`; forward_over_reverse < 1 means forward mode is faster.",
         "finite_differences": "x: 20 points in [0.3, 1.7]; error: max |derivative - analytic| / max |analytic|.",
         "closures": how + " 'ratio' is the price of the duplicates: duplicated / const.",
+        "rules": how + " f: `sum(cumsum_weighted(x, b))`, an opaque NumPy rule (`diffinterface.testing`), b "
+        "captured; by hand: the same NumPy primal and VJP of x alone (b closed over) as a `jax.custom_vjp` over "
+        "`jax.pure_callback`, a `torch.autograd.Function`, an autograd `primitive` with `defvjp`. Both are "
+        "`prepare_gradient` calls of the engine's backend with closure='const' (the closures table prices the "
+        "duplicates); both results are checked before timing. Budget "
+        "(issue 15): at most 1.1 at n = 1e4.",
         "catalogue": "Median of the timed batches (`time_call`); `*_calls`: evaluations of f by each call.",
     }[table]
 
@@ -820,6 +891,8 @@ def run(
             rows = finite_differences(progress) if "finitediff" in engines else []
         elif table == "closures":
             rows = closures(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
+        elif table == "rules":
+            rows = rules(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
         elif table == "catalogue":
             rows = catalogue(engines, full, progress)
         else:

@@ -278,3 +278,30 @@ def _xp_sum(y):
     from array_api_compat import array_namespace
 
     return array_namespace(y).sum(y)
+
+
+@_needs("jax")
+def test_jax_float64_rule_results_on_large_inputs():
+    # XLA runs a large computation's host callbacks on its own threads, where the caller's
+    # thread-local x64 context is off: float64 results failed there ("Actual: float32") before
+    # they travelled as uint32 pairs
+    import jax
+
+    from diffinterface.backends.jax import enable_x64
+    from diffinterface.testing._rule_scenarios import cumsum_weighted
+
+    n = 300_000
+    b, x = np.linspace(0.5, 1.5, n), np.linspace(-1.0, 1.0, n)
+    expected = np.cumsum(np.ones(n))[::-1] * b**2
+
+    def f(z):
+        return _xp_sum(cumsum_weighted(z, b))
+
+    for backend in (di.AutoJAX(), di.AutoJAX(closure="const")):
+        g = di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x))
+        assert g.dtype == np.float64
+        _close(g, expected, atol=1e-9)
+    with enable_x64(True):
+        g = jax.jit(jax.grad(lambda z: jax.numpy.sum(cumsum_weighted(z, b))))(jax.numpy.asarray(x))
+        assert g.dtype == np.float64
+        _close(g, expected, atol=1e-9)
