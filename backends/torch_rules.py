@@ -157,8 +157,9 @@ def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[An
     rule, like, batch = spec.rule, _like(args), _batch(spec, args)
     if tape is _NO_TAPE:
         tape = _augmented(spec, args)[1]
-    shaped, (dy, *args) = args, _flat(batch, (dy,) + args)
-    args = tuple(args)
+    shaped = args
+    dy, *rest = _flat(batch, (dy,) + args)
+    args = tuple(rest)
     if rule.opaque:
         values = tuple(_to_np(a) for a in args)
         cts = rule.reverse(tape, _to_np(dy), *annotate(values, spec.active, Active), **spec.kwargs)
@@ -344,4 +345,5 @@ def _expand(active: tuple[Any, ...], live: tuple[Any, ...]) -> tuple[Any, ...]:
 # torch's Function.apply binds its arguments to forward's signature at every call (inspect.signature,
 # about 10 us): a signature set once (the inspect protocol's __signature__) makes that a lookup.
 for _function in (_RuleFunction, _Reverse, _Forward):
-    _function.forward.__signature__ = inspect.signature(_function.forward)  # type: ignore[attr-defined]
+    forward: Any = _function.forward
+    forward.__signature__ = inspect.signature(forward)

@@ -673,7 +673,7 @@ def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: 
         def vjp(a: Any, dy: Any) -> Any:
             return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
 
-        by_hand = eng.rule_by_hand(primal, vjp)
+        by_hand: Any = eng.rule_by_hand(primal, vjp)
 
         def with_rule(x: Any) -> Any:
             return array_namespace(x).sum(cumsum_weighted(x, b))
