@@ -207,6 +207,8 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
             raise rule.missing("reverse", "under JAX")
         values = tuple(c.value for c in cargs)
         active = tuple(bool(c.perturbed) for c in cargs)
+        if rule.opaque:
+            values = _first_order(rule)(values)
         # the activity travels to bwd in the residuals' structure (None for a constant): static
         split = (
             tuple(v if a else None for v, a in zip(values, active)),

@@ -652,18 +652,46 @@ def closures(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progres
     return rows
 
 
+def _one_argument_rule(b: Any) -> Any:
+    """``cumsum(x * b**2)`` as a rule of x alone, its bodies closing over ``b``, as a hand-written
+    registration does (a rule made here holds a closure: it pickles by value, not by reference)."""
+    from .rules import custom_rule
+
+    @custom_rule(opaque=True)
+    def cumsum_scaled(a: Any) -> Any:
+        return np.cumsum(a * b**2)
+
+    @cumsum_scaled.def_augmented_primal
+    def _augmented(a: Any) -> tuple[Any, Any]:
+        return np.cumsum(a.val * b**2), None
+
+    @cumsum_scaled.def_reverse
+    def _reverse(tape: Any, dy: Any, a: Any) -> Any:
+        return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
+
+    return cumsum_scaled
+
+
 def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
     """A prepared gradient through a ``custom_rule`` against the same through the engine's own
     registration written by hand (``rule_by_hand``), both through the engine's backend: the price of
     writing the rule once. The function is opaque NumPy code, ``cumsum(x * b**2)`` with ``b``
-    captured (``diffinterface.testing``'s ``cumsum_weighted``, its ``b`` a ``Const``)."""
+    captured, as a rule of x alone whose bodies close over b (like for like with the hand-written
+    registration) and as ``diffinterface.testing``'s two-argument ``cumsum_weighted(x, b)``, its b a
+    ``Const`` that the engine's registration passes along (through JAX's host callbacks)."""
     from . import gradient, prepare_gradient
     from .testing._rule_scenarios import cumsum_weighted
 
-    plan = [(name, n) for name in engines for n in sizes if engine(name).rule_by_hand(np.cumsum, np.cumsum)]
+    plan = [
+        (name, n, kind)
+        for name in engines
+        for n in sizes
+        for kind in ("x alone, b closed over", "x and b, b a Const")
+        if engine(name).rule_by_hand(np.cumsum, np.cumsum)
+    ]
     rows = []
-    for i, (name, n) in enumerate(plan):
-        progress(i, len(plan), f"rules {name} {n}")
+    for i, (name, n, kind) in enumerate(plan):
+        progress(i, len(plan), f"rules {name} {n} {kind}")
         eng, backend = engine(name), config(name, closure="const")  # the closures table prices duplicates
         b = np.linspace(0.5, 1.5, n)
 
@@ -674,8 +702,11 @@ def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: 
             return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
 
         by_hand: Any = eng.rule_by_hand(primal, vjp)
+        one = _one_argument_rule(b)
 
         def with_rule(x: Any) -> Any:
+            if kind.startswith("x alone"):
+                return array_namespace(x).sum(one(x))
             return array_namespace(x).sum(cumsum_weighted(x, b))
 
         def with_hand(x: Any) -> Any:
@@ -694,6 +725,7 @@ def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: 
         rows.append(
             {
                 "backend": repr(backend),
+                "rule": kind,
                 "size": n,
                 "rule_s": r["ours_s"],
                 "by_hand_s": r["native_s"],
@@ -802,7 +834,7 @@ _COLUMNS = {
     ],
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
-    "rules": ["backend", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
+    "rules": ["backend", "rule", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
     "catalogue": [
         "backend",
         "scenario",
@@ -849,8 +881,10 @@ def _notes(table: str, timing: Timing) -> str:
         "mode_choice": how + " f: `sin(A @ x)`; forward_over_reverse < 1 means forward mode is faster.",
         "finite_differences": "x: 20 points in [0.3, 1.7]; error: max |derivative - analytic| / max |analytic|.",
         "closures": how + " 'ratio' is the price of the duplicates: duplicated / const.",
-        "rules": how + " f: `sum(cumsum_weighted(x, b))`, an opaque NumPy rule (`diffinterface.testing`), b "
-        "captured; by hand: the same NumPy primal and VJP of x alone (b closed over) as a `jax.custom_vjp` over "
+        "rules": how + " f: `sum(rule(x))`, `rule` an opaque NumPy `cumsum(x * b**2)` with b captured: a rule of x "
+        "alone whose bodies close over b (like for like), and `diffinterface.testing`'s two-argument "
+        "`cumsum_weighted(x, b)`, b a `Const` argument; by hand: the same NumPy primal and VJP of x alone (b closed "
+        "over) as a `jax.custom_vjp` over "
         "`jax.pure_callback`, a `torch.autograd.Function`, an autograd `primitive` with `defvjp`. Both are "
         "`prepare_gradient` calls of the engine's backend with closure='const' (the closures table prices the "
         "duplicates); both results are checked before timing. Budget "

@@ -305,3 +305,14 @@ def test_jax_float64_rule_results_on_large_inputs():
         g = jax.jit(jax.grad(lambda z: jax.numpy.sum(cumsum_weighted(z, b))))(jax.numpy.asarray(x))
         assert g.dtype == np.float64
         _close(g, expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("cls", _engines())
+def test_one_direction_rules_raise_second_order_errors_too(cls):
+    x = np.array([1.0, 2.0, 3.0])
+    for rule in (ex.cube_forward_only, ex.cube_reverse_only):
+        for mode in (None, "forward", "reverse"):
+            with pytest.raises((SecondOrderError, NotImplementedError)) as info:
+                di.hessian(cls(mode=mode), lambda z, r=rule: _xp_sum(r(z)), x)
+            # a missing direction may be what fails first; never a raw engine error
+            assert isinstance(info.value, SecondOrderError) or "needs" in str(info.value), info.value

@@ -25,6 +25,7 @@ from array_api_compat import array_namespace
 
 from .._closure import declare_modules
 from ..rules import Active, Duplicated, custom_rule
+from ._reference import Reference
 
 declare_modules(__name__, walk=True)
 
@@ -128,17 +129,15 @@ class _Weighted:
         return xp.sum(y * xp.asarray(self.w, dtype=x.dtype))
 
 
-def rule_references() -> list[Any]:
-    """The rule scenarios' reference functions (``_scenarios.Reference``)."""
-    from ._scenarios import Reference
-
+def rule_references() -> list[Reference]:
+    """The rule scenarios' reference functions."""
     x = np.array([0.6, 1.1, -0.4, 0.9, 1.3])
     A = np.array([1.5, -0.5, 2.0, 0.7, -1.2])
     B = np.array([0.8, -1.3, 0.4, 1.1, 0.6])
     W = np.array([0.3, -0.7, 1.1, 0.5, -0.2])
     L = np.tril(np.ones((x.size, x.size)))
 
-    def refs_for(rule: Any, name: str, value: Any, jac_a: Any, jac_b: Any) -> list[Any]:
+    def refs_for(rule: Any, name: str, value: Any, jac_a: Any, jac_b: Any) -> list[Reference]:
         return [
             Reference(f"{name}_active_const", _Captured(rule, "x,c", B, name), x, lambda z: value(z, B),
                       lambda z: jac_a(z, B)),

@@ -19,6 +19,7 @@ from array_api_compat import array_namespace, device
 
 from .._closure import declare_modules
 from .._contexts import Cache, Constant
+from ._reference import Reference
 from ._rule_scenarios import rule_references
 
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
@@ -137,19 +138,6 @@ def banded_times_square(x: Any) -> Any:
 def quadratic_form(x: Any) -> Any:
     u = x * x
     return array_namespace(x).sum(u * (_const(x, _BANDED) @ u))
-
-
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """A function with closed-form value, Jacobian (flat: ``(y.size, x.size)``) and Hessian."""
-
-    name: str
-    f: Callable[..., Any]
-    x: Any
-    value: Callable[..., Any]
-    jac: Callable[..., Any]
-    hess: Callable[..., Any] | None = None  # (x.size, x.size), scalar outputs only
-    der2: Callable[..., Any] | None = None  # d2f/dx2 shaped like f(x), scalar inputs only
 
 
 def _references() -> list[Reference]:
