@@ -252,15 +252,24 @@ def _dtype(v: Any) -> Any:
 def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
     """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes.
 
-    64-bit results travel as pairs of uint32 (a bitcast each way): JAX checks a callback's results
-    against the x64 flag of the thread the callback runs on, and XLA runs large computations' callbacks
-    on its own threads, where the thread-local ``jax.enable_x64`` context of the caller (the one
-    diffinterface uses for float64 inputs) is off: float64 results failed there as float32. Not for
-    ``vectorized`` rules yet (their results' batch axes are JAX's to add): those need x64 on globally
-    for float64 results of large inputs."""
+    64-bit operands and results travel as pairs of uint32 (a bitcast each way): JAX converts a
+    callback's operands and checks its results by the x64 flag of the thread the callback runs on,
+    and XLA runs a large computation's callbacks on its own threads, where the thread-local
+    ``jax.enable_x64`` context of the caller (the one diffinterface uses for float64 inputs) is off:
+    float64 operands arrived as float32 there (derivatives silently 1e-8 off) and float64 results
+    failed. The results of ``vectorized`` rules travel as they are (their batch axes are JAX's to
+    add): there a float64 result of a large input fails loudly unless x64 is on globally."""
+    wide_in = tuple(_dtype(a) if _is_wide(_dtype(a)) else None for a in args)
+    operands = tuple(
+        jax.lax.bitcast_convert_type(jnp.asarray(a, dtype=w), jnp.uint32) if w is not None else a
+        for a, w in zip(args, wide_in)
+    )
     declared = jax.tree.map(lambda o: _as_pairs(o) if _wide(o, vectorized) else o, out)
     results = jax.pure_callback(
-        _callback(body, out, vectorized), declared, *args, vmap_method="broadcast_all" if vectorized else "sequential"
+        _callback(body, out, vectorized, wide_in),
+        declared,
+        *operands,
+        vmap_method="broadcast_all" if vectorized else "sequential",
     )
     return jax.tree.map(
         lambda r, o: jax.lax.bitcast_convert_type(r, o.dtype) if _wide(o, vectorized) else r, results, out
@@ -271,14 +280,18 @@ def _as_pairs(struct: Any) -> Any:
     return jax.ShapeDtypeStruct(tuple(struct.shape) + (2,), np.uint32)
 
 
+def _is_wide(dtype: Any) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype.itemsize == 8 and dtype.kind in "fiu"
+
+
 def _wide(struct: Any, vectorized: bool) -> bool:
     """A 64-bit result of a looped rule, which travels as uint32 pairs (see _host)."""
-    dtype = np.dtype(struct.dtype)
-    return not vectorized and dtype.itemsize == 8 and dtype.kind in "fiu"
+    return not vectorized and _is_wide(struct.dtype)
 
 
 @functools.lru_cache(maxsize=4096)
-def _callback(body: Any, out: Any, vectorized: bool) -> Any:
+def _callback(body: Any, out: Any, vectorized: bool, wide_in: tuple[Any, ...]) -> Any:
     """The host function of ``body`` for ``out``: one object per body and output (see _primal_host)."""
 
     def one(r: Any, o: Any) -> Any:
@@ -287,8 +300,13 @@ def _callback(body: Any, out: Any, vectorized: bool) -> Any:
         r = np.ascontiguousarray(np.asarray(r, dtype=o.dtype).reshape(o.shape))
         return r.reshape(r.shape + (1,)).view(np.uint32) if _wide(o, vectorized) else r
 
+    def operand(a: Any, wide: Any) -> Any:
+        if wide is None:
+            return np.asarray(a)
+        return np.ascontiguousarray(a).view(wide)[..., 0]  # (..., 2) uint32 -> (...) 64-bit
+
     def callback(*arrays: Any) -> Any:
-        return jax.tree.map(one, body(*(np.asarray(a) for a in arrays)), out)
+        return jax.tree.map(one, body(*(operand(a, w) for a, w in zip(arrays, wide_in))), out)
 
     return callback
 

@@ -283,8 +283,9 @@ def _xp_sum(y):
 @_needs("jax")
 def test_jax_float64_rule_results_on_large_inputs():
     # XLA runs a large computation's host callbacks on its own threads, where the caller's
-    # thread-local x64 context is off: float64 results failed there ("Actual: float32") before
-    # they travelled as uint32 pairs
+    # thread-local x64 context is off: float64 operands arrived as float32 there (gradients 2e-7
+    # off, silently) and float64 results failed ("Actual: float32"), before both travelled as
+    # uint32 pairs
     import jax
 
     from diffinterface.backends.jax import enable_x64
@@ -300,11 +301,11 @@ def test_jax_float64_rule_results_on_large_inputs():
     for backend in (di.AutoJAX(), di.AutoJAX(closure="const")):
         g = di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x))
         assert g.dtype == np.float64
-        _close(g, expected, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-13)
     with enable_x64(True):
         g = jax.jit(jax.grad(lambda z: jax.numpy.sum(cumsum_weighted(z, b))))(jax.numpy.asarray(x))
         assert g.dtype == np.float64
-        _close(g, expected, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-13)
 
 
 @pytest.mark.parametrize("cls", _engines())
