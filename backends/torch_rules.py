@@ -311,12 +311,11 @@ class _Reverse(_Pass):
         if spec.rule.vectorized and forward_batched:
             whole = _whole(info, dims, (dy,) + args)
             return _Reverse.apply(spec.again(spec.lead + 1), tape, *whole), (0,) * n_out
-        if forward_batched and not isinstance(tape, _Batched):
-            tape = _NONE  # no tape per element: each element's pass runs its augmented primal
-        parts = [
-            _Reverse.apply(spec, tape.tapes[i] if forward_batched else tape, *part)
-            for i, part in enumerate(_slices(info, dims, (dy,) + args))
-        ]
+        if forward_batched:  # element i's tape, or none (each element's pass runs its augmented primal)
+            tapes = tape.tapes if isinstance(tape, _Batched) else [_NONE] * info.batch_size
+        else:
+            tapes = [tape] * info.batch_size
+        parts = [_Reverse.apply(spec, t, *part) for t, part in zip(tapes, _slices(info, dims, (dy,) + args))]
         return tuple(torch.stack(c) for c in zip(*parts)), (0,) * n_out
 
 

@@ -317,3 +317,18 @@ def test_one_direction_rules_raise_second_order_errors_too(cls):
                 di.hessian(cls(mode=mode), lambda z, r=rule: _xp_sum(r(z)), x)
             # a missing direction may be what fails first; never a raw engine error
             assert isinstance(info.value, SecondOrderError) or "needs" in str(info.value), info.value
+
+
+@_needs("torch")
+def test_torch_reverse_pass_without_its_tape_under_vmap_runs_the_augmented_primal():
+    # a level whose inputs are batched but whose tape is not a batch of tapes (the forward pass did
+    # not know an argument active): each element's reverse pass recomputes its tape
+    import torch
+
+    from diffinterface.backends.torch_rules import _NONE, _Reverse, _Spec
+
+    A, bs = torch.tensor(A0), torch.tensor(np.stack([B0, -B0]))
+    spec = _Spec(ex.propagate, {}, (False, True))
+    dy = torch.tensor(W)
+    (db,) = torch.func.vmap(lambda b: _Reverse.apply(spec, _NONE, dy, A, b))(bs)
+    _close(db, np.tile(GRAD_B, (2, 1)))
