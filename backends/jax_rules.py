@@ -33,7 +33,6 @@ is a residual like any other.
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 import jax
@@ -186,7 +185,7 @@ def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
         values = _first_order(rule)(tuple(primals))
         out = _out(rule, values, kwargs)
         live = tuple(t for t, a in zip(tangents, active) if a)
-        wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
+        wanted = _cotangent_structs(values, active)
         forward = _forward_host(rule, kwargs, active, len(values))
         reverse = _reverse_host(rule, kwargs, active)
 
@@ -226,7 +225,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         if type(ct) is SymbolicZero:
             ct = jnp.zeros(ct.shape, ct.dtype)
         if rule.opaque:
-            wanted = tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
+            wanted = _cotangent_structs(values, active)
             got = iter(_host(_reverse_host(rule, kwargs, active), wanted, values + (ct,), rule.vectorized))
             return tuple(next(got) if a else None for a in active)
         cts = cotangents(rule.reverse(tape, ct, *annotate(_jax(values), active, Active), **kwargs), len(values))
@@ -236,6 +235,11 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         )
 
     return fwd, bwd
+
+
+def _cotangent_structs(values: tuple[Any, ...], active: tuple[bool, ...]) -> tuple[Any, ...]:
+    """The shapes and dtypes of the active arguments' cotangents: an opaque reverse pass's results."""
+    return tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
 
 
 def _jax(values: Any) -> tuple[Any, ...]:
@@ -259,7 +263,7 @@ def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
     float64 operands arrived as float32 there (derivatives silently 1e-8 off) and float64 results
     failed. The results of ``vectorized`` rules travel as they are (their batch axes are JAX's to
     add): there a float64 result of a large input fails loudly unless x64 is on globally."""
-    wide_in = tuple(_dtype(a) if _is_wide(_dtype(a)) else None for a in args)
+    wide_in = tuple(d if _is_wide(d) else None for d in (_dtype(a) for a in args))
     operands = tuple(
         jax.lax.bitcast_convert_type(jnp.asarray(a, dtype=w), jnp.uint32) if w is not None else a
         for a, w in zip(args, wide_in)
@@ -347,36 +351,29 @@ def _out(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
 
 # -- a batching rule for linear_call, where JAX has none --------------------------------------------
 
-_BATCHING_LOCK = threading.Lock()
-_BATCHING_DONE: list[bool] = []
 
-
+@functools.cache
 def _batchable_linear_call() -> None:
     """Make ``vmap`` of a ``linear_call`` work where it raises (JAX registers no batching rule for
-    its primitive): a rule that maps the primitive over the batch with ``lax.map``. Registered once,
-    through ``jax.interpreters.batching.primitive_batchers``, and only where ``vmap`` of a
-    ``linear_call`` fails; the primitive is found by tracing one (no private import)."""
-    if _BATCHING_DONE:
-        return
-    with _BATCHING_LOCK:
-        if _BATCHING_DONE:
-            return
+    its primitive): a rule that maps the primitive over the batch with ``lax.map``. Registered once
+    (two threads racing here would register the same rule twice), through
+    ``jax.interpreters.batching.primitive_batchers``, and only where ``vmap`` of a ``linear_call``
+    fails; the primitive is found by tracing one (no private import)."""
 
-        def identity(r: Any, x: Any) -> Any:
-            return linear_call(lambda _, v: v, lambda _, t: t, r, x)
+    def identity(r: Any, x: Any) -> Any:
+        return linear_call(lambda _, v: v, lambda _, t: t, r, x)
 
-        probe = np.zeros((2, 1), np.float32)
-        try:
-            jax.vmap(identity)(probe, probe)
-        except NotImplementedError:
-            from jax.interpreters import batching
+    probe = np.zeros((2, 1), np.float32)
+    try:
+        jax.vmap(identity)(probe, probe)
+    except NotImplementedError:
+        from jax.interpreters import batching
 
-            primitive = jax.make_jaxpr(identity)(probe[0], probe[0]).jaxpr.eqns[0].primitive
-            batching.primitive_batchers[primitive] = lambda args, dims, **params: _map_over_batch(
-                primitive, args, dims, params
-            )
-            jax.vmap(identity)(probe, probe)  # the rule answers now
-        _BATCHING_DONE.append(True)
+        primitive = jax.make_jaxpr(identity)(probe[0], probe[0]).jaxpr.eqns[0].primitive
+        batching.primitive_batchers[primitive] = lambda args, dims, **params: _map_over_batch(
+            primitive, args, dims, params
+        )
+        jax.vmap(identity)(probe, probe)  # the rule answers now
 
 
 def _map_over_batch(primitive: Any, args: Any, dims: Any, params: Any) -> Any:

@@ -682,17 +682,18 @@ def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: 
     from . import gradient, prepare_gradient
     from .testing._rule_scenarios import cumsum_weighted
 
+    records = {name: engine(name) for name in engines}
     plan = [
         (name, n, kind)
         for name in engines
+        if records[name].rule_by_hand(np.cumsum, np.cumsum) is not None
         for n in sizes
         for kind in ("x alone, b closed over", "x and b, b a Const")
-        if engine(name).rule_by_hand(np.cumsum, np.cumsum)
     ]
     rows = []
     for i, (name, n, kind) in enumerate(plan):
         progress(i, len(plan), f"rules {name} {n} {kind}")
-        eng, backend = engine(name), config(name, closure="const")  # the closures table prices duplicates
+        eng, backend = records[name], config(name, closure="const")  # the closures table prices duplicates
         b = np.linspace(0.5, 1.5, n)
 
         def primal(a: Any) -> Any:  # the rule's arithmetic, written for x alone
