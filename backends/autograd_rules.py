@@ -33,17 +33,21 @@ class _Holder:
 
 
 def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
-    prim = rule.native(("autograd", tuple(sorted(kwargs.items()))), lambda: _register(rule, kwargs))
-    active = tuple(isinstance(a, Box) and isinstance(a._node, VJPNode) for a in args)
+    key = ("autograd", tuple(sorted(kwargs.items()))) if kwargs else _KEY
+    prim = rule.native(key, lambda: _register(rule, kwargs))
+    active = tuple([isinstance(a, Box) and isinstance(a._node, VJPNode) for a in args])
     return prim(_Holder(active), *args)
+
+
+_KEY = ("autograd", ())  # the registration's key without keywords
 
 
 def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
     def impl(holder: _Holder, *args: Any) -> Any:
-        if any(holder.active) and rule.has_reverse:
+        if True in holder.active and rule.augmented_primal is not None and rule.reverse is not None:
             y, holder.tape = rule.augmented_primal(*annotate(args, holder.active, Active), **kwargs)
             return y
-        return rule.primal(*args, **kwargs)
+        return rule.primal(*args, **kwargs)  # no tape (None) where the rule has no augmented primal
 
     impl.__name__ = rule.__name__
     prim = primitive(impl)
@@ -52,13 +56,16 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
         holder, values = args[0], args[1:]
 
         def vjp(g: Any) -> Any:
-            if not rule.has_reverse:
+            if rule.reverse is None:
                 raise rule.missing("reverse", "under autograd")
-            if isinstance(g, Box) or any(isinstance(v, Box) for v in values):
+            if isinstance(g, Box) or True in [isinstance(v, Box) for v in values]:
                 raise rule.second_order("under autograd", "AutoAutograd()")
             active = holder.active
-            cts = cotangents(rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs), len(values))
-            return tuple(cotangent_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums)
+            cts = rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs)
+            if len(values) == 1 and active[0]:  # one argument (its cotangent may come bare)
+                return (cotangent_like(cts[0] if isinstance(cts, (tuple, list)) else cts, values[0]),)
+            cts = cotangents(cts, len(values))
+            return tuple([cotangent_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums])
 
         return vjp
 

@@ -26,8 +26,10 @@ are batched and the primals not, and one callback's results are batched alike): 
 twice per forward pass.
 
 An opaque reverse pass recomputes the augmented primal inside the backward callback: JAX residuals
-must have shapes known when tracing, and a tape of arbitrary plain data has none. A non-opaque tape
-is a residual like any other.
+must have shapes known when tracing, and a tape of arbitrary plain data has none. A rule without an
+augmented primal (a reverse pass of the arguments alone) skips it, so its gradient runs one host
+callback, as a hand-written ``custom_vjp`` whose residuals are its inputs does (JAX drops the unused
+primal callback under ``grad``). A non-opaque tape is a residual like any other.
 """
 
 from __future__ import annotations
@@ -162,13 +164,13 @@ def _forward_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], 
 
 def _reverse_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...]) -> Any:
     """The opaque reverse pass, on NumPy arrays (the values, then dy): the augmented primal run again
-    for its tape, then the cotangents of the active arguments."""
+    for its tape (where the rule has one), then the cotangents of the active arguments."""
 
     def build() -> Any:
         def host(*arrays: Any) -> Any:
             vals, dy = arrays[:-1], arrays[-1]
             args = annotate(vals, active, Active)
-            _, tape = rule.augmented_primal(*args, **kwargs)
+            tape = rule.tape(*args, **kwargs)
             cts = rule.reverse(tape, dy, *args, **kwargs)
             return tuple(cotangent_like(c, v) for c, v, a in zip(cotangents(cts, len(vals)), vals, active) if a)
 
@@ -215,7 +217,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         )
         if rule.opaque:
             return primal(*values), (split, None)
-        y, tape = rule.augmented_primal(*annotate(_jax(values), active, Active), **kwargs)
+        y, tape = rule.augment(*annotate(_jax(values), active, Active), **kwargs)
         return y, (split, tape)
 
     def bwd(res: Any, ct: Any) -> Any:
@@ -298,19 +300,28 @@ def _wide(struct: Any, vectorized: bool) -> bool:
 def _callback(body: Any, out: Any, vectorized: bool, wide_in: tuple[Any, ...]) -> Any:
     """The host function of ``body`` for ``out``: one object per body and output (see _primal_host)."""
 
-    def one(r: Any, o: Any) -> Any:
+    several = isinstance(out, tuple)  # a tuple of results (cotangents) or one (out is hashable: no lists)
+    # per result, what JAX declared: (dtype, shape, travels as uint32 pairs), worked out once
+    declared = tuple((np.dtype(o.dtype), tuple(o.shape), _wide(o, vectorized)) for o in (out if several else (out,)))
+
+    def one(r: Any, spec: tuple[Any, ...]) -> Any:
+        dtype, shape, wide = spec
+        if type(r) is np.ndarray and r.dtype == dtype and not wide and r.flags.c_contiguous:
+            if vectorized or r.shape == shape:  # as JAX wants it already (the common case): no copy
+                return r
         if vectorized:  # the batch axis leads: the shape is out's with it
-            return np.asarray(r, dtype=o.dtype)
-        r = np.ascontiguousarray(np.asarray(r, dtype=o.dtype).reshape(o.shape))
-        return r.reshape(r.shape + (1,)).view(np.uint32) if _wide(o, vectorized) else r
+            return np.asarray(r, dtype=dtype)
+        r = np.ascontiguousarray(np.asarray(r, dtype=dtype).reshape(shape))
+        return r.reshape(r.shape + (1,)).view(np.uint32) if wide else r
 
     def operand(a: Any, wide: Any) -> Any:
         if wide is None:
-            return np.asarray(a)
+            return np.asarray(a)  # JAX hands a callback its own arrays (0.10): the bodies get NumPy's
         return np.ascontiguousarray(a).view(wide)[..., 0]  # (..., 2) uint32 -> (...) 64-bit
 
     def callback(*arrays: Any) -> Any:
-        return jax.tree.map(one, body(*(operand(a, w) for a, w in zip(arrays, wide_in))), out)
+        result = body(*(operand(a, w) for a, w in zip(arrays, wide_in)))
+        return tuple(map(one, result, declared)) if several else one(result, declared[0])
 
     return callback
 

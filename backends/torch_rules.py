@@ -108,7 +108,8 @@ def _like(args: tuple[Any, ...]) -> Any:
 
 
 def _to_np(a: Any) -> Any:
-    return a.detach().cpu().numpy() if isinstance(a, _Tensor) else a
+    # force=True: detach, move to the CPU and resolve conjugate and negative bits, in one call
+    return a.numpy(force=True) if isinstance(a, _Tensor) else a
 
 
 def _to_tensor(value: Any, like: Any) -> Any:
@@ -143,10 +144,13 @@ def _primal(spec: _Spec, args: tuple[Any, ...]) -> Any:
 
 
 def _augmented(spec: _Spec, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    rule, batch = spec.rule, _batch(spec, args)
+    rule = spec.rule
+    if rule.augmented_primal is None:  # the primal, no tape
+        return _primal(spec, args), None
+    batch = _batch(spec, args)
     args = _flat(batch, args)
     if rule.opaque:
-        y, tape = rule.augmented_primal(*annotate(tuple(_to_np(a) for a in args), spec.active, Active), **spec.kwargs)
+        y, tape = rule.augmented_primal(*annotate(tuple(map(_to_np, args)), spec.active, Active), **spec.kwargs)
         return _unflat(batch, _to_tensor(y, _like(args))), tape
     y, tape = rule.augmented_primal(*annotate(args, spec.active, Active), **spec.kwargs)
     return _unflat(batch, y), tape
@@ -156,13 +160,13 @@ def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[An
     """The cotangents of the active arguments, as tensors shaped like them."""
     rule, like, batch = spec.rule, _like(args), _batch(spec, args)
     if tape is _NO_TAPE:
-        tape = _augmented(spec, args)[1]
+        tape = _augmented(spec, args)[1] if rule.augmented_primal is not None else None  # None: no primal run
     shaped = args
-    dy, *rest = _flat(batch, (dy,) + args)
-    args = tuple(rest)
+    if batch:
+        dy, *rest = _flat(batch, (dy,) + args)
+        args = tuple(rest)
     if rule.opaque:
-        values = tuple(_to_np(a) for a in args)
-        cts = rule.reverse(tape, _to_np(dy), *annotate(values, spec.active, Active), **spec.kwargs)
+        cts = rule.reverse(tape, _to_np(dy), *annotate(tuple(map(_to_np, args)), spec.active, Active), **spec.kwargs)
     else:
         cts = rule.reverse(tape, dy, *annotate(args, spec.active, Active), **spec.kwargs)
     out = []
@@ -236,18 +240,24 @@ class _RuleFunction(torch.autograd.Function):
         spec = ctx.spec
         if not spec.rule.has_reverse:
             raise spec.rule.missing("reverse", "under torch")
-        args = tuple(o if t is None else t for t, o in zip(ctx.saved_tensors, ctx.others))
-        tape, active = ctx.tape, tuple(a or n for a, n in zip(spec.active, ctx.needs_input_grad[1:]))
-        if not any(active):
-            return (None,) * (len(args) + 1)
-        if active != spec.active:  # torch asks for an argument the forward pass did not know active
-            spec, tape = spec.again(spec.lead, active), _NONE
+        args = tuple([o if t is None else t for t, o in zip(ctx.saved_tensors, ctx.others)])
+        needs = ctx.needs_input_grad[1:]
+        tape, active = ctx.tape, spec.active
+        if needs != active:
+            active = tuple([a or n for a, n in zip(active, needs)])
+            if not any(active):
+                return (None,) * (len(args) + 1)
+            if active != spec.active:  # torch asks for an argument the forward pass did not know active
+                spec, tape = spec.again(spec.lead, active), _NONE
         if torch.is_grad_enabled() or _transforms_active():  # differentiable (create_graph) or vmapped
-            cts = iter(_Reverse.apply(spec, tape, dy, *args))
+            cts = _Reverse.apply(spec, tape, dy, *args)
         else:  # plain eager backward: the pass itself, without a Function around it (about 20 us)
-            cts = iter(_reverse(spec, tape.value if isinstance(tape, _Held) else _NO_TAPE, dy, args))
-        full = [next(cts) if act else None for act in spec.active]
-        return (None,) + tuple(c if need else None for c, need in zip(full, ctx.needs_input_grad[1:]))
+            cts = _reverse(spec, tape.value if isinstance(tape, _Held) else _NO_TAPE, dy, args)
+        if len(cts) == len(args) and all(needs):  # every argument active and asked for
+            return (None, *cts)
+        it = iter(cts)
+        full = [next(it) if act else None for act in spec.active]
+        return (None,) + tuple([c if need else None for c, need in zip(full, needs)])
 
     @staticmethod
     def jvp(ctx: Any, _spec: Any, *tangents: Any) -> Any:

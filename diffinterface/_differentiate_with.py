@@ -8,7 +8,8 @@ bodies call ``backend`` through diffinterface's own operators. So a PyTorch func
 - primal: ``f`` on ``x`` converted to ``backend``'s arrays (a tensor for ``AutoTorch``, a jax array
   for ``AutoJAX``, float64 kept), its result back as NumPy;
 - forward rule: ``value_and_pushforward(backend, f, x, dx)``;
-- augmented primal: ``f(x)``, the tape is ``x``; reverse: ``pullback(backend, f, x, dy)``.
+- reverse pass: ``pullback(backend, f, x, dy)`` of the argument alone (no augmented primal: under JAX
+  the backward callback does not run ``f`` again for a tape).
 
 ``f`` takes one array and returns one array. Under JAX the output's shape comes from one call of
 ``f`` at random inputs of ``x``'s shape (per shape), unless ``out_shape`` says it.
@@ -45,8 +46,7 @@ class DifferentiateWith(Rule):
             opaque=True,
             out_shape=out_shape,
             forward=self._forward,
-            augmented_primal=self._augmented,
-            reverse=self._reverse,
+            reverse=self._reverse,  # needs x alone: no augmented primal, so no tape to make again
         )
         self.__name__: str = f"DifferentiateWith({getattr(f, '__name__', 'f')}, {backend!r})"
 
@@ -69,13 +69,10 @@ class DifferentiateWith(Rule):
             return self._primal(x.val), None
         return value_and_pushforward(self.backend, self.f, np.asarray(x.val), np.asarray(x.dval))
 
-    def _augmented(self, x: Any) -> tuple[Any, ...]:
-        return self._primal(x.val), np.asarray(x.val)
-
     def _reverse(self, tape: Any, dy: Any, x: Any) -> tuple[Any, ...]:
         from .first_order import pullback
 
-        return (pullback(self.backend, self.f, tape, np.asarray(dy)),)
+        return (pullback(self.backend, self.f, np.asarray(x.val), np.asarray(dy)),)
 
     def __reduce__(self) -> Any:
         return (DifferentiateWith, (self.f, self.backend, self.out_shape))

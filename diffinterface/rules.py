@@ -16,6 +16,12 @@ def f_aug(x, p): ...               # returns (y, tape); the tape is plain data
 def f_rev(tape, dy, x, p): ...     # one cotangent per argument, None for a Const one
 ```
 
+The augmented primal is optional: a reverse pass that needs nothing but the arguments (they reach
+it as ``x.val``) is defined alone, receives ``tape=None``, and the primal serves as the augmented
+primal. Engines that must run the augmented primal again inside the reverse pass (an opaque rule
+under JAX, whose tape cannot be a residual) then skip it: such a rule costs what a hand-written
+``custom_vjp`` whose residuals are its inputs costs.
+
 ``f`` stays an ordinary callable. Called on plain arrays it runs the primal; called on an engine's
 arrays it goes through that engine's native registration of the rules (``backends/*_rules.py``):
 ``jax.custom_jvp`` / ``jax.custom_vjp`` (with ``jax.pure_callback`` for opaque bodies),
@@ -173,7 +179,8 @@ class Rule:
         return self._set("forward", fn)
 
     def def_augmented_primal(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """The augmented primal ``fn(*args) -> (y, tape)``; each argument a ``Const`` or an ``Active``."""
+        """The augmented primal ``fn(*args) -> (y, tape)``; each argument a ``Const`` or an ``Active``.
+        Optional: without it the reverse pass receives ``tape=None`` (see the module docstring)."""
         return self._set("augmented_primal", fn)
 
     def def_reverse(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,12 +193,24 @@ class Rule:
 
     @property
     def has_reverse(self) -> bool:
-        return self.augmented_primal is not None and self.reverse is not None
+        return self.reverse is not None
+
+    def augment(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """``(y, tape)`` for annotated arguments (``Const``/``Active``): the augmented primal, or the
+        primal and ``None`` where the rule has none."""
+        if self.augmented_primal is None:
+            return self.primal(*(a.val for a in args), **kwargs), None
+        return self.augmented_primal(*args, **kwargs)
+
+    def tape(self, *args: Any, **kwargs: Any) -> Any:
+        """The tape alone, for a reverse pass that must make it again: ``None`` without running
+        anything where the rule has no augmented primal."""
+        return None if self.augmented_primal is None else self.augmented_primal(*args, **kwargs)[1]
 
     # -- evaluation ----------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(unwrap(a) for a in args)  # the JAX and autograd adapters' captured-state stand-ins
+        args = tuple(map(unwrap, args))  # the JAX and autograd adapters' captured-state stand-ins
         registrar = _registrar_of(args)
         if registrar is None:
             if self.opaque:
@@ -217,13 +236,16 @@ class Rule:
         if mode == "forward":
             what, how = "a forward rule", f"@{self.__name__}.def_forward"
         else:
-            what, how = "reverse rules", f"@{self.__name__}.def_augmented_primal and @{self.__name__}.def_reverse"
+            what, how = (
+                "a reverse rule",
+                f"@{self.__name__}.def_reverse (and @{self.__name__}.def_augmented_primal for a tape)",
+            )
         other = "reverse" if mode == "forward" else "forward"
         has_other = self.has_reverse if mode == "forward" else self.has_forward
         alt = f'; it has {other} rules: use {other} mode (e.g. mode="{other}")' if has_other else ""
         return NotImplementedError(
             f"{self.__name__} ({where}): {mode} mode needs {what}, which this function does not have; "
-            f"define them with {how}{alt}"
+            f"define it with {how}{alt}"
         )
 
     def second_order(self, where: str, backend: str) -> SecondOrderError:
@@ -339,8 +361,8 @@ def annotate(
 ) -> tuple[Any, ...]:
     """The arguments of a rule: ``kind(v)`` (Active) or ``Duplicated(v, t)`` where active, ``Const(v)``."""
     if tangents is not None:
-        return tuple(Duplicated(v, t) if a else Const(v) for v, a, t in zip(values, active, tangents))
-    return tuple(kind(v) if a else Const(v) for v, a in zip(values, active))
+        return tuple([Duplicated(v, t) if a else Const(v) for v, a, t in zip(values, active, tangents)])
+    return tuple([kind(v) if a else Const(v) for v, a in zip(values, active)])
 
 
 def _np(value: Any) -> Any:
@@ -362,6 +384,8 @@ def cotangent_like(value: Any, ref: Any) -> Any:
     ref = np.asarray(ref)
     if value is None:
         return np.zeros(ref.shape, ref.dtype)
+    if type(value) is np.ndarray and value.dtype == ref.dtype and value.shape == ref.shape:
+        return value  # already so (the common case)
     return np.asarray(value, dtype=ref.dtype).reshape(ref.shape)
 
 

@@ -84,6 +84,34 @@ def _cube_reverse(tape, dy, x):
     return (3 * tape * dy,)
 
 
+# A reverse pass of the arguments alone: no augmented primal, so the tape is None (counted calls).
+TAPELESS_CALLS = {"primal": 0, "reverse": 0}
+
+
+@custom_rule(opaque=True)
+def cube_tapeless(x):
+    TAPELESS_CALLS["primal"] += 1
+    return x**3
+
+
+@cube_tapeless.def_reverse
+def _cube_tapeless_reverse(tape, dy, x):
+    assert tape is None, tape
+    TAPELESS_CALLS["reverse"] += 1
+    return 3 * x.val**2 * dy
+
+
+@custom_rule
+def cube_tapeless_traced(x):  # the same, not opaque (array code on each engine's arrays)
+    return x**3
+
+
+@cube_tapeless_traced.def_reverse
+def _cube_tapeless_traced_reverse(tape, dy, x):
+    assert tape is None, tape
+    return 3 * x.val**2 * dy
+
+
 # A non-opaque rule: the bodies use the array API, so they run on each engine's arrays.
 @custom_rule
 def softplus(x):

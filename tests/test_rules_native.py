@@ -332,3 +332,76 @@ def test_torch_reverse_pass_without_its_tape_under_vmap_runs_the_augmented_prima
     dy = torch.tensor(W)
     (db,) = torch.func.vmap(lambda b: _Reverse.apply(spec, _NONE, dy, A, b))(bs)
     _close(db, np.tile(GRAD_B, (2, 1)))
+
+
+# -- a reverse pass without an augmented primal (tape=None) -------------------------------------------
+
+X3 = np.array([0.5, -1.0, 2.0])
+CUBE_GRAD, CUBE_JAC = 3 * X3**2, np.diag(3 * X3**2)  # closed forms of sum(x**3) and x**3
+
+
+def _tapeless_counts():
+    for key in ex.TAPELESS_CALLS:
+        ex.TAPELESS_CALLS[key] = 0
+    return ex.TAPELESS_CALLS
+
+
+@_needs("jax")
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_jax_rule_without_a_tape(jit):
+    import jax
+    import jax.numpy as jnp
+
+    from diffinterface.backends.jax import enable_x64
+
+    J = jax.jit if jit else (lambda f: f)
+    with enable_x64(True):
+        x = jnp.asarray(X3)
+        for rule in (ex.cube_tapeless, ex.cube_tapeless_traced):
+            _close(J(jax.grad(lambda z, r=rule: jnp.sum(r(z))))(x), CUBE_GRAD)
+            _close(J(jax.jacrev(rule))(x), CUBE_JAC)
+            _close(J(jax.vmap(jax.grad(lambda z, r=rule: jnp.sum(r(z)))))(jnp.stack([x, x])), np.stack([CUBE_GRAD] * 2))
+        calls = _tapeless_counts()
+        J(jax.grad(lambda z: jnp.sum(ex.cube_tapeless(z))))(x)
+        # the reverse host callback runs the reverse pass alone (the primal is not run again for a
+        # tape); under jit JAX drops the unused primal callback, eagerly it runs once in the forward
+        assert calls == {"primal": 0 if jit else 1, "reverse": 1}, calls
+
+
+@_needs("torch")
+def test_torch_rule_without_a_tape():
+    import torch
+    from torch.func import grad, jacfwd, jacrev, vmap
+
+    x = torch.tensor(X3)
+    for rule in (ex.cube_tapeless, ex.cube_tapeless_traced):
+        _close(grad(lambda z, r=rule: r(z).sum())(x), CUBE_GRAD)
+        _close(jacrev(rule)(x), CUBE_JAC)
+        _close(vmap(jacrev(rule))(torch.stack([x, x])), np.stack([CUBE_JAC] * 2))
+        _close(vmap(grad(lambda z, r=rule: r(z).sum()))(torch.stack([x, x])), np.stack([CUBE_GRAD] * 2))
+        xr = x.clone().requires_grad_()
+        rule(xr).sum().backward()
+        _close(xr.grad, CUBE_GRAD)
+        with pytest.raises(NotImplementedError, match="forward mode needs a forward rule"):
+            jacfwd(rule)(x)
+    calls = _tapeless_counts()
+    jacrev(ex.cube_tapeless)(x)
+    assert calls == {"primal": 1, "reverse": 3}, calls  # one forward pass, one reverse pass per row
+
+
+@_needs("autograd")
+def test_autograd_rule_without_a_tape():
+    import autograd
+
+    for rule in (ex.cube_tapeless, ex.cube_tapeless_traced):
+        _close(autograd.grad(lambda z, r=rule: r(z).sum())(X3), CUBE_GRAD)
+        _close(autograd.jacobian(rule)(X3), CUBE_JAC)
+
+
+@pytest.mark.parametrize("cls", _engines())
+def test_operators_through_a_rule_without_a_tape(cls):
+    for rule in (ex.cube_tapeless, ex.cube_tapeless_traced):
+        backend = cls(mode="reverse")
+        _close(di.gradient(backend, lambda z, r=rule: _xp_sum(r(z)), X3), CUBE_GRAD)
+        _close(di.jacobian(backend, rule, X3), CUBE_JAC)
+        _close(di.pullback(backend, rule, X3, np.ones(3)), CUBE_GRAD)

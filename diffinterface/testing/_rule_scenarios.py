@@ -3,8 +3,8 @@
 Two rules, written once:
 
 - ``cumsum_weighted(a, b) = cumsum(a * b**2)``, opaque: its bodies are NumPy code the engines
-  cannot trace (as SciPy or compiled code would be), with a forward rule and reverse rules that
-  return nothing for a ``Const`` argument;
+  cannot trace (as SciPy or compiled code would be), with a forward rule and a reverse pass that
+  returns nothing for a ``Const`` argument and needs no tape (no augmented primal);
 - ``sin_product(a, b) = a * sin(b)``, not opaque: its bodies are array-API code that runs on each
   engine's own arrays.
 
@@ -47,14 +47,9 @@ def _cumsum_weighted_forward(a: Any, b: Any) -> tuple[Any, Any]:
     return y, dy
 
 
-@cumsum_weighted.def_augmented_primal
-def _cumsum_weighted_augmented(a: Any, b: Any) -> tuple[Any, Any]:
-    return np.cumsum(a.val * b.val**2), (a.val, b.val)
-
-
-@cumsum_weighted.def_reverse
+@cumsum_weighted.def_reverse  # no augmented primal: the reverse pass needs the arguments only
 def _cumsum_weighted_reverse(tape: Any, dy: Any, a: Any, b: Any) -> tuple[Any, Any]:
-    av, bv = tape
+    av, bv = a.val, b.val  # tape is None
     back = np.cumsum(np.asarray(dy)[::-1])[::-1]  # the transpose of cumsum
     da = back * bv**2 if isinstance(a, Active) else None
     db = back * 2 * av * bv if isinstance(b, Active) else None
