@@ -26,6 +26,7 @@ captured state, caches and output buffer are complex so that what ``f`` writes k
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -33,7 +34,8 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from diffinterface._adapter import Adapter as _Base
-from diffinterface._arrays import NUMPY, dtype_name, family, is_array, private_copy, to_family
+from diffinterface._adapter import Runners
+from diffinterface._arrays import NUMPY, dtype_name, families, family, is_array, private_copy, to_family
 from diffinterface._bench import Engine as BenchEngine
 from diffinterface._bench import approx_derivative as _approx_derivative
 from diffinterface._closure import copy_leaf, duplicate, read_only_alias
@@ -163,6 +165,14 @@ class _Points:
         return self.xp.reshape(flat, self.shape)
 
 
+def _computing(x: Any) -> Any:
+    """The context in which x's library keeps x's dtype (a no-op for NumPy)."""
+    record = families().get(family(x) or NUMPY)
+    if record is None or record.name == NUMPY:
+        return contextlib.nullcontext()
+    return record.computing(x.dtype)
+
+
 class Adapter(_Base):
     """Finite differences; see the module docstring for steps and evaluation counts."""
 
@@ -212,7 +222,29 @@ class Adapter(_Base):
         return evaluate
 
     def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
-        return self._evaluator(target, contexts, x)(private_copy(x))
+        with _computing(x):
+            return self._evaluator(target, contexts, x)(private_copy(x))
+
+    def prepare(
+        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
+    ) -> Any:
+        """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
+        ``enable_x64`` for float64 x without global x64: else the steps and f's values were float32)."""
+        with _computing(x):
+            runners = super().prepare(operator, target, x, tangents, contexts, info)
+        if family(x) in (NUMPY, None):
+            return runners
+        plain, value = runners.plain, runners.value
+
+        def plain_in(x: Any, ts: Any, cs: Any) -> Any:
+            with _computing(x):
+                return plain(x, ts, cs)
+
+        def value_in(x: Any, ts: Any, cs: Any) -> Any:
+            with _computing(x):
+                return value(x, ts, cs)
+
+        return Runners(plain_in, value_in, runners.data)
 
     def _exponent(self, order: str) -> float:
         return _ORDER_EXPONENT[order if order == "second" else self.method]

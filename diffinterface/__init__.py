@@ -48,6 +48,10 @@ from .second_order import (
     value_derivative_and_second_derivative,
     value_gradient_and_hessian,
 )
+from .sparse import AutoSparse as AutoSparse
+from .sparse import KnownSparsity as KnownSparsity
+from .sparse import LocalSparsityDetector as LocalSparsityDetector
+from .sparse import TracerSparsityDetector as TracerSparsityDetector
 
 __version__ = "0.1.0"
 
@@ -58,6 +62,10 @@ __all__ = [
     "AutoJAX",
     "AutoTorch",
     "SecondOrder",
+    "AutoSparse",
+    "KnownSparsity",
+    "LocalSparsityDetector",
+    "TracerSparsityDetector",
     "check_available",
     "Cache",
     "Constant",

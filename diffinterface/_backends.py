@@ -297,5 +297,6 @@ def adapter_for(backend: AbstractBackend, call: str) -> Any:
         raise BackendNotAvailableError(
             f"{call}: {module_name} has no class {class_name} ({type(backend).__name__}.adapter = {backend.adapter!r})"
         )
+    adapter = adapter_class(backend)  # outside the lock: a wrapping adapter (AutoSparse) asks for its dense one
     with _adapters_lock:
-        return _adapters.setdefault(backend, adapter_class(backend))
+        return _adapters.setdefault(backend, adapter)

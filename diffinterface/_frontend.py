@@ -27,6 +27,7 @@ from ._closure import const_trace_checked
 from ._contexts import check_contexts
 from ._errors import call_repr
 from ._prep import Prep
+from ._sparse_results import fill_out, is_sparse
 from ._target import Target
 
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
@@ -276,12 +277,15 @@ def run_prepared_tangent(
 
 def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: Any = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given."""
-    result = output_like(result, x)
-    if out is None:
-        return result
 
     def call() -> str:
         return _call(operator, backend, None)
+
+    if is_sparse(result):  # AutoSparse: already in x's family; out= keeps its pattern
+        return result if out is None else fill_out(out, result, call())
+    result = output_like(result, x)
+    if out is None:
+        return result
 
     fam = family(out)
     record = families().get(fam) if fam is not None else None

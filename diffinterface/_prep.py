@@ -103,6 +103,31 @@ class Prep:
         arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
         self._arrays = self.signature if arrays and self.signature else None
 
+    def _sparse(self, what: str) -> Any:
+        plan = getattr(self.data, "data", None)
+        if type(plan).__name__ != "SparsePlan":
+            raise AttributeError(
+                f"prep.{what}: this prep is for {self.operator} with {self.backend!r}; the sparsity pattern and "
+                f"its coloring belong to jacobian and hessian preps of AutoSparse backends"
+            )
+        return plan
+
+    @property
+    def sparsity(self) -> Any:
+        """The detected sparsity pattern (a boolean ``scipy.sparse.csr_array``; AutoSparse only)."""
+        return self._sparse("sparsity").sparsity
+
+    @property
+    def colors(self) -> Any:
+        """The color of each column (forward), row (reverse) or index (Hessian); AutoSparse only."""
+        return self._sparse("colors").colors
+
+    @property
+    def sparse_mode(self) -> str:
+        """How the sparse derivative is evaluated: "columns" (pushforwards), "rows" (pullbacks) or
+        "star" (Hessian-vector products); AutoSparse only."""
+        return self._sparse("sparse_mode").mode
+
     def __repr__(self) -> str:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
         return f"Prep({self.operator}, {self.backend!r}, made for {made})"

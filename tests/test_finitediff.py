@@ -8,7 +8,7 @@ from scipy.optimize import rosen, rosen_der, rosen_hess, rosen_hess_prod
 from scipy.optimize._numdiff import approx_derivative
 
 import diffinterface as di
-from conftest import family_params
+from conftest import family_params, installed
 
 X = np.array([1.3, 0.7, 0.8, 1.9, 1.2, -0.6, 2.1])
 SCIPY_METHOD = {"forward": "2-point", "central": "3-point", "complex": "cs"}
@@ -134,3 +134,36 @@ def test_a_nonfinite_coordinate_does_not_spoil_the_pushforward_of_the_others():
             got = di.pushforward(di.AutoFiniteDiff(), lambda z: 2.0 * np.sin(z), x, t)
         assert np.isnan(got[0])
         assert rel_err(got[1:], 2 * np.cos(x[1:])) < 1e-9, bad
+
+
+@pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+def test_float64_jax_inputs_stay_float64_without_global_x64():
+    # finite differences on a float64 jax x computed in float32 (steps, f's values) where x64 is off
+    # globally: results came back float32 and 1e-1 off for a float64 step size; now they run inside
+    # JAX's enable_x64 context, as the AD adapters do
+    import jax.numpy as jnp
+
+    from diffinterface.backends.jax import enable_x64
+
+    def f(x):
+        return jnp.concatenate([jnp.sin(x[:1]) * x[1:2], x[1:] ** 3])
+
+    with enable_x64(True):
+        x = jnp.asarray([0.3, -1.2, 2.0])
+    xn = np.asarray(x)
+    J = np.zeros((3, 3))
+    J[0, :2] = np.cos(xn[0]) * xn[1], np.sin(xn[0])
+    J[1, 1], J[2, 2] = 3 * xn[1] ** 2, 3 * xn[2] ** 2
+    fd = di.AutoFiniteDiff()
+    jac = di.jacobian(fd, f, x)
+    assert jac.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(jac), J, rtol=1e-9, atol=1e-9)
+    push = di.pushforward(fd, f, x, x, prep=di.prepare_pushforward(fd, f, x, x))
+    assert push.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(push), J @ xn, rtol=1e-8)
+    g = di.gradient(fd, lambda z: jnp.sum(z**3), x)
+    assert g.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(g), 3 * xn**2, rtol=1e-9)
+    H = di.hessian(fd, lambda z: jnp.sum(z**3), x)
+    assert H.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(H), np.diag(6 * xn), rtol=1e-6, atol=1e-6)

@@ -1,0 +1,70 @@
+"""``AutoSparse``: a dense backend, a sparsity detector and a coloring (issue 16)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from .._backends import AbstractBackend
+from ._coloring import GreedyColoring
+from ._detectors import TracerSparsityDetector
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutoSparse(AbstractBackend):
+    """Sparse Jacobians and Hessians through ``dense``: detect the pattern (once, at preparation),
+    color it, and evaluate one compressed derivative with as many pushforwards, pullbacks or
+    Hessian-vector products as there are colors.
+
+    - ``dense``: any backend config (``AutoFiniteDiff()``, ``AutoJAX()``, ``AutoTorch()``,
+      ``AutoAutograd()``); its ``mode`` fixes the direction of a Jacobian (columns for "forward",
+      rows for "reverse"), ``mode=None`` takes the direction with fewer colors.
+    - ``sparsity_detector``: :class:`TracerSparsityDetector` (default), :class:`KnownSparsity` or
+      :class:`LocalSparsityDetector`.
+    - ``coloring``: :class:`GreedyColoring`.
+
+    ``jacobian``, ``hessian`` and their ``value_`` and ``prepare_`` forms return a sparse matrix in
+    the family of ``x`` (a ``scipy.sparse.csr_array`` for NumPy, a ``jax.experimental.sparse.BCOO``
+    for JAX, a sparse CSR tensor for torch) of shape ``(f(x).size, x.size)`` (elements in row-major
+    order); the other operators are the dense backend's.
+    """
+
+    dense: AbstractBackend
+    sparsity_detector: Any = TracerSparsityDetector()
+    coloring: Any = GreedyColoring()
+    name: ClassVar[str] = "sparse"
+    adapter: ClassVar[str] = "diffinterface.sparse._adapter:SparseAdapter"
+    install: ClassVar[str] = 'pip install "diffinterface[sparse]"'
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dense, AbstractBackend) or isinstance(self.dense, AutoSparse):
+            raise TypeError(
+                f"AutoSparse(dense={self.dense!r}): dense must be a backend config such as AutoJAX() or "
+                f"AutoFiniteDiff()"
+            )
+        for field, methods in (
+            ("sparsity_detector", ("jacobian_sparsity", "hessian_sparsity")),
+            ("coloring", ("columns", "rows", "symmetric")),
+        ):
+            value = getattr(self, field)
+            missing = [m for m in methods if not callable(getattr(value, m, None))]
+            if missing:
+                shown = f"<{type(value).__name__} of shape {value.shape}>" if hasattr(value, "shape") else repr(value)
+                hint = "; a pattern goes in KnownSparsity(pattern)" if hasattr(value, "shape") else ""
+                raise TypeError(
+                    f"AutoSparse({field}={shown}): expected an object with {', '.join(methods)} "
+                    f"(e.g. {'TracerSparsityDetector()' if field == 'sparsity_detector' else 'GreedyColoring()'}); "
+                    f"it has no {', '.join(missing)}{hint}"
+                )
+
+    @property  # the dense backend's engine is the one to install
+    def engine(self) -> str | None:  # type: ignore[override]
+        return self.dense.engine
+
+    @property
+    def closure(self) -> str:  # type: ignore[override]
+        return self.dense.closure
+
+    @property
+    def mode(self) -> str | None:
+        return getattr(self.dense, "mode", None)

@@ -1,0 +1,170 @@
+"""Sparsity detectors: where a Jacobian or a Hessian may be nonzero.
+
+Each detector has ``jacobian_sparsity(problem, x, contexts, dense)`` and ``hessian_sparsity(...)``,
+which return a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size, x.size)`` or
+``(x.size, x.size)`` (elements in row-major order). ``problem`` (:class:`Problem`) holds the user's
+``f``, its output buffer ``y`` (two-argument functions), ``y_size`` and ``function``, the call
+``function(x, *context values)`` as the closure policy makes it; ``x`` is the user's input (any
+family), ``contexts`` the call's contexts and ``dense`` the dense backend of the :class:`AutoSparse`.
+
+- :class:`TracerSparsityDetector` (the default): runs ``f`` once on a :class:`~._tracer.Tracer`, an
+  array-API array of index sets; needs no engine; *global* (valid at every x).
+- :class:`KnownSparsity`: a pattern the user knows (any ``scipy.sparse`` matrix or boolean array).
+- :class:`LocalSparsityDetector`: the nonzeros of dense derivatives computed by ``dense`` at a few
+  random points around x; *local*: an entry that is zero at those points and nonzero elsewhere is
+  missed (so it is named as such, and is not the default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from ._coloring import csr_pattern
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What a detector is told about the function (see the module docstring)."""
+
+    f: Any
+    y: Any
+    y_size: int
+    function: Any
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(getattr(x, "shape", ()))
+
+
+def _dtype(x: Any) -> Any:
+    try:
+        return np.dtype(str(getattr(x, "dtype", "float64")).rpartition(".")[2])
+    except TypeError:
+        return np.dtype(np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class TracerSparsityDetector:
+    """The global pattern, from one run of ``f`` on an array of index sets (see ``_tracer``).
+
+    ``f`` must use the array API through ``array_namespace(x)`` (or NumPy functions and operators,
+    which the tracer also follows); code it cannot follow (a conversion to NumPy, SciPy, an ``if`` on
+    a value) raises a ``TracerError`` naming :class:`LocalSparsityDetector` and :class:`KnownSparsity`."""
+
+    def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
+        import scipy.sparse as sp
+
+        from .._contexts import context_values
+        from ._tracer import Trace, Tracer
+
+        shape = _shape(x)
+        n = math.prod(shape)
+        trace = Trace(n, hessian)
+        tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, _dtype(x))
+        y = problem.function(tracer, *context_values(contexts, lambda v: v))
+        return y, trace
+
+    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        from ._tracer import Tracer
+
+        y, trace = self._run(problem, x, contexts, hessian=False)
+        if not isinstance(y, Tracer):  # f(x) does not depend on x
+            return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
+        return csr_pattern(y.rows())
+
+    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        _, trace = self._run(problem, x, contexts, hessian=True)
+        return csr_pattern(trace.hessian)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KnownSparsity:
+    """A pattern given by the user: ``pattern`` (any ``scipy.sparse`` matrix or array-like whose
+    nonzeros are the structural nonzeros) for whichever of the Jacobian or the Hessian is asked, or
+    ``jacobian=`` and ``hessian=`` separately. Compared and hashed by identity."""
+
+    pattern: Any = None
+    jacobian: Any = None
+    hessian: Any = None
+
+    def __post_init__(self) -> None:
+        if self.pattern is None and self.jacobian is None and self.hessian is None:
+            raise ValueError("KnownSparsity(): give the pattern (or jacobian= and/or hessian=)")
+
+    def _get(self, which: str, shape: tuple[int, int]) -> Any:
+        given = getattr(self, which)
+        given = self.pattern if given is None else given
+        if given is None:
+            raise ValueError(f"KnownSparsity has no {which} pattern: pass KnownSparsity({which}=...)")
+        try:
+            return csr_pattern(given, shape)
+        except ValueError as error:
+            raise ValueError(
+                f"KnownSparsity: the {which} pattern has the wrong shape: {error} "
+                f"(rows: the elements of {'f(x)' if which == 'jacobian' else 'x'}, columns: the elements of x)"
+            ) from None
+
+    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        return self._get("jacobian", (problem.y_size, math.prod(_shape(x))))
+
+    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        n = math.prod(_shape(x))
+        return self._get("hessian", (n, n))
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSparsityDetector:
+    """The nonzeros of the dense Jacobian (or Hessian) computed by the dense backend at ``x`` and at
+    ``points - 1`` random points around it (``x + scale * (1 + |x|) * N(0, 1)``, seeded). *Local*:
+    an entry that happens to be zero at all of them is taken as structurally zero, so the sparse
+    result would miss it wherever it is not; use it for code the tracer cannot follow, and prefer a
+    known or traced pattern when one exists."""
+
+    points: int = 3
+    scale: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.points, int) and self.points >= 1):
+            raise ValueError(f"LocalSparsityDetector(points={self.points!r}): points must be an integer >= 1")
+
+    def _points(self, x: Any) -> list[Any]:
+        from .._arrays import family, to_family
+
+        base = np.asarray(to_family(x, "numpy"), dtype=float)
+        rng = np.random.default_rng(self.seed)
+        out = [x]
+        for _ in range(self.points - 1):
+            p = base + self.scale * (1 + np.abs(base)) * rng.standard_normal(base.shape)
+            out.append(to_family(p.astype(_dtype(x)), family(x), like=x))
+        return out
+
+    def _union(self, mats: list[Any]) -> Any:
+        from .._arrays import to_family
+
+        total = None
+        for m in mats:
+            nz = np.asarray(to_family(m, "numpy")) != 0
+            total = nz if total is None else (total | nz)
+        return total
+
+    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        from ..first_order import jacobian
+
+        kwargs = {"y": problem.y} if problem.y is not None else {}
+        mats = [jacobian(dense, problem.f, p, *contexts, **kwargs) for p in self._points(x)]
+        total = self._union(mats)
+        n = math.prod(_shape(x))
+        return csr_pattern(total.reshape(-1, n))
+
+    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        from ..second_order import hessian
+
+        mats = [hessian(dense, problem.f, p, *contexts) for p in self._points(x)]
+        n = math.prod(_shape(x))
+        total = self._union(mats).reshape(n, n)
+        return csr_pattern(total | total.T)

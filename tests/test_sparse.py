@@ -1,0 +1,269 @@
+"""AutoSparse (issue 16): sparse Jacobians and Hessians on every dense backend, against closed forms.
+
+The problems (``diffinterface.testing._sparse_problems``) carry closed-form derivatives assembled with
+scipy.sparse; every sparse result is compared with them entry by entry (1e-10 relative for AD, the
+finite-difference tolerance for AutoFiniteDiff), prepared and unprepared, each twice. The pattern,
+the colors and the structure of the returned matrices are checked too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+sp = pytest.importorskip("scipy.sparse")
+
+import _gierer_meinhardt as gm  # noqa: E402
+import diffinterface as di  # noqa: E402
+from conftest import installed  # noqa: E402
+from diffinterface.sparse import AutoSparse, GreedyColoring, KnownSparsity, LocalSparsityDetector, TracerError  # noqa: E402
+from diffinterface.testing._sparse_problems import (  # noqa: E402
+    arrowhead,
+    diffusion,
+    diffusion_jacobian,
+    sparse_problems,
+)
+
+
+def _dense_backends() -> list:
+    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
+    for config, engine in [
+        (di.AutoJAX(), "jax"),
+        (di.AutoJAX(mode="reverse"), "jax"),
+        (di.AutoTorch(), "torch"),
+        (di.AutoAutograd(), "autograd"),
+    ]:
+        marks = (
+            ()
+            if installed(engine)
+            else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
+        )
+        out.append(pytest.param(config, marks=marks, id=repr(config)))
+    return out
+
+
+DENSE = _dense_backends()
+PROBLEMS = {p.name: p for p in sparse_problems("test")}
+
+
+def _tol(backend, operator):
+    if isinstance(backend, di.AutoFiniteDiff):
+        return 1e-5 if operator == "hessian" else 1e-7
+    return 1e-10
+
+
+def _check(result, reference, tol):
+    assert sp.issparse(result) and result.format == "csr", type(result)
+    ref = sp.csr_array(reference)
+    assert result.shape == ref.shape
+    scale = max(1.0, float(np.abs(ref.data).max()))
+    np.testing.assert_allclose(result.toarray(), ref.toarray(), rtol=tol, atol=tol * scale)
+
+
+@pytest.mark.parametrize("backend", DENSE)
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_problems_against_closed_forms(backend, name):
+    problem = PROBLEMS[name]
+    sparse = AutoSparse(backend)
+    op, prep_op = (
+        (di.jacobian, di.prepare_jacobian) if problem.operator == "jacobian" else (di.hessian, di.prepare_hessian)
+    )
+    x = problem.x
+    rng = np.random.default_rng(0)
+    other = x + 0.05 * rng.standard_normal(x.shape)
+    prep = prep_op(sparse, problem.f, other)  # prepared at another point
+    tol = _tol(backend, problem.operator)
+    for _ in range(2):
+        _check(op(sparse, problem.f, x), problem.reference(x), tol)
+        _check(op(sparse, problem.f, x, prep=prep), problem.reference(x), tol)
+    # the pattern the tracer found is the closed form's, and the colors are few
+    assert (prep.sparsity != (problem.reference(x) != 0)).nnz == 0
+    n_colors = prep.colors.max() + 1
+    if problem.colors is not None:
+        assert n_colors == problem.colors, (prep.sparse_mode, n_colors)
+    assert n_colors <= 12
+    if problem.operator == "hessian":
+        y, g, H = di.value_gradient_and_hessian(sparse, problem.f, x, prep=prep)
+        _check(H, problem.reference(x), tol)
+        np.testing.assert_allclose(y, problem.f(x), rtol=1e-12)
+        np.testing.assert_allclose(g, di.gradient(backend, problem.f, x), rtol=1e-6 if tol > 1e-9 else 1e-12)
+    else:
+        y, J = di.value_and_jacobian(sparse, problem.f, x, prep=prep)
+        _check(J, problem.reference(x), tol)
+        np.testing.assert_allclose(y, problem.f(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", DENSE)
+def test_brusselator_colors_and_mode(backend):
+    problem = PROBLEMS["brusselator_8"]
+    prep = di.prepare_jacobian(AutoSparse(backend), problem.f, problem.x)
+    mode = getattr(backend, "mode", None)
+    assert prep.sparse_mode == ("rows" if mode == "reverse" else "columns")
+    assert 8 <= prep.colors.max() + 1 <= 12  # 5-point stencil and the u-v coupling
+
+
+def _families():
+    out = []
+    if installed("jax"):
+        out.append(pytest.param("jax", di.AutoJAX(), id="jax"))
+    if installed("torch"):
+        out.append(pytest.param("torch", di.AutoTorch(), id="torch"))
+    return out
+
+
+@pytest.mark.parametrize("fam, backend", _families())
+def test_results_in_the_family_of_x(fam, backend):
+    x_np = PROBLEMS["diffusion"].x
+    ref = diffusion_jacobian(x_np).toarray()
+    h_np = PROBLEMS["arrowhead"].x
+    href = PROBLEMS["arrowhead"].reference(h_np).toarray()
+    if fam == "jax":
+        import jax.numpy as jnp
+        from jax.experimental import sparse as jsparse
+
+        from diffinterface.backends.jax import enable_x64
+
+        with enable_x64(True):
+            x, xh = jnp.asarray(x_np), jnp.asarray(h_np)
+
+        def dense(m):  # float64 JAX arrays need x64 for any operation on them, todense too
+            with enable_x64(True):
+                return np.asarray(m.todense())
+
+        kind = jsparse.BCOO
+    else:
+        import torch
+
+        x, xh = torch.tensor(x_np), torch.tensor(h_np)
+        kind, dense = torch.Tensor, lambda m: m.to_dense().numpy()
+    for b in (backend, di.AutoFiniteDiff()):
+        J = di.jacobian(AutoSparse(b), diffusion, x)
+        H = di.hessian(AutoSparse(b), arrowhead, xh)
+        assert isinstance(J, kind) and isinstance(H, kind)
+        assert str(J.dtype).endswith("float64") and str(H.dtype).endswith("float64")  # float64 kept
+        if fam == "torch":
+            assert J.layout == torch.sparse_csr and J.values().numel() == 3 * x_np.size - 2
+        tol = 1e-10 if b is backend else 1e-5
+        np.testing.assert_allclose(dense(J), ref, rtol=tol, atol=tol)
+        np.testing.assert_allclose(dense(H), href, rtol=tol, atol=tol)
+
+
+def test_out_fills_the_values_of_a_matrix_with_the_pattern_in_place():
+    x = PROBLEMS["diffusion"].x
+    backend = AutoSparse(di.AutoFiniteDiff())
+    prep = di.prepare_jacobian(backend, diffusion, x)
+    out = prep.sparsity.astype(float)
+    indptr, indices = out.indptr.copy(), out.indices.copy()
+    got = di.jacobian(backend, diffusion, x, prep=prep, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out.indptr, indptr)
+    np.testing.assert_array_equal(out.indices, indices)
+    np.testing.assert_allclose(out.toarray(), diffusion_jacobian(x).toarray(), rtol=1e-7, atol=1e-7)
+    x2 = x + 0.5  # the repeated Newton-solve case: same matrix object, new values
+    di.jacobian(backend, diffusion, x2, prep=prep, out=out)
+    np.testing.assert_allclose(out.toarray(), diffusion_jacobian(x2).toarray(), rtol=1e-7, atol=1e-7)
+    with pytest.raises(ValueError, match="another sparsity pattern"):
+        di.jacobian(backend, diffusion, x, prep=prep, out=sp.eye_array(x.size, format="csr"))
+    with pytest.raises(TypeError, match="out= must be a scipy.sparse CSR matrix"):
+        di.jacobian(backend, diffusion, x, prep=prep, out=np.zeros((x.size, x.size)))
+
+
+@pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+def test_out_with_a_torch_sparse_tensor():
+    import torch
+
+    x = torch.tensor(PROBLEMS["diffusion"].x)
+    backend = AutoSparse(di.AutoTorch())
+    J = di.jacobian(backend, diffusion, x)
+    out = J.clone()
+    with torch.no_grad():
+        out.values().zero_()
+    assert di.jacobian(backend, diffusion, x + 1, out=out) is out
+    np.testing.assert_allclose(out.to_dense().numpy(), diffusion_jacobian(x.numpy() + 1).toarray(), rtol=1e-12)
+
+
+def test_known_and_local_detectors():
+    x = PROBLEMS["diffusion"].x
+    pattern = diffusion_jacobian(x) != 0
+    known = AutoSparse(di.AutoFiniteDiff(), sparsity_detector=KnownSparsity(pattern))
+    _check(di.jacobian(known, diffusion, x), diffusion_jacobian(x), 1e-7)
+    with pytest.raises(ValueError, match="the jacobian pattern has the wrong shape"):
+        di.jacobian(AutoSparse(di.AutoFiniteDiff(), sparsity_detector=KnownSparsity(np.ones((3, 3)))), diffusion, x)
+    local = AutoSparse(di.AutoFiniteDiff(), sparsity_detector=LocalSparsityDetector())
+    prep = di.prepare_jacobian(local, diffusion, x)
+    assert (prep.sparsity != pattern).nnz == 0
+
+
+@pytest.mark.parametrize("backend", DENSE)
+def test_module_global_work_buffers_with_the_local_detector(backend):
+    # the seed's Gierer-Meinhardt right-hand side writes into module-global NumPy buffers: the tracer
+    # cannot follow a write into a NumPy array (an error naming the other detectors), the local
+    # detector (dense Jacobians under the closure policy) can, and the sparse result is exact
+    x = np.concatenate([np.linspace(0.5, 1.5, gm.N), np.linspace(1.0, 2.0, gm.N)])
+    with pytest.raises(TracerError, match="LocalSparsityDetector"):
+        di.jacobian(AutoSparse(backend), gm.rhs, x)
+    sparse = AutoSparse(backend, sparsity_detector=LocalSparsityDetector(points=2))
+    gm.Ayu[...], gm.Ayv[...] = 7.0, -7.0
+    prep = di.prepare_jacobian(sparse, gm.rhs, np.ones(2 * gm.N) + 0.5)
+    for p in (None, prep):
+        _check(di.jacobian(sparse, gm.rhs, x, prep=p), gm.jacobian(x), _tol(backend, "jacobian") * 10)
+    assert np.all(gm.Ayu == 7.0) and np.all(gm.Ayv == -7.0)
+    assert prep.colors.max() + 1 < 2 * gm.N
+
+
+def test_tracer_errors_name_the_other_detectors():
+    def control_flow(x):
+        return x * 2 if x[0] > 0 else x
+
+    def opaque(x):
+        return np.asarray(x) * 2
+
+    backend = AutoSparse(di.AutoFiniteDiff())
+    for f in (control_flow, opaque):
+        with pytest.raises(TracerError, match="KnownSparsity"):
+            di.jacobian(backend, f, np.ones(3))
+
+
+def test_the_tracer_follows_numpy_code_and_finds_global_patterns():
+    from diffinterface.sparse import TracerSparsityDetector
+    from diffinterface.sparse._detectors import Problem
+
+    def numpy_code(x):  # NumPy functions and operators on the tracer, a NumPy matrix on the left
+        A = np.array([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]])
+        return np.concatenate([A @ np.sin(x), np.where(x[:1] > 0, x[1:2], x[2:3]), np.sum(x[:2] ** 2, keepdims=True)])
+
+    det = TracerSparsityDetector()
+    x = np.ones(3)
+    J = det.jacobian_sparsity(Problem(numpy_code, None, 5, numpy_code), x).toarray()
+    np.testing.assert_array_equal(J, [[1, 0, 1], [0, 0, 1], [0, 1, 1], [1, 1, 0]][:2] + [[0, 1, 1], [1, 1, 0]])
+    H = det.hessian_sparsity(Problem(arrowhead, None, 1, arrowhead), np.ones(6)).toarray()
+    np.testing.assert_array_equal(
+        H != 0, arrowhead_pattern := (PROBLEMS["arrowhead"].reference(np.ones(6)).toarray() != 0)
+    )
+    assert arrowhead_pattern.sum() == 3 * 6 - 2
+
+    def products(x):  # x0 * x1 is bilinear (no diagonal), x2**2 only its diagonal, x3 linear
+        return x[0] * x[1] + x[2] ** 2 + 3 * x[3]
+
+    H = det.hessian_sparsity(Problem(products, None, 1, products), np.ones(4)).toarray()
+    np.testing.assert_array_equal(H, [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]])
+
+
+def test_coloring_options_and_config_errors():
+    x = PROBLEMS["diffusion"].x
+    natural = AutoSparse(di.AutoFiniteDiff(), coloring=GreedyColoring("natural"))
+    _check(di.jacobian(natural, diffusion, x), diffusion_jacobian(x), 1e-7)
+    with pytest.raises(TypeError, match="dense must be a backend config"):
+        AutoSparse("jax")
+    with pytest.raises(
+        TypeError, match=r"sparsity_detector=<ndarray of shape \(2, 2\)>.*jacobian_sparsity.*KnownSparsity\(pattern\)"
+    ):
+        AutoSparse(di.AutoFiniteDiff(), sparsity_detector=np.ones((2, 2)))
+    with pytest.raises(ValueError, match="order must be one of"):
+        GreedyColoring("random")
+    prep = di.prepare_gradient(di.AutoFiniteDiff(), arrowhead, np.ones(3))
+    with pytest.raises(AttributeError, match="AutoSparse"):
+        _ = prep.sparsity
+    # other operators are the dense backend's
+    g = di.gradient(AutoSparse(di.AutoFiniteDiff()), arrowhead, np.ones(3))
+    np.testing.assert_allclose(g, di.gradient(di.AutoFiniteDiff(), arrowhead, np.ones(3)))
