@@ -86,7 +86,8 @@ def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
         np.divide(ratio, scale, out=ratio)
         top = float(np.max(ratio))
     else:
-        top = float(xp.max(xp.abs(t) / xp.maximum(xp.abs(x), 1.0)))
+        scale = xp.abs(x)  # maximum with an array of ones: array-api-compat 1.11's torch maximum takes no number
+        top = float(xp.max(xp.abs(t) / xp.maximum(scale, xp.ones_like(scale))))
     if not math.isfinite(top):
         return None
     return 0.0 if top == 0.0 else r / top
@@ -222,6 +223,8 @@ class Adapter(_Base):
         return evaluate
 
     def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+        if type(x) is np.ndarray:  # no dtype context to enter (the prepared hessian's value: no extra call)
+            return self._evaluator(target, contexts, x)(private_copy(x))
         with _computing(x):
             return self._evaluator(target, contexts, x)(private_copy(x))
 

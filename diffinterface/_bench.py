@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
@@ -799,7 +800,7 @@ def plot_overhead(rows: list[dict], out: str) -> list[str]:
 
 # -- the command ----------------------------------------------------------------------------------
 
-TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "rules", "catalogue")
+TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "rules", "sparse", "catalogue")
 
 _COLUMNS = {
     "overhead": [
@@ -837,6 +838,7 @@ _COLUMNS = {
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
     "rules": ["backend", "rule", "inputs", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
+    "sparse": [],  # diffinterface.sparse._bench.COLUMNS, filled below
     "catalogue": [
         "backend",
         "scenario",
@@ -857,6 +859,7 @@ _TITLES = {
     "finite_differences": "Finite differences: f evaluations and errors against the analytic derivative",
     "closures": "Closures: closure='duplicated' / closure='const'",
     "rules": "Rules: a prepared gradient through a custom_rule / through the engine's registration written by hand",
+    "sparse": "Sparse Jacobians and Hessians: AutoSparse on the issue 16 problems",
     "catalogue": "The scenario catalogue, through benchmark_differentiation",
 }
 
@@ -891,8 +894,15 @@ def _notes(table: str, timing: Timing) -> str:
         "`prepare_gradient` calls of the engine's backend with closure='const' (the closures table prices the "
         "duplicates); both results are checked before timing. Budget "
         "(issue 15): at most 1.1 at n = 1e4.",
+        "sparse": how + " " + _sparse_bench().NOTES,
         "catalogue": "Median of the timed batches (`time_call`); `*_calls`: evaluations of f by each call.",
     }[table]
+
+
+def _sparse_bench() -> Any:
+    from .sparse import _bench as sparse_bench
+
+    return sparse_bench
 
 
 def run(
@@ -929,6 +939,9 @@ def run(
             rows = closures(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
         elif table == "rules":
             rows = rules(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
+        elif table == "sparse":
+            rows = _sparse_bench().sparse(engines, full, timing, progress, sys.modules[__name__])
+            _COLUMNS["sparse"] = _sparse_bench().COLUMNS
         elif table == "catalogue":
             rows = catalogue(engines, full, progress)
         else:

@@ -16,8 +16,7 @@ ORDERS = ["largest_first", "natural"]
 
 
 def _random_pattern(rng, m, n, density):
-    p = sp.random_array((m, n), density=density, rng=rng, format="csr") != 0
-    return csr_pattern(p)
+    return csr_pattern(rng.random((m, n)) < density)
 
 
 def _values(p, rng):

@@ -97,22 +97,71 @@ class SparseAdapter(Adapter):
         )
         plan = self._jacobian_plan(pattern)
         forward = plan.mode == "columns"
-        length = m if forward else n
         plan.index = decompression(pattern, plan.colors, plan.mode)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
-        operator = "pushforward" if forward else "pullback"
-        runners = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
-        build = _builder(pattern, x)
+        return self._runners(plan, "pushforward" if forward else "pullback", target, x, contexts, info)
+
+    def _hessian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+        backend = self.backend
+        n = math.prod(info.x_shape)
+        detected = backend.sparsity_detector.hessian_sparsity(self._problem(target, info), x, contexts, backend.dense)
+        pattern = csr_pattern(detected, (n, n))
+        pattern = csr_pattern(pattern + pattern.T)  # symmetric, whatever the detector gave
+        plan = SparsePlan(pattern, backend.coloring.symmetric(pattern), "star")
+        plan.index = decompression(pattern, plan.colors, "star")
+        plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape, x)
+        return self._runners(plan, "hvp", target, x, contexts, info)
+
+    def _runners(
+        self, plan: SparsePlan, operator: str, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
+    ) -> Runners:
+        """The runners of one sparse derivative: the dense adapter's compressed program where it has
+        one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
+        its batched ``operator`` over the seeds and the gather here."""
+        build = _builder(plan.sparsity, x)
+        fam = family(x)
+        star = plan.mode == "star"
+        compressed = getattr(self.dense, "prepare_compressed", None)
+        if compressed is not None and plan.seeds:
+            stacked = np.stack([np.asarray(to_family(s, NUMPY)) for s in plan.seeds])
+            own = fam == getattr(self.backend.dense, "engine", None)  # x in the engine's family: its sparse type
+            inner = compressed(
+                plan.mode,
+                target,
+                x,
+                stacked,
+                plan.index.astype(np.int32),
+                contexts,
+                info,
+                plan.sparsity if own else None,
+            )
+            if own:
+                return Runners(inner.plain, inner.value, plan)
+
+            def plain_whole(x: Any, tangents: Any, cs: Any) -> Any:
+                return build(to_family(inner.plain(x, (), cs), fam, like=x))
+
+            def value_whole(x: Any, tangents: Any, cs: Any) -> Any:
+                *front, data = inner.value(x, (), cs)
+                return (*front, build(to_family(data, fam, like=x)))
+
+            return Runners(plain_whole, value_whole, plan)
+
+        gather = _gatherer(plan.index, x)
+        inner = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
+        grads = self.dense.prepare("gradient", target, x, (), contexts, info) if star else None
 
         def plain(x: Any, tangents: Any, cs: Any) -> Any:
-            parts = runners.plain(x, plan.seeds, cs) if runners is not None else ()
-            return build(_gather(parts, plan.index, length, x))
+            return build(gather(inner.plain(x, plan.seeds, cs) if inner is not None else ()))
 
         def value(x: Any, tangents: Any, cs: Any) -> Any:
-            if runners is None:
-                return self.dense.evaluate(target, x, cs), build(_gather((), plan.index, length, x))
-            y, parts = runners.value(x, plan.seeds, cs)
-            return y, build(_gather(parts, plan.index, length, x))
+            if grads is not None:  # a Hessian: the value and gradient from the dense gradient
+                y, grad = grads.value(x, (), cs)
+                return y, grad, plain(x, tangents, cs)
+            if inner is None:
+                return self.dense.evaluate(target, x, cs), build(gather(()))
+            y, parts = inner.value(x, plan.seeds, cs)
+            return y, build(gather(parts))
 
         return Runners(plain, value, plan)
 
@@ -131,32 +180,6 @@ class SparseAdapter(Adapter):
             plans.append(SparsePlan(pattern, coloring.rows(pattern), "rows"))
         return min(plans, key=lambda p: p.n_colors)  # columns first: kept on a tie
 
-    def _hessian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
-        backend = self.backend
-        n = math.prod(info.x_shape)
-        detected = backend.sparsity_detector.hessian_sparsity(self._problem(target, info), x, contexts, backend.dense)
-        pattern = csr_pattern(detected, (n, n))
-        pattern = csr_pattern(pattern + pattern.T)  # symmetric, whatever the detector gave
-        plan = SparsePlan(pattern, backend.coloring.symmetric(pattern), "star")
-        plan.index = decompression(pattern, plan.colors, "star")
-        plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape, x)
-        hvps = self.dense.prepare("hvp", target, x, plan.seeds, contexts, info) if plan.seeds else None
-        grads = self.dense.prepare("gradient", target, x, (), contexts, info)
-        build = _builder(pattern, x)
-
-        def hessian(x: Any, cs: Any) -> Any:
-            parts = hvps.plain(x, plan.seeds, cs) if hvps is not None else ()
-            return build(_gather(parts, plan.index, n, x))
-
-        def plain(x: Any, tangents: Any, cs: Any) -> Any:
-            return hessian(x, cs)
-
-        def value(x: Any, tangents: Any, cs: Any) -> Any:
-            y, grad = grads.value(x, (), cs)
-            return y, grad, hessian(x, cs)
-
-        return Runners(plain, value, plan)
-
 
 # -- seeds and decompression -------------------------------------------------------------------------
 
@@ -172,31 +195,46 @@ def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) ->
         return tuple(to_family((colors == c).astype(dtype).reshape(shape), fam, like=x) for c in range(n_colors))
 
 
-def _gather(parts: tuple[Any, ...], index: np.ndarray, length: int, x: Any) -> Any:
-    """The nonzeros (CSR order) from the compressed results ``parts`` (each ``length`` elements)."""
+def _gatherer(index: np.ndarray, x: Any) -> Any:
+    """``parts -> nonzeros``: the compressed results (in any family) stacked
+    and gathered at ``index`` in ``x``'s family (the index made once, on x's device)."""
     fam = family(x)
-    parts = tuple(to_family(p, fam, like=x) for p in parts)
-    if fam == NUMPY or fam is None:
-        if not parts:
-            return np.zeros(0, dtype=np.asarray(x).dtype)
-        stacked = np.stack([np.reshape(p, (-1,)) for p in parts])
-        return stacked.reshape(-1)[index]
     if fam == TORCH:
         import torch
 
-        if not parts:
-            return torch.zeros(0, dtype=x.dtype, device=x.device)
-        flat = torch.stack([p.reshape(-1) for p in parts]).reshape(-1)
-        return flat[torch.as_tensor(index, device=flat.device)]
+        where = torch.as_tensor(index, device=x.device)
+
+        def gather_torch(parts: tuple[Any, ...]) -> Any:
+            if not parts:
+                return torch.zeros(0, dtype=x.dtype, device=x.device)
+            parts = tuple(to_family(p, fam, like=x) for p in parts)
+            return torch.stack([p.reshape(-1) for p in parts]).reshape(-1)[where]
+
+        return gather_torch
     if fam == JAX:
+        import jax
         import jax.numpy as jnp
 
-        with families()[JAX].computing(np.dtype(str(x.dtype))):
-            if not parts:
-                return jnp.zeros(0, dtype=x.dtype)
-            joined = jnp.stack([jnp.reshape(p, (-1,)) for p in parts]).reshape(-1)
-            return joined[jnp.asarray(index)]
-    raise TypeError(f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch are)")
+        dtype = np.dtype(str(x.dtype))
+        take = jax.jit(lambda parts: jnp.stack([jnp.reshape(p, (-1,)) for p in parts]).reshape(-1)[index])
+
+        def gather_jax(parts: tuple[Any, ...]) -> Any:
+            with families()[JAX].computing(dtype):
+                if not parts:
+                    return jnp.zeros(0, dtype=dtype)
+                return take(tuple(to_family(p, fam, like=x) for p in parts))
+
+        return gather_jax
+    if fam not in (NUMPY, None):
+        raise TypeError(f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch are)")
+    dtype = np.asarray(x).dtype
+
+    def gather_numpy(parts: tuple[Any, ...]) -> Any:
+        if not parts:
+            return np.zeros(0, dtype=dtype)
+        return np.stack([np.reshape(to_family(p, NUMPY), (-1,)) for p in parts]).reshape(-1)[index]
+
+    return gather_numpy
 
 
 def _builder(pattern: Any, x: Any) -> Any:

@@ -15,6 +15,8 @@ from .. import second_order as so
 from .._arrays import JAX, NUMPY, family, to_family
 from .._backends import AutoFiniteDiff, SecondOrder
 from .._contexts import Context
+from .._sparse_results import is_sparse
+from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 
 # operator -> (plain, value form, prepare, accepts out=, takes a tangent)
@@ -118,6 +120,8 @@ class _Check:
             for i, (a, e) in enumerate(zip(actual, expected)):
                 self.close(f"{what}[{i}]", a, e)
             return
+        if is_sparse(actual):  # AutoSparse: compared densified, in its own family
+            actual = _densified(actual)
         if family(actual) != self.family:
             raise AssertionError(
                 f"{what}: expected a {self.family} result (the family of x), got {type(actual).__name__}"
@@ -148,6 +152,8 @@ class _Check:
 
     def run(self) -> None:
         s, backend = self.s, self.backend
+        if s.sparse and not isinstance(backend, AutoSparse):
+            backend = AutoSparse(backend)
         plain, valued, prepare, takes_out, takes_tangent = OPERATORS[s.operator]
         kwargs = {"y": s.y} if s.y is not None else {}
         lead = (s.tangent,) if takes_tangent else ()
@@ -179,11 +185,38 @@ class _Check:
                 for i, (got, ref) in enumerate(zip(outs, refs)):
                     self.close(f"{valued.__name__}[{i}] ({label})", got, ref)
                 if takes_out and self.family != JAX and not isinstance(s.x, float):
-                    out = to_family(np.zeros(np.shape(expected), dtype=self.dtype), self.family)
+                    out = (
+                        _zeroed(result)
+                        if is_sparse(result)
+                        else to_family(np.zeros(np.shape(expected), dtype=self.dtype), self.family)
+                    )
                     got = plain(backend, s.f, s.x, *lead, *s.contexts, prep=prep, out=out, **kwargs)
                     if got is not out:
                         raise AssertionError(f"{s.operator}(out=...) ({label}) did not return the out array")
                     self.close(f"{s.operator}(out=...) ({label})", out, expected)
+
+
+def _densified(result: Any) -> Any:
+    """A sparse result as a dense array of its own family."""
+    if hasattr(result, "toarray"):  # scipy.sparse
+        return result.toarray()
+    if hasattr(result, "to_dense"):  # torch
+        return result.to_dense()
+    from .._arrays import families
+
+    with families()[JAX].computing(np.dtype(str(result.dtype))):  # BCOO
+        return result.todense()
+
+
+def _zeroed(result: Any) -> Any:
+    """A sparse matrix with ``result``'s pattern and zero values: the ``out=`` of a sparse call."""
+    if hasattr(result, "toarray"):
+        out = result.copy()
+        out.data[...] = 0
+        return out
+    out = result.clone()
+    out.values().zero_()
+    return out
 
 
 def check_scenario(backend: Any, scenario: Scenario, tol: float | None = None) -> None:

@@ -56,6 +56,7 @@ class Scenario:
     prep_tangent: Any = None
     prep_contexts: tuple[Any, ...] | None = None
     state: tuple[Any, ...] = ()
+    sparse: bool = False  # run through AutoSparse(backend): results are sparse matrices of shape (y.size, x.size)
 
     def __repr__(self) -> str:
         return f"Scenario({self.name})"
@@ -400,7 +401,62 @@ def default_scenarios(
             variant = s.name.count("/") > 1
             if not variant or (ref.name == "rule_opaque_both_active" and not s.name.endswith(("/batched", "/closure"))):
                 scenarios.append(s)
+    scenarios.append(sparse_scenarios(family, dtype, include))
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
+
+
+def sparse_scenarios(family: str = "numpy", dtype: Any = np.float64, include: tuple[Any, ...] = OPERATORS) -> list:
+    """The sparse problems of issue 16 (``_sparse_problems``) at small sizes, run through
+    ``AutoSparse(backend)`` with the closed forms as references (densified by the harness): a
+    tridiagonal and a Brusselator Jacobian, an arrowhead and a banded Hessian."""
+    from . import _sparse_problems as sp
+
+    rng = np.random.default_rng(161)
+    cases = [
+        ("diffusion", "jacobian", sp.diffusion, rng.uniform(-1, 1, 12), sp.diffusion_jacobian),
+        ("brusselator", "jacobian", sp.brusselator, sp.brusselator_x0(4) + 0.1, sp.brusselator_jacobian),
+        ("arrowhead", "hessian", sp.arrowhead, rng.uniform(-1, 1, 9), sp.arrowhead_hessian),
+        ("banded", "hessian", sp.banded, rng.uniform(-1, 1, 9), sp.banded_hessian),
+    ]
+    out = []
+    for name, op, f, x, reference in cases:
+        if op not in include:
+            continue
+        value = np.asarray(f(x))
+        first = reference(x).toarray() if op == "jacobian" else _gradient_of(f, x)
+        second = reference(x).toarray() if op == "hessian" else None
+        out.append(
+            Scenario(
+                op,
+                f,
+                convert(x, family, dtype),
+                value=value,
+                first=first,
+                second=second,
+                name=f"sparse/{name}/{op}",
+                prep_x=convert(x + 0.25, family, dtype),
+                sparse=True,
+            )
+        )
+    return out
+
+
+def _gradient_of(f: Any, x: np.ndarray) -> np.ndarray:
+    """The gradient of the sparse Hessian problems, in closed form."""
+    from . import _sparse_problems as sp
+
+    if f is sp.arrowhead:
+        g = x.copy()
+        s = -np.sin(x[0] + x[1:])
+        g[0] += s.sum()
+        g[1:] += s
+        return g
+    w = np.asarray(sp.WEIGHTS)
+    c = np.cos(w[0] * x[:-2] + w[1] * x[1:-1] + w[2] * x[2:])
+    g = x**3 / 3
+    for i in range(3):
+        g[i : i + x.size - 2] += w[i] * c
+    return g
 
 
 def _scenarios_of(
