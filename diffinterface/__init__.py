@@ -49,6 +49,7 @@ from .second_order import (
     value_gradient_and_hessian,
 )
 from .sparse import AutoSparse as AutoSparse
+from .sparse import JaxprSparsityDetector as JaxprSparsityDetector
 from .sparse import KnownSparsity as KnownSparsity
 from .sparse import LocalSparsityDetector as LocalSparsityDetector
 from .sparse import TracerSparsityDetector as TracerSparsityDetector
@@ -63,6 +64,7 @@ __all__ = [
     "AutoTorch",
     "SecondOrder",
     "AutoSparse",
+    "JaxprSparsityDetector",
     "KnownSparsity",
     "LocalSparsityDetector",
     "TracerSparsityDetector",

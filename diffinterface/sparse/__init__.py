@@ -11,11 +11,13 @@ from ._detectors import KnownSparsity as KnownSparsity
 from ._detectors import LocalSparsityDetector as LocalSparsityDetector
 from ._detectors import Problem as Problem
 from ._detectors import TracerSparsityDetector as TracerSparsityDetector
+from ._jaxpr import JaxprSparsityDetector as JaxprSparsityDetector
 from ._tracer import TracerError as TracerError
 
 __all__ = [
     "AutoSparse",
     "GreedyColoring",
+    "JaxprSparsityDetector",
     "KnownSparsity",
     "LocalSparsityDetector",
     "Problem",

@@ -86,7 +86,7 @@ class SparseAdapter(Adapter):
     # -- preparation ------------------------------------------------------------------------------
 
     def _problem(self, target: Any, info: Any) -> Problem:
-        return Problem(target.f, target.y, math.prod(info.y_shape), target.instance())
+        return Problem(target.f, target.y, math.prod(info.y_shape), target.instance(), target)
 
     def _jacobian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
         backend = self.backend

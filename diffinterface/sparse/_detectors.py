@@ -34,6 +34,7 @@ class Problem:
     y: Any
     y_size: int
     function: Any
+    target: Any = None  # the call's Target (closure policy, captured state), for engines that trace f themselves
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -59,13 +60,22 @@ class TracerSparsityDetector:
         import scipy.sparse as sp
 
         from .._contexts import context_values
-        from ._tracer import Trace, Tracer
+        from ._tracer import Trace, Tracer, TracerError
 
         shape = _shape(x)
         n = math.prod(shape)
         trace = Trace(n, hessian)
         tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, _dtype(x))
-        y = problem.function(tracer, *context_values(contexts, lambda v: v))
+        try:
+            y = problem.function(tracer, *context_values(contexts, lambda v: v))
+        except TracerError:
+            raise
+        except Exception as error:  # f failed on the tracer: the tracer cannot follow it
+            raise TracerError(
+                f"the sparsity tracer could not run f ({type(error).__name__}: {error}); f must compute with "
+                f"array_namespace(x) or NumPy. For jax.numpy code use sparsity_detector=JaxprSparsityDetector(); "
+                f"otherwise LocalSparsityDetector() or KnownSparsity(pattern)"
+            ) from error
         return y, trace
 
     def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:

@@ -160,6 +160,8 @@ class Tracer:
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func.__name__ in ("ndim", "shape", "size") and len(args) == 1 and not kwargs:  # np.shape(x), ...
+            return getattr(args[0], func.__name__)
         name = _FUNCTION_NAMES.get(func.__name__, func.__name__)
         fn = getattr(self.trace.namespace, name, None)
         if fn is None:
