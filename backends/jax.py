@@ -466,6 +466,24 @@ class Adapter(_Base):
             prepared.compile_ahead(x, tangents, contexts)
         return prepared
 
+    def jaxpr(self, target: Any, x: Any, contexts: Any) -> Any:
+        """The closed jaxpr of ``f`` at ``x`` as this adapter traces it (captured state and caches as
+        writable stand-ins, their values constants of the jaxpr), inside the x64 context for a float64
+        ``x``; for ``diffinterface.sparse.JaxprSparsityDetector``, which interprets it."""
+        function = _Function(target, contexts)
+        xj = to_family(x, "jax") if family(x) == TORCH else x
+
+        def trace() -> Any:
+            if function.simple:
+                return jax.make_jaxpr(function.pure)(xj)
+            dyn, static = function.arguments(contexts)
+            return jax.make_jaxpr(lambda z: function.pure(z, dyn, static))(xj)
+
+        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):
+                return trace()
+        return trace()
+
     def prepare_compressed(
         self, kind: str, target: Any, x: Any, seeds: Any, index: Any, contexts: Any, info: Any, pattern: Any = None
     ) -> _Prepared:

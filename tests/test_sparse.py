@@ -147,6 +147,11 @@ def test_results_in_the_family_of_x(fam, backend):
         tol = 1e-10 if b is backend else 1e-5
         np.testing.assert_allclose(dense(J), ref, rtol=tol, atol=tol)
         np.testing.assert_allclose(dense(H), href, rtol=tol, atol=tol)
+        y, J2 = di.value_and_jacobian(AutoSparse(b), diffusion, x)
+        np.testing.assert_allclose(dense(J2), ref, rtol=tol, atol=tol)
+        if fam == "jax":
+            with pytest.raises(TypeError, match="immutable"):
+                di.jacobian(AutoSparse(b), diffusion, x, out=J)
 
 
 def test_out_fills_the_values_of_a_matrix_with_the_pattern_in_place():

@@ -39,6 +39,7 @@ COLUMNS = [
     "asdex_colors",
     "sparsejac_colors",
     "detect_s",
+    "jaxpr_detect_s",
     "color_s",
     "sparse_s",
     "dense_s",
@@ -51,7 +52,8 @@ COLUMNS = [
 ]
 
 NOTES = (
-    "Detection: the engine-free tracer (`TracerSparsityDetector`); coloring: `GreedyColoring()` (largest first). "
+    "Detection: the engine-free tracer (`TracerSparsityDetector`; `jaxpr_detect_s`: `JaxprSparsityDetector`, "
+    "the trace included); coloring: `GreedyColoring()` (largest first). "
     "`sparse_s`/`dense_s`: medians of single prepared calls (`jacobian`/`hessian` with `AutoSparse(dense)` and with "
     "`dense`, on the engine's own arrays); dense Hessians at n = 1e4 are not computed (800 MB); finite-difference Hessians run at n = 1e3 "
     "(an hvp of finite-difference gradients costs 4n evaluations of f per color). `over_asdex`/`over_sparsejac`: interleaved ratios of our prepared call over "
@@ -150,6 +152,14 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
             from scipy.optimize._numdiff import group_columns
 
             row["scipy_colors"] = int(group_columns(pattern).max()) + 1
+        if _installed("jax"):  # the jaxpr detector on the same function
+            from .._target import Target
+            from ._jaxpr import JaxprSparsityDetector
+
+            target = Target(diffusion, None, "duplicated")
+            start = time.perf_counter()
+            JaxprSparsityDetector().jacobian_sparsity(Problem(diffusion, None, n, diffusion, target), x)
+            row["jaxpr_detect_s"] = time.perf_counter() - start
         rows.append(row)
     return rows
 

@@ -17,7 +17,6 @@ already knows the dependencies of elementwise operations, reductions and product
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -102,31 +101,22 @@ class JaxprSparsityDetector:
     module-global work buffers, which the JAX adapter turns into writable stand-ins."""
 
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
-        import jax
         import scipy.sparse as sp
 
-        from .._arrays import TORCH, family, jax_enable_x64, to_family
-        from ..backends.jax import _Function, _is_float64
+        from .._arrays import families
+        from .._backends import AutoJAX, adapter_for
 
         target = problem.target
         if target is None:
             raise TypeError("JaxprSparsityDetector needs the call's target (diffinterface's AutoSparse passes it)")
-        function = _Function(target, contexts)
-        xj = to_family(x, "jax") if family(x) == TORCH else x
-        wide = _is_float64(x) and not jax.config.read("jax_enable_x64")
-        enable_x64 = jax_enable_x64()
-        with enable_x64(True) if wide else contextlib.nullcontext():
-            if function.simple:
-                closed = jax.make_jaxpr(function.pure)(xj)
-            else:
-                dyn, static = function.arguments(contexts)
-                closed = jax.make_jaxpr(lambda z: function.pure(z, dyn, static))(xj)
-            shape = tuple(np.shape(x))
-            n = math.prod(shape)
-            trace = Trace(n, hessian)
-            tracer = Tracer(
-                sp.eye_array(n, dtype=bool, format="csr"), shape, trace, np.dtype(str(x.dtype).rpartition(".")[2])
-            )
+        jax_backend = dense if isinstance(dense, AutoJAX) else AutoJAX(closure=target.closure)
+        closed = adapter_for(jax_backend, "JaxprSparsityDetector").jaxpr(target, x, contexts)
+        dtype = np.dtype(str(x.dtype).rpartition(".")[2])
+        shape = tuple(np.shape(x))
+        n = math.prod(shape)
+        trace = Trace(n, hessian)
+        tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, dtype)
+        with families()["jax"].computing(dtype):  # known values evaluated in x's precision
             (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
         return y, trace
 
