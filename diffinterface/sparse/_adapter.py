@@ -39,15 +39,12 @@ CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth build
 class SparsePlan:
     """What preparation decided (public through ``prep.sparsity``, ``prep.colors``, ``prep.sparse_mode``)."""
 
-    __slots__ = ("sparsity", "colors", "mode", "index", "seeds", "runners", "value_runners", "build")
+    __slots__ = ("sparsity", "colors", "mode", "index", "seeds")
 
     def __init__(self, sparsity: Any, colors: np.ndarray, mode: str) -> None:
         self.sparsity, self.colors, self.mode = sparsity, colors, mode
-        self.index: Any = None
-        self.seeds: tuple[Any, ...] = ()
-        self.runners: Any = None
-        self.value_runners: Any = None
-        self.build: Any = None
+        self.index: Any = None  # each nonzero's place in the stacked compressed results
+        self.seeds: tuple[Any, ...] = ()  # one per color, in x's family
 
     @property
     def n_colors(self) -> int:
