@@ -311,3 +311,22 @@ def test_the_issue_sizes(backend):
         (sparse_problems_module.banded, sparse_problems_module.banded_hessian),
     ]:
         _check(di.hessian(sparse, f, x), reference(x), 1e-10)
+
+
+@pytest.mark.parametrize("backend", DENSE)
+def test_constant_contexts_reach_f_and_a_new_value_is_seen(backend):
+    # f(x, p): a parameter as a Constant context, read by the detector and the compressed calls
+    def f(x, p):
+        from array_api_compat import array_namespace
+
+        xp = array_namespace(x)
+        return diffusion(x) * p[0] + xp.sin(x) * p[1]
+
+    x = PROBLEMS["diffusion"].x
+    sparse = AutoSparse(backend)
+    prep = di.prepare_jacobian(sparse, f, x, di.Constant(np.array([1.0, 0.0])))
+    tol = _tol(backend, "jacobian")
+    for p in (np.array([1.0, 0.0]), np.array([2.0, 0.5])):
+        expected = p[0] * diffusion_jacobian(x) + sp.diags_array(p[1] * np.cos(x))
+        _check(di.jacobian(sparse, f, x, di.Constant(p), prep=prep), expected, tol)
+        _check(di.jacobian(sparse, f, x, di.Constant(p)), expected, tol)
