@@ -61,10 +61,7 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
             if isinstance(g, Box) or True in [isinstance(v, Box) for v in values]:
                 raise rule.second_order("under autograd", "AutoAutograd()")
             active = holder.active
-            cts = rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs)
-            if len(values) == 1 and active[0]:  # one argument (its cotangent may come bare)
-                return (cotangent_like(cts[0] if isinstance(cts, (tuple, list)) else cts, values[0]),)
-            cts = cotangents(cts, len(values))
+            cts = cotangents(rule.reverse(holder.tape, g, *annotate(values, active, Active), **kwargs), len(values))
             return tuple([cotangent_like(cts[i - 1] if active[i - 1] else None, values[i - 1]) for i in argnums])
 
         return vjp

@@ -9,6 +9,7 @@ from typing import Any
 from ._arrays import as_input, describe, is_native
 from ._contexts import Context
 from ._errors import PreparationMismatchError
+from ._sparse_results import SparsePlan
 
 
 def signature(value: Any) -> Any:
@@ -105,7 +106,7 @@ class Prep:
 
     def _sparse(self, what: str) -> Any:
         plan = getattr(self.data, "data", None)
-        if type(plan).__name__ != "SparsePlan":
+        if not isinstance(plan, SparsePlan):
             raise AttributeError(
                 f"prep.{what}: this prep is for {self.operator} with {self.backend!r}; the sparsity pattern and "
                 f"its coloring belong to jacobian and hessian preps of AutoSparse backends"

@@ -1,4 +1,5 @@
-"""Sparse results at the frontend: recognised without importing anything, and ``out=`` filled in place."""
+"""Sparse results at the frontend: what AutoSparse prepared (:class:`SparsePlan`, read by ``Prep``),
+its results recognised without importing anything, densified, and ``out=`` filled in place."""
 
 from __future__ import annotations
 
@@ -6,6 +7,22 @@ import sys
 from typing import Any
 
 import numpy as np
+
+
+class SparsePlan:
+    """What AutoSparse's preparation decided (public through ``prep.sparsity``, ``prep.colors``,
+    ``prep.sparse_mode``; ``diffinterface.sparse._adapter`` fills it)."""
+
+    __slots__ = ("sparsity", "colors", "mode", "index", "seeds")
+
+    def __init__(self, sparsity: Any, colors: np.ndarray, mode: str) -> None:
+        self.sparsity, self.colors, self.mode = sparsity, colors, mode
+        self.index: Any = None  # each nonzero's place in the stacked compressed results
+        self.seeds: tuple[Any, ...] = ()  # one per color, in x's family
+
+    @property
+    def n_colors(self) -> int:
+        return int(self.colors.max()) + 1 if self.colors.size else 0
 
 
 def is_sparse(value: Any) -> bool:
@@ -18,6 +35,19 @@ def is_sparse(value: Any) -> bool:
         return True
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided
+
+
+def densify(result: Any) -> Any:
+    """A sparse result as a dense array of its own family (a JAX one inside the context that keeps
+    its dtype: BCOO's ``todense`` outside it makes float64 float32)."""
+    if hasattr(result, "toarray"):  # scipy.sparse
+        return result.toarray()
+    if hasattr(result, "to_dense"):  # torch
+        return result.to_dense()
+    from ._arrays import JAX, families
+
+    with families()[JAX].computing(np.dtype(str(result.dtype))):  # BCOO
+        return result.todense()
 
 
 def fill_out(out: Any, result: Any, call: str) -> Any:

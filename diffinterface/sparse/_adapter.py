@@ -27,28 +27,14 @@ from typing import Any
 import numpy as np
 
 from .._adapter import Adapter, Runners
-from .._arrays import JAX, NUMPY, TORCH, families, family, to_family
+from .._arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
 from .._backends import adapter_for
 from .._errors import BackendNotAvailableError
+from .._sparse_results import SparsePlan
 from ._coloring import conflict_size, csr_pattern, decompression
 from ._detectors import Problem
 
 CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth building for a coloring
-
-
-class SparsePlan:
-    """What preparation decided (public through ``prep.sparsity``, ``prep.colors``, ``prep.sparse_mode``)."""
-
-    __slots__ = ("sparsity", "colors", "mode", "index", "seeds")
-
-    def __init__(self, sparsity: Any, colors: np.ndarray, mode: str) -> None:
-        self.sparsity, self.colors, self.mode = sparsity, colors, mode
-        self.index: Any = None  # each nonzero's place in the stacked compressed results
-        self.seeds: tuple[Any, ...] = ()  # one per color, in x's family
-
-    @property
-    def n_colors(self) -> int:
-        return int(self.colors.max()) + 1 if self.colors.size else 0
 
 
 class SparseAdapter(Adapter):
@@ -184,7 +170,7 @@ class SparseAdapter(Adapter):
 def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) -> tuple[Any, ...]:
     """One seed per color: the sum of the basis vectors of that color, shaped ``shape``, in ``x``'s
     family, dtype and device."""
-    dtype = np.dtype(str(x.dtype).rpartition(".")[2])
+    dtype = np.dtype(dtype_name(x))
     fam = family(x)
     if fam == NUMPY or fam is None:
         return tuple((colors == c).astype(dtype).reshape(shape) for c in range(n_colors))

@@ -72,42 +72,11 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _median(fn: Callable[[], Any], repeat: int) -> float:
-    """The median of ``repeat`` single calls; one call where the first takes over a second (the finite
-    differences of a Hessian at n = 1e4 evaluate f 4n times per color)."""
-    start = time.perf_counter()
-    fn()
-    samples = [time.perf_counter() - start]
-    if samples[0] > 1.0:
-        return samples[0]
-    for _ in range(repeat - 1):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
-
-
-def _counted(f: Callable[..., Any], counter: list[int]) -> Callable[..., Any]:
-    def g(x: Any) -> Any:
-        counter[0] += 1
-        return f(x)
-
-    return g
-
-
 def _dense(result: Any) -> np.ndarray:
-    from .._arrays import to_family
+    from .._arrays import NUMPY, to_family
+    from .._sparse_results import densify, is_sparse
 
-    if hasattr(result, "todense") and not hasattr(result, "toarray"):  # BCOO
-        from .._arrays import JAX, families
-
-        with families()[JAX].computing(np.dtype(str(result.dtype))):
-            return np.asarray(result.todense())
-    if hasattr(result, "toarray"):
-        return result.toarray()
-    if hasattr(result, "to_dense"):
-        return result.to_dense().cpu().numpy()
-    return np.asarray(to_family(result, "numpy"))
+    return np.asarray(to_family(densify(result) if is_sparse(result) else result, NUMPY))
 
 
 def _ready(eng: Any, result: Any) -> Any:
@@ -225,22 +194,25 @@ def sparse(engines: list[str], full: bool, timing: Any, progress: Callable[..., 
             row["color_s"] = time.perf_counter() - start
             result = op(backend, problem.f, x, prep=prep)
             row["max_rel_error"] = _rel_error(result, ref)
-            row["sparse_s"] = _median(lambda: _ready(eng, op(backend, problem.f, x, prep=prep)), 7)
+            # one call where the first takes over a second (finite-difference Hessians: 4n evaluations per color)
+            row["sparse_s"] = bench.once(lambda: _ready(eng, op(backend, problem.f, x, prep=prep)), 7, single_over=1.0)
             if is_jac or x_np.size <= 2_000:
                 dense_prep = prep_op(dense_backend, problem.f, x)
-                row["dense_s"] = _median(lambda: eng.ready(op(dense_backend, problem.f, x, prep=dense_prep)), 3)
+                row["dense_s"] = bench.once(lambda: eng.ready(op(dense_backend, problem.f, x, prep=dense_prep)), 3)
                 row["dense_over_sparse"] = row["dense_s"] / row["sparse_s"]
             if name == "finitediff":
-                count = [0]
+                from ..testing._benchmark import _counted, _Counter
+
+                count = _Counter()
                 counted = _counted(problem.f, count)
                 cprep = prep_op(backend, counted, x)
-                count[0] = 0
+                count.calls = 0
                 op(backend, counted, x, prep=cprep)
-                row["f_calls"] = count[0]
+                row["f_calls"] = count.calls
                 if is_jac and _installed("scipy"):
-                    count[0] = 0
+                    count.calls = 0
                     bench.approx_derivative()(counted, x_np, method="3-point", sparsity=pattern)
-                    row["scipy_f_calls"] = count[0]
+                    row["scipy_f_calls"] = count.calls
             if name == "jax":
                 _against_jax_packages(row, problem, x, backend, op, prep, pattern, is_jac, timing, eng, ratio)
             rows.append(row)

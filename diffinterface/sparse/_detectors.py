@@ -42,10 +42,9 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _dtype(x: Any) -> Any:
-    try:
-        return np.dtype(str(getattr(x, "dtype", "float64")).rpartition(".")[2])
-    except TypeError:
-        return np.dtype(np.float64)
+    from .._arrays import dtype_name
+
+    return np.dtype(dtype_name(x))  # a Python float: "float", numpy's float64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ._coloring import csr_pattern
 from ._detectors import Problem
-from ._tracer import Trace, Tracer, TracerError, _or_none, _union
+from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
 
 _STRUCTURAL = {
     "reshape",
@@ -103,7 +103,7 @@ class JaxprSparsityDetector:
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
-        from .._arrays import families
+        from .._arrays import dtype_name, families
         from .._backends import AutoJAX, adapter_for
 
         target = problem.target
@@ -111,7 +111,7 @@ class JaxprSparsityDetector:
             raise TypeError("JaxprSparsityDetector needs the call's target (diffinterface's AutoSparse passes it)")
         jax_backend = dense if isinstance(dense, AutoJAX) else AutoJAX(closure=target.closure)
         closed = adapter_for(jax_backend, "JaxprSparsityDetector").jaxpr(target, x, contexts)
-        dtype = np.dtype(str(x.dtype).rpartition(".")[2])
+        dtype = np.dtype(dtype_name(x))
         shape = tuple(np.shape(x))
         n = math.prod(shape)
         trace = Trace(n, hessian)
@@ -205,9 +205,9 @@ def _apply(eqn: Any, ins: list[Any], trace: Trace) -> Any:
     if name in _NONLINEAR_BINARY:
         return ns.atan2(ins[0], ins[1])
     if name == "select_n":
-        return _union_of(ins[1:], trace, shape=tuple(eqn.outvars[0].aval.shape))
+        return _union_of(ins[1:], trace)  # lax's cases have the output's shape
     if name == "clamp":
-        return _union_of([ins[1]], trace, shape=tuple(eqn.outvars[0].aval.shape))
+        return _union_of([ins[1]], trace)
     if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         return ns._reduce(ins[0], tuple(params["axes"]), False, nonlinear=name == "reduce_prod")
     if name in ("cumsum", "cummax", "cummin", "cumprod", "cumlogsumexp"):
@@ -227,21 +227,10 @@ def _apply(eqn: Any, ins: list[Any], trace: Trace) -> Any:
     )
 
 
-def _lift(value: Any, trace: Trace) -> Tracer:
-    if isinstance(value, Tracer):
-        return value
-    return Tracer(None, tuple(np.shape(value)), trace, _np_dtype(getattr(value, "dtype", np.float64)))
-
-
-def _union_of(values: list[Any], trace: Trace, shape: tuple[int, ...] | None = None) -> Tracer:
+def _union_of(values: list[Any], trace: Trace) -> Tracer:
+    """The union of the dependencies of ``values`` (broadcast), as ``where`` of the tracer takes it."""
     ts = [_lift(v, trace) for v in values]
-    shape = shape if shape is not None else ts[0].shape
-    rows = []
-    for t in ts:
-        if t.deps is None:
-            continue
-        idx = np.broadcast_to(np.arange(t.size).reshape(t.shape), shape).ravel()
-        rows.append(t.deps[idx])
+    shape, rows = _broadcast(*ts)
     return Tracer(_union(rows), shape, trace, ts[0].dtype)
 
 

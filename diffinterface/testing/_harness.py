@@ -15,7 +15,7 @@ from .. import second_order as so
 from .._arrays import JAX, NUMPY, family, to_family
 from .._backends import AutoFiniteDiff, SecondOrder
 from .._contexts import Context
-from .._sparse_results import is_sparse
+from .._sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 
@@ -121,7 +121,7 @@ class _Check:
                 self.close(f"{what}[{i}]", a, e)
             return
         if is_sparse(actual):  # AutoSparse: compared densified, in its own family
-            actual = _densified(actual)
+            actual = densify(actual)
         if family(actual) != self.family:
             raise AssertionError(
                 f"{what}: expected a {self.family} result (the family of x), got {type(actual).__name__}"
@@ -194,18 +194,6 @@ class _Check:
                     if got is not out:
                         raise AssertionError(f"{s.operator}(out=...) ({label}) did not return the out array")
                     self.close(f"{s.operator}(out=...) ({label})", out, expected)
-
-
-def _densified(result: Any) -> Any:
-    """A sparse result as a dense array of its own family."""
-    if hasattr(result, "toarray"):  # scipy.sparse
-        return result.toarray()
-    if hasattr(result, "to_dense"):  # torch
-        return result.to_dense()
-    from .._arrays import families
-
-    with families()[JAX].computing(np.dtype(str(result.dtype))):  # BCOO
-        return result.todense()
 
 
 def _zeroed(result: Any) -> Any:
