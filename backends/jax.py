@@ -381,7 +381,7 @@ class _Prepared:
         ahead: bool = False,
     ) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context
-            x, tangents = to_family(x, "jax"), tuple(to_family(t, "jax") for t in tangents)
+            x, tangents = _to_jax(x), tuple(_to_jax(t) for t in tangents)
         args: tuple[Any, ...] = (x,)
         if self.tangents:
             args += (tangents[0] if self.bare else tangents,)
@@ -398,6 +398,25 @@ class _Prepared:
         if not self.bare:
             return results
         return (results[0], (results[1],)) if value else (results,)
+
+
+def _to_jax(value: Any) -> Any:
+    """A torch tensor, or a list of them (the leaves of a structure), as jax arrays."""
+    if isinstance(value, list):
+        return [to_family(v, "jax") for v in value]
+    return to_family(value, "jax")
+
+
+def _structured(body: Any, layout: Any, operator_name: str) -> Any:
+    """``body`` over the leaves of a structured x (and tangents), its results cut into leaves, all
+    inside the compiled program (``structures_inside``: see ``diffinterface._structure``)."""
+    tangent_like = layout.ys if operator_name == "pullback" else layout.xs
+
+    def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
+        flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)
+        return layout.cut_all(operator_name, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
+
+    return traced
 
 
 def _preferring(mode: str, body: Any) -> Any:
@@ -421,6 +440,7 @@ class Adapter(_Base):
 
     engine_name = "JAX"
     traceable_results = True  # the runners are traced under an outer JAX transformation
+    structures_inside = True  # a structure's ravel and cut are traced into the compiled program
 
     @staticmethod
     def traced(value: Any) -> bool:
@@ -461,7 +481,12 @@ class Adapter(_Base):
             body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
-        prepared = _Prepared(function, operator_name, body, jit, _is_float64(x), family(x) == TORCH, len(tangents))
+        leaf = x
+        if info.layout is not None:  # x is the list of a structure's leaves
+            body, leaf = _structured(body, info.layout, operator_name), x[0]
+        prepared = _Prepared(
+            function, operator_name, body, jit, _is_float64(leaf), family(leaf) == TORCH, len(tangents)
+        )
         if jit:  # a user's prepare_*: compiled here (an unprepared call compiles nothing: jit=False there)
             prepared.compile_ahead(x, tangents, contexts)
         return prepared

@@ -237,7 +237,8 @@ class _Function:
                 return run_with_state(x, contexts)
             device = x.device
             try:
-                y = _quiet_asarray(plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device))(x)
+                aliased = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)
+                y = _quiet_asarray(target.over(aliased))(x)
             except Exception as error:
                 if not raised_by(error, _alias_write_refused):
                     raise  # f's own error, after one run of f

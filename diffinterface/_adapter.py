@@ -43,24 +43,27 @@ from array_api_compat import array_namespace, device
 from ._arrays import NUMPY, family, shape_size, size, to_family
 from ._backends import adapter_for
 from ._contexts import context_values
+from ._errors import structured_output_error
 from ._second_order import Nested
 
 
 class Info:
     """What preparation learnt about ``f`` at ``x``."""
 
-    __slots__ = ("y_shape", "y_dtype", "value", "x_shape", "oneshot")
+    __slots__ = ("y_shape", "y_dtype", "value", "x_shape", "oneshot", "layout")
     y_shape: tuple[int, ...]  # of f(x)
     y_dtype: Any  # of f(x), in its family
     value: Any  # f(x) computed at preparation (one-shot calls only), else None
     x_shape: tuple[int, ...]
     oneshot: bool
+    layout: Any  # structured x or f(x) (_structure.Layout), given to adapters with ``structures_inside``
 
     def __init__(
         self, y_shape: tuple[Any, ...], y_dtype: Any, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
     ) -> None:
         self.y_shape, self.y_dtype, self.value, self.x_shape = y_shape, y_dtype, value, x_shape
         self.oneshot = oneshot  # prepared inside an unprepared call: used once, at the same point
+        self.layout = None
 
     def take_value(self) -> Any:
         """The value of ``f`` computed at preparation, once (one-shot calls only), else None."""
@@ -181,6 +184,13 @@ class Adapter:
     # a SecondOrder of the engine over itself runs the engine's own second order.
     evaluates_only: bool = False
     traceable_results: bool = False
+    # Structured x or f(x) (diffinterface._structure): by default the frontend hands the adapter the
+    # flat problem (one vector in, one out) and cuts the results itself. An engine that can run the
+    # ravel and the cut inside its own compiled program says ``structures_inside``: its ``prepare``
+    # then gets ``x`` as the list of leaves, tangents as lists of leaves and ``info.layout``, and its
+    # runners take and return lists of leaves (``Layout.cut_all``).
+    structures_inside: bool = False
+    takes_structures: bool = True  # False: a structured x or f(x) is an error (AutoSparse's matrices)
 
     def __init__(self, backend: Any) -> None:
         self.backend: Any = backend  # the config
@@ -197,6 +207,9 @@ class Adapter:
     def output_info(self, target: Any, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Info:
         """Shape and dtype of ``f(x)``; the default evaluates ``f`` once (kept for a one-shot call)."""
         y = self.evaluate(target, x, contexts)
+        structured = structured_output_error(y, target.call)
+        if structured is not None:
+            raise structured
         if not hasattr(y, "shape"):
             y = np.asarray(y)
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)

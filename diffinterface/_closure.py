@@ -612,7 +612,7 @@ def const_write_error(
         return None
     if not isinstance(error, str) and (leaked is None or not leaked(error)):
         return None
-    plan = StatePlan(target.f)
+    plan = StatePlan(target.user_f)
     captured = [
         where for where, value in zip(plan.where(), plan.read()) if isinstance(value, (list, dict)) or is_array(value)
     ]
@@ -683,7 +683,7 @@ def const_trace_checked(target: Any, run: Callable[[], Any], traced: Callable[[A
     box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
     their contents are put back and the error names them (SPEC section 7). Also put back when
     ``run`` raises. Discovery runs at preparation only; prepared calls pay nothing."""
-    plan = StatePlan(target.f)
+    plan = StatePlan(target.user_f)
     containers = [(where, v) for where, v in zip(plan.where(), plan.read()) if isinstance(v, (list, dict))]
     if not containers:
         return run()

@@ -31,22 +31,23 @@ LOST_CAUSES = (
 )
 
 
-def structured_output_error(y: object, call: str) -> TypeError | None:
-    """The error for an ``f`` that returns a tuple, list or dict, or None for anything else.
+class StructuredOutputError(TypeError):
+    """``f`` returned a tuple, list or dict where an engine needs one array. The frontend turns
+    such outputs into one vector (``diffinterface._structure``) and prepares again; the error reaches
+    the user only where that cannot apply (AutoSparse, a rule's primal)."""
 
-    Structured outputs are not supported yet (an engine would stack them, or drop their derivatives):
-    every backend raises the same error rather than return a different answer each."""
+
+def structured_output_error(y: object, call: str) -> StructuredOutputError | None:
+    """The error for an ``f`` that returns a tuple, list or dict, or None for anything else."""
     if not isinstance(y, (tuple, list, dict)):
         return None
     return structured_output(y, call)
 
 
-def structured_output(y: tuple[Any, ...] | list | dict, call: str) -> TypeError:
+def structured_output(y: tuple[Any, ...] | list | dict, call: str) -> StructuredOutputError:
     """:func:`structured_output_error` for a ``y`` known to be a tuple, list or dict."""
     kind = type(y).__name__
-    what = f"a {kind} of {len(y)} items"
-    return TypeError(
-        f"{call}: f returned {what}, and outputs must be one array; structured outputs (tuples, lists, "
-        f"dicts) are not supported yet. Return one array: xp.stack([...]) for items of one shape, "
-        f"xp.concat([xp.reshape(a, (-1,)) for a in items]) otherwise"
+    return StructuredOutputError(
+        f"{call}: f returned a {kind} of {len(y)} items where one array is needed. Return one array: "
+        f"xp.stack([...]) for items of one shape, xp.concat([xp.reshape(a, (-1,)) for a in items]) otherwise"
     )

@@ -25,9 +25,10 @@ from ._arrays import (
 from ._backends import SecondOrder, adapter_for
 from ._closure import const_trace_checked
 from ._contexts import check_contexts
-from ._errors import call_repr
+from ._errors import StructuredOutputError, call_repr
 from ._prep import Prep
 from ._sparse_results import fill_out, is_sparse
+from ._structure import Layout, Mismatch, Structure, StructuredRunners, check_devices, check_leaves, tangent_leaves
 from ._target import Target
 
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
@@ -116,6 +117,30 @@ def _check_output(operator: str, info: Any, call: str) -> None:
         )
 
 
+def _structured_x(x: Any, call: str) -> Layout:
+    """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays), its leaves checked."""
+    if isinstance(x, (bool, int, complex, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
+        _check_x(x, call)  # the error for a value that is neither an array nor a structure
+    try:
+        xs = Structure.of(x, "x")
+    except TypeError as error:
+        raise TypeError(f"{call}: {error}") from None
+    check_leaves(xs, "x", call)
+    check_devices(xs.leaves(x), xs.paths, "x", call)
+    return Layout(xs, call)
+
+
+def _structured_tangents(
+    tangent: Any, structure: Structure, like: Any, call: str, name: str
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A tangent shaped like ``structure`` (or a tuple of them): ``(flat tangents, leaf lists)``."""
+    try:
+        leaves, _ = tangent_leaves(tangent, structure, like)
+    except Mismatch as m:
+        raise ValueError(f"{call}: {name}{m.path}: expected {m.made}, got {m.got}") from None
+    return tuple(structure.ravel(ls) for ls in leaves), leaves
+
+
 def prepare(
     operator: str,
     backend: Any,
@@ -131,7 +156,18 @@ def prepare(
     adapter = _adapter(operator, backend, call)
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
-    x_in = _check_x(x, call)
+    layout = None
+    if family(x) is None:
+        layout = _structured_x(x, call)
+        if operator in SCALAR_INPUT:
+            raise ValueError(
+                f"{call}: {operator} needs a scalar x (a float or 0-d array), got a {type(x).__name__}; "
+                f"for structured inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
+            )
+        x_leaves = [as_input(v) for v in layout.xs.leaves(x)]
+        x_in = layout.xs.ravel(x_leaves)
+    else:
+        x_in = _check_x(x, call)
     check_contexts(contexts, call)
     if operator in SCALAR_INPUT and shape(x_in) != ():
         raise ValueError(
@@ -141,27 +177,70 @@ def prepare(
     if y is not None:
         y = _check_x(y, call, "y")
     tangent_name = TANGENT_NAME.get(operator)
-    tangents = ()
+    tangents: tuple[Any, ...] = ()
+    tangent_leaves: tuple[Any, ...] = ()
     if tangent_name == "tx":
-        tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
+        if layout is None:
+            tangents, _ = _tangents(tangent, x_in, shape(x_in), "x", call, "tx")
+        else:
+            tangents, tangent_leaves = _structured_tangents(tangent, layout.xs, x_leaves[0], call, "tx")
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
-    target = Target(f, y, closure, call)
     x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
-    traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
-    if closure == "const" and traced is not None:
-        info = const_trace_checked(
-            target, lambda: adapter.output_info(target, x_eval, contexts, oneshot), traced, adapter.engine_name
-        )
-    else:
-        info = adapter.output_info(target, x_eval, contexts, oneshot)
+    try:
+        target = Target(f, y, closure, call, layout)
+        info = _output_info(adapter, target, x_eval, contexts, oneshot)
+    except StructuredOutputError:
+        if layout is not None:
+            raise
+        layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
+        x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
+        target = Target(f, y, closure, call, layout)
+        info = _output_info(adapter, target, x_eval, contexts, oneshot)
+    if layout is not None:
+        _check_structured(operator, adapter, layout, call)
     _check_output(operator, info, call)
     if tangent_name == "ty":
-        tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
-    data = adapter.prepare(operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
+        if layout is None:
+            tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
+        else:
+            assert layout.ys is not None
+            tangents, tangent_leaves = _structured_tangents(tangent, layout.ys, x_leaves[0], call, "ty")
+    if layout is not None and adapter.structures_inside:  # the adapter takes leaves (see _adapter.Adapter)
+        info.layout = layout
+        data = adapter.prepare(operator, target, x_leaves, tangent_leaves, contexts, info)
+    else:
+        data = adapter.prepare(operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
+    if layout is not None:
+        data = StructuredRunners(data, layout, operator, adapter.structures_inside, call, strict)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
     names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
-    return Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot)
+    return Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
+
+
+def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
+    traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
+    if target.closure == "const" and traced is not None:
+        return const_trace_checked(
+            target, lambda: adapter.output_info(target, x, contexts, oneshot), traced, adapter.engine_name
+        )
+    return adapter.output_info(target, x, contexts, oneshot)
+
+
+def _check_structured(operator: str, adapter: Any, layout: Layout, call: str) -> None:
+    """What a structured x or f(x) cannot do: a scalar operator's structured f(x), AutoSparse."""
+    ys = layout.ys
+    assert ys is not None
+    if operator in SCALAR_OUTPUT and not ys.trivial:
+        raise ValueError(
+            f"{call}: {operator} needs f(x) to be a scalar array, but f returned a structure of "
+            f"{len(ys.paths)} arrays; for structured outputs use jacobian, pushforward or pullback"
+        )
+    if not adapter.takes_structures:
+        raise TypeError(
+            f"{call}: AutoSparse takes one array x and one array f(x); for a structure, differentiate a "
+            f"function of one vector (concatenate the leaves), or use the dense backend {adapter.backend.dense!r}"
+        )
 
 
 def resolve(
@@ -243,6 +322,8 @@ def run(
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
     returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
     p = resolve(operator, backend, f, x, tangent, contexts, y, prep)
+    if p.structured:
+        return _structured(p, value, x, tangent, contexts, out, operator, backend)
     tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()
     x_in = as_input(x)
     if not value:
@@ -260,6 +341,8 @@ def run_prepared(
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
     prep.check(operator, backend, f, (x,) + contexts)
+    if prep.structured:
+        return _structured(prep, False, x, None, contexts, out, operator, backend)
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
     if out is None and type(result) is type(x):
         return result
@@ -271,8 +354,22 @@ def run_prepared_tangent(
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
+    if prep.structured:
+        return _structured(prep, False, x, tangent, contexts, None, operator, backend)
     (result,) = prep.plain(x, (tangent,), contexts)
     return result if type(result) is type(x) else output_like(result, x)
+
+
+def _structured(
+    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: str, backend: Any
+) -> Any:
+    """A call with a structured x or f(x): the structures come back built (``StructuredRunners``)."""
+    if out is not None:
+        raise TypeError(
+            f"{_call(operator, backend, None)}: out= takes an array result; with a structured x or f(x) the "
+            f"result is a structure: drop out= and use the returned one"
+        )
+    return prep.data.run(value, x, tangent, contexts)
 
 
 def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: Any = None) -> Any:

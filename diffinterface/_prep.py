@@ -62,6 +62,7 @@ class Prep:
         "signature",
         "strict",
         "plain",
+        "structured",
         "_arrays",
     )
     operator: str  # "gradient", "hvp", ...
@@ -75,6 +76,7 @@ class Prep:
     signature: tuple[Any, ...]  # what a later call's arguments are compared with
     strict: bool
     plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
+    structured: bool  # x or f(x) a structure: data is a _structure runner, which checks x and the tangent
     _arrays: tuple[Any, ...] | None
 
     def __init__(
@@ -89,12 +91,17 @@ class Prep:
         args: Any,
         strict: Any,
         oneshot: Any = False,
+        structured: bool = False,
     ) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
+        self.structured = structured
         self.data, self.target, self.names, self.strict = data, target, names, strict
         # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
         self.args = () if oneshot else tuple(describe_arg(a) for a in args)
         self.signature = () if oneshot else tuple(signature(a) for a in args)
+        if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
+            held = 2 if names[1:2] in (("tx",), ("ty",)) else 1
+            self.signature = (None,) * held + self.signature[held:]
         # the plain operator bound to this preparation: what the frontend's fast path calls
         self.plain = data.plain
         if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
@@ -180,6 +187,8 @@ class Prep:
         expected = self.signature
         if len(args) == len(expected):
             for a, s in zip(args, expected):
+                if s is None:  # a structured x or tangent (see __init__)
+                    continue
                 # arrays (the common case) compare field by field, without building a signature
                 if type(s) is tuple and len(s) == 3 and type(a) is s[0] and hasattr(a, "shape"):
                     if a.shape == s[1] and a.dtype == s[2]:
@@ -195,9 +204,8 @@ class Prep:
             name = self.names[i] if i < len(self.names) else f"contexts[{i - len(self.names)}]"
             made = self.args[i] if i < len(self.args) else "(nothing)"
             now = got[i] if i < len(got) else "(nothing)"
-            mark = (
-                "" if made == now and (i < len(args) and signature(args[i]) == self.signature[i]) else "   <- differs"
-            )
+            same = i < len(args) and self.signature[i] in (None, signature(args[i]))
+            mark = "" if made == now and same else "   <- differs"
             lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
         raise PreparationMismatchError(
             f"{self.call(operator, backend)}: the arguments differ from the ones the prep was made for:\n"

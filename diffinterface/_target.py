@@ -17,11 +17,14 @@ from ._closure import StatePlan, copy_leaf, duplicate, numpy_write_refused, rais
 class Target:
     """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    __slots__ = ("f", "y", "plan", "closure", "call", "constant_aliases")
+    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout")
 
-    def __init__(self, f: Callable[..., Any], y: Any, closure: str, call: str = "f") -> None:
-        self.f, self.y, self.closure, self.call = f, y, closure, call
+    def __init__(self, f: Callable[..., Any], y: Any, closure: str, call: str = "f", layout: Any = None) -> None:
+        # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _structure.Layout) the
+        # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``)
+        self.user_f, self.y, self.closure, self.call, self.layout = f, y, closure, call, layout
         self.plan = StatePlan(f) if closure == "duplicated" else None
+        self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
         self.constant_aliases = True
 
@@ -49,6 +52,11 @@ class Target:
         that ``f`` writes into its arrays (copies from then on). Any other error is ``f``'s own and
         is raised as it is, after one run of ``f``."""
         return self.guarded_with(run, False, refused)
+
+    def over(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (the user's ``f`` rebuilt over other state: ``StatePlan.aliased``) as adapters call
+        ``f``: through the layout of a structured x or f(x), when there is one."""
+        return fn if self.layout is None else self.layout.wrap(fn)
 
     def guarded_with(
         self,
@@ -92,7 +100,7 @@ class Target:
         """
         plan = self.plan
         if plan is None or plan.empty or (values is None and plan.read_only):
-            fn = self.f
+            fn = self.user_f
         elif guard is not None:
             fn = plan.aliased(guard, leaf, key)
         elif values is None:
@@ -101,11 +109,11 @@ class Target:
             fn = plan.rebuild([duplicate(v, leaf) for v in values])
         y = self.y
         if y is None:
-            return fn
+            return self.over(fn)
 
         def out_of_place(x: Any, *contexts: Any) -> Any:
             buffer = duplicate(y, leaf)
             fn(buffer, x, *contexts)
             return buffer
 
-        return out_of_place
+        return self.over(out_of_place)

@@ -40,6 +40,8 @@ CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth build
 class SparseAdapter(Adapter):
     """See the module docstring."""
 
+    takes_structures = False  # its results are one sparse matrix
+
     def __init__(self, backend: Any) -> None:
         super().__init__(backend)
         if importlib.util.find_spec("scipy") is None:

@@ -106,12 +106,31 @@ class _Check:
     def __init__(self, scenario: Scenario, backend: Any, tol: float) -> None:
         self.s, self.backend, self.tol = scenario, backend, tol
         x = scenario.x
+        while isinstance(x, (dict, list, tuple)):  # a structure: its first leaf
+            x = next(iter(x.values())) if isinstance(x, dict) else x[0]
         self.family = family(x)
         self.dtype = (
             np.float64 if isinstance(x, float) else (to_family(x, NUMPY).dtype if self.family != NUMPY else x.dtype)
         )
 
     def close(self, what: str, actual: Any, expected: Any) -> None:
+        if isinstance(expected, dict):  # a structured result: the same keys, in the same order
+            if type(actual) is not type(expected) or list(actual) != list(expected):
+                got = list(actual) if isinstance(actual, dict) else type(actual).__name__
+                raise AssertionError(
+                    f"{what}: expected a {type(expected).__name__} with keys {list(expected)}, got {got}"
+                )
+            for k in expected:
+                self.close(f"{what}[{k!r}]", actual[k], expected[k])
+            return
+        if isinstance(expected, list) or (isinstance(expected, tuple) and hasattr(expected, "_fields")):
+            if type(actual) is not type(expected) or len(actual) != len(expected):
+                raise AssertionError(
+                    f"{what}: expected a {type(expected).__name__} of {len(expected)}, got {type(actual).__name__}"
+                )
+            for i, (a, e) in enumerate(zip(actual, expected)):
+                self.close(f"{what}[{i}]", a, e)
+            return
         if isinstance(expected, tuple):
             if not isinstance(actual, tuple) or len(actual) != len(expected):
                 raise AssertionError(
@@ -184,7 +203,14 @@ class _Check:
                 }.get(s.operator, (s.value, s.first))
                 for i, (got, ref) in enumerate(zip(outs, refs)):
                     self.close(f"{valued.__name__}[{i}] ({label})", got, ref)
-                if takes_out and self.family != JAX and not isinstance(s.x, float):
+                if takes_out and s.structured:
+                    try:
+                        plain(backend, s.f, s.x, *lead, *s.contexts, prep=prep, out=expected, **kwargs)
+                    except TypeError:
+                        pass  # out= takes arrays; a structured result is refused
+                    else:
+                        raise AssertionError(f"{s.operator}(out=...) ({label}) accepted out= for a structured result")
+                elif takes_out and self.family != JAX and not isinstance(s.x, float):
                     out = (
                         _zeroed(result)
                         if is_sparse(result)
@@ -210,7 +236,10 @@ def _zeroed(result: Any) -> Any:
 def check_scenario(backend: Any, scenario: Scenario, tol: float | None = None) -> None:
     """Run one scenario on one backend; raise ``AssertionError`` naming the first failed check."""
     if tol is None:
-        dtype = np.float64 if isinstance(scenario.x, float) else to_family(scenario.x, NUMPY).dtype
+        x = scenario.x
+        while isinstance(x, (dict, list, tuple)):  # a structure: its first leaf
+            x = next(iter(x.values())) if isinstance(x, dict) else x[0]
+        dtype = np.float64 if isinstance(x, float) else to_family(x, NUMPY).dtype
         tol = default_tolerance(backend, dtype, scenario.operator in ("second_derivative", "hvp", "hessian"))
     _Check(scenario, backend, tol).run()
 

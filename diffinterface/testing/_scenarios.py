@@ -21,6 +21,7 @@ from .._closure import declare_modules
 from .._contexts import Cache, Constant
 from ._reference import Reference
 from ._rule_scenarios import rule_references
+from ._structured_scenarios import structured_scenarios
 
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
 declare_modules(__name__, walk=True)
@@ -57,6 +58,7 @@ class Scenario:
     prep_contexts: tuple[Any, ...] | None = None
     state: tuple[Any, ...] = ()
     sparse: bool = False  # run through AutoSparse(backend): results are sparse matrices of shape (y.size, x.size)
+    structured: bool = False  # x or f(x) a dict, tuple, list or nesting: results are structures
 
     def __repr__(self) -> str:
         return f"Scenario({self.name})"
@@ -372,7 +374,8 @@ def default_scenarios(
 ) -> list[Scenario]:
     """The reference catalogue: every applicable operator on every reference function, with variants.
 
-    Then the scenarios through custom rules (``_rule_scenarios``: an opaque rule and an array-API
+    Then the structured scenarios (``_structured_scenarios``: dicts, tuples, lists, namedtuples and
+    nestings as x and f(x)), the scenarios through custom rules (``_rule_scenarios``: an opaque rule and an array-API
     rule, their arguments active and constant in turn), for the first-order operators.
 
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
@@ -402,6 +405,7 @@ def default_scenarios(
             if not variant or (ref.name == "rule_opaque_both_active" and not s.name.endswith(("/batched", "/closure"))):
                 scenarios.append(s)
     scenarios.append(sparse_scenarios(family, dtype, include))
+    scenarios.append(structured_scenarios(family, dtype, include))
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 
