@@ -128,7 +128,9 @@ def _provoke(write: Any) -> None:
 
 def _shape(message: str) -> str:
     """A refusal's message with the names torch puts in it (``add(): ...``, ``function 'native_batch_norm'
-    ... argument 'running_mean'``) replaced, so that one provoked refusal stands for every operation."""
+    ... argument 'running_mean'``, ``Output 0 of SplitWithSizes``) replaced, so that one provoked
+    refusal stands for every operation."""
+    message = re.sub(r"Output \d+ of \w+ ", "Output * of * ", message)  # the view's operation, any
     return re.sub(r"'[^']*'", "'*'", re.sub(r"^[\w.]+\(\): ", "*(): ", message))
 
 
@@ -136,6 +138,7 @@ _TORCH_WRITES = (
     lambda t: t.__setitem__(0, 1.0),
     lambda t: t.add_(1.0),
     lambda t: t[0:2].mul_(2.0),
+    lambda t: t.split([1, 2])[0].mul_(2.0),  # a leaf of a structured x (diffinterface._structure)
     lambda t: t.copy_(torch.ones(3, dtype=t.dtype)),
     lambda t: t.numpy(),
     lambda t: torch.add(t, 1.0, out=t),

@@ -118,15 +118,18 @@ class Structure:
         return out
 
     def checked(self, value: Any, strict: bool = True) -> list[Any]:
-        """:meth:`leaves`, each of the prepared shape and, with ``strict``, type and dtype (else
-        :class:`Mismatch`). Shapes are always checked: leaves of other shapes but the same total
-        size would be cut at the wrong places."""
+        """:meth:`leaves`, each of the prepared shape and, with ``strict``, family and dtype (else
+        :class:`Mismatch`; a numpy scalar and a 0-d array are alike). Shapes are always checked:
+        leaves of other shapes but the same total size would be cut at the wrong places."""
         out = self.leaves(value)
         for i, (v, kind, shape, dtype) in enumerate(zip(out, self.types, self.shapes, self.dtypes)):
-            if getattr(v, "shape", ()) != shape or (
-                strict and (type(v) is not kind or getattr(v, "dtype", None) != dtype)
+            if getattr(v, "shape", ()) == shape and (
+                not strict
+                or (type(v) is kind and getattr(v, "dtype", None) == dtype)
+                or (family(v) == _family_of(kind) and _dtype_name(v) == _dtype_name(dtype, kind))
             ):
-                raise Mismatch(self.paths[i], leaf_repr(kind, shape, dtype), describe(v))
+                continue
+            raise Mismatch(self.paths[i], leaf_repr(kind, shape, dtype), describe(v))
         return out
 
     def build(self, leaves: list[Any]) -> Any:
@@ -149,11 +152,23 @@ class Structure:
         """The leaves of a vector made by :meth:`ravel` (views where the engine has them)."""
         if self.trivial:
             return [flat]
-        if family(flat) == TORCH:  # one split: its backward is one concatenation
+        if family(flat) == TORCH and flat.is_leaf and flat.requires_grad:
+            # one split, whose backward is one concatenation (slices would each add a zero-filled
+            # full-size gradient). Its views refuse writes, as a leaf that requires grad does anyway:
+            # torch's adapter then runs f on a copy of the vector (not a leaf), cut into slices that
+            # take writes.
             parts = flat.split(self.sizes)
         else:
             parts = [flat[o : o + n] for o, n in zip(self.offsets, self.sizes)]
         return [_reshape(p, s) for p, s in zip(parts, self.shapes)]
+
+
+def _dtype_name(value: Any, kind: Any = None) -> str:
+    """The dtype of a leaf (or a dtype, with the leaf's type ``kind``) by name: float64 for Python floats."""
+    dtype = value if kind is not None else getattr(value, "dtype", None)
+    if dtype is None:
+        return "float64" if issubclass(kind if kind is not None else type(value), float) else ""
+    return str(dtype).replace("torch.", "")
 
 
 def leaf_repr(kind: type, shape: tuple[Any, ...], dtype: Any) -> str:
@@ -342,7 +357,7 @@ class Layout:
                 )
             return y
         try:
-            leaves = ys.leaves(y)
+            leaves = ys.checked(y, False)  # shapes too: other shapes of one total size would be cut wrongly
         except Mismatch as m:
             raise ValueError(
                 f"{self.call}: f(x){m.path} is {m.got} where it was {m.made} at preparation; "
@@ -391,7 +406,10 @@ class Layout:
         if kind == "s":
             return leaves[0]
         if kind == "x":
-            return self.xs.build(leaves)
+            xs = self.xs
+            if float in xs.types:  # a Python float leaf of x: its result a numpy float64, as for a float x
+                leaves = [v[()] if t is float and isinstance(v, np.ndarray) else v for v, t in zip(leaves, xs.types)]
+            return xs.build(leaves)
         ys = self.ys
         assert ys is not None
         if kind == "y":
