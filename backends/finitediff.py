@@ -183,6 +183,8 @@ class Adapter(_Base):
         super().__init__(backend)
         self.method: str = backend.method
         self.rel_step: float | None = backend.rel_step
+        # the frontend refuses a complex x for a complex step: it steps along the imaginary axis of a real x
+        self.complex_step = self.method == "complex"
 
     # -- evaluations ---------------------------------------------------------------------------
 

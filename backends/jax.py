@@ -432,7 +432,9 @@ def _preferring(mode: str, body: Any) -> Any:
 
 
 def _is_float64(value: Any) -> bool:
-    return getattr(value, "dtype", None) is not None and np.dtype(str(value.dtype).replace("torch.", "")) == np.float64
+    """float64 or complex128 (a complex x of a structure's layout is differentiated as float64 pairs)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and np.dtype(str(dtype).replace("torch.", "")) in (np.float64, np.complex128)
 
 
 class Adapter(_Base):

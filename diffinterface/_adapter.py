@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from ._arrays import NUMPY, family, shape_size, size, to_family
+from ._arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
 from ._backends import adapter_for
 from ._contexts import context_values
 from ._errors import structured_output_error
@@ -69,17 +69,6 @@ class Info:
         """The value of ``f`` computed at preparation, once (one-shot calls only), else None."""
         value, self.value = self.value, None
         return value
-
-
-def complex_dtype(dtype: Any) -> bool:
-    """Whether ``dtype`` (numpy's, JAX's or torch's) is complex."""
-    flag = getattr(dtype, "is_complex", None)  # torch.dtype
-    if isinstance(flag, bool):
-        return flag
-    try:
-        return np.issubdtype(np.dtype(dtype), np.complexfloating)
-    except TypeError:
-        return False
 
 
 def _xp(x: Any) -> Any:

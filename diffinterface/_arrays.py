@@ -330,6 +330,17 @@ def is_real_floating(value: Any) -> bool:
         return "float" in str(dtype)
 
 
+def complex_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` (numpy's, JAX's or torch's) is complex."""
+    flag = getattr(dtype, "is_complex", None)  # torch.dtype
+    if isinstance(flag, bool):
+        return flag
+    try:
+        return bool(np.issubdtype(np.dtype(dtype), np.complexfloating))
+    except TypeError:
+        return False
+
+
 def as_input(value: Any) -> Any:
     """A Python float as the 0-d float64 numpy array that ``f`` and the engines receive; a numpy array
     of non-native byte order (``'>f8'`` on a little-endian machine, a valid float64 array that torch

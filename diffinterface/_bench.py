@@ -803,7 +803,17 @@ def plot_overhead(rows: list[dict], out: str) -> list[str]:
 
 # -- the command ----------------------------------------------------------------------------------
 
-TABLES = ("overhead", "cheap_gradient", "mode_choice", "finite_differences", "closures", "rules", "sparse", "catalogue")
+TABLES = (
+    "overhead",
+    "cheap_gradient",
+    "mode_choice",
+    "finite_differences",
+    "closures",
+    "rules",
+    "sparse",
+    "structured",
+    "catalogue",
+)
 
 _COLUMNS = {
     "overhead": [
@@ -842,6 +852,7 @@ _COLUMNS = {
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
     "rules": ["backend", "rule", "inputs", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
     "sparse": [],  # diffinterface.sparse._bench.COLUMNS, filled below
+    "structured": [],  # diffinterface._bench_structured.COLUMNS, filled below
     "catalogue": [
         "backend",
         "scenario",
@@ -863,6 +874,7 @@ _TITLES = {
     "closures": "Closures: closure='duplicated' / closure='const'",
     "rules": "Rules: a prepared gradient through a custom_rule / through the engine's registration written by hand",
     "sparse": "Sparse Jacobians and Hessians: AutoSparse on the issue 16 problems",
+    "structured": "Structured x: a prepared gradient of a dict of arrays / of one flat array, and the flattening",
     "catalogue": "The scenario catalogue, through benchmark_differentiation",
 }
 
@@ -898,6 +910,7 @@ def _notes(table: str, timing: Timing) -> str:
         "duplicates); both results are checked before timing. Budget "
         "(issue 15): at most 1.1 at n = 1e4.",
         "sparse": how + " " + _sparse_bench().NOTES,
+        "structured": how + " " + _structured_bench().NOTES,
         "catalogue": "Median of the timed batches (`time_call`); `*_calls`: evaluations of f by each call.",
     }[table]
 
@@ -906,6 +919,12 @@ def _sparse_bench() -> Any:
     from .sparse import _bench as sparse_bench
 
     return sparse_bench
+
+
+def _structured_bench() -> Any:
+    from . import _bench_structured
+
+    return _bench_structured
 
 
 def run(
@@ -945,6 +964,9 @@ def run(
         elif table == "sparse":
             rows = _sparse_bench().sparse(engines, full, timing, progress, sys.modules[__name__])
             _COLUMNS["sparse"] = _sparse_bench().COLUMNS
+        elif table == "structured":
+            rows = _structured_bench().structured(engines, full, timing, progress, sys.modules[__name__])
+            _COLUMNS["structured"] = _structured_bench().COLUMNS
         elif table == "catalogue":
             rows = catalogue(engines, full, progress)
         else:

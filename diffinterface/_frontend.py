@@ -13,6 +13,7 @@ import numpy as np
 from ._adapter import VALUE_METHOD, SecondOrderAdapter
 from ._arrays import (
     as_input,
+    complex_dtype,
     describe,
     families,
     family,
@@ -25,7 +26,7 @@ from ._arrays import (
 from ._backends import SecondOrder, adapter_for
 from ._closure import const_trace_checked
 from ._contexts import check_contexts
-from ._errors import StructuredOutputError, call_repr
+from ._errors import PreparationMismatchError, StructuredOutputError, call_repr
 from ._prep import Prep
 from ._sparse_results import fill_out, is_sparse
 from ._structure import Layout, Mismatch, Structure, StructuredRunners, check_devices, check_leaves, tangent_leaves
@@ -151,25 +152,35 @@ def prepare(
     y: Any,
     strict: bool,
     oneshot: bool = False,
+    holomorphic: bool = False,
 ) -> Prep:
     call = _call(operator, backend, y)
     adapter = _adapter(operator, backend, call)
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
     layout = None
-    if family(x) is None:
+    inner_operator = operator
+    if isinstance(x, complex):
+        x = np.asarray(x)  # a Python complex: a 0-d complex128 array
+    if family(x) is None or complex_dtype(getattr(x, "dtype", None)):
         layout = _structured_x(x, call)
-        if operator in SCALAR_INPUT:
+        if operator in SCALAR_INPUT and (not layout.xs.trivial_shape or operator == "second_derivative"):
             raise ValueError(
                 f"{call}: {operator} needs a scalar x (a float or 0-d array), got a {type(x).__name__}; "
                 f"for structured inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
+                if not layout.xs.trivial_shape
+                else f"{call}: second_derivative of a complex x is not available; the derivative of the "
+                f"derivative is (derivative(backend, lambda z: derivative(backend, f, z, holomorphic=True), x, "
+                f"holomorphic=True) with a backend that nests, or SecondOrder)"
             )
+        if layout.xs.has_complex:
+            inner_operator = _complex_x(operator, adapter, holomorphic, call)
         x_leaves = [as_input(v) for v in layout.xs.leaves(x)]
         x_in = layout.xs.ravel(x_leaves)
     else:
         x_in = _check_x(x, call)
     check_contexts(contexts, call)
-    if operator in SCALAR_INPUT and shape(x_in) != ():
+    if operator in SCALAR_INPUT and shape(x_in) != () and layout is None:
         raise ValueError(
             f"{call}: {operator} needs a scalar x (a float or 0-d array), got x of shape {shape(x_in)}; "
             f"for array inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
@@ -207,15 +218,39 @@ def prepare(
             tangents, tangent_leaves = _structured_tangents(tangent, layout.ys, x_leaves[0], call, "ty")
     if layout is not None and adapter.structures_inside:  # the adapter takes leaves (see _adapter.Adapter)
         info.layout = layout
-        data = adapter.prepare(operator, target, x_leaves, tangent_leaves, contexts, info)
+        data = adapter.prepare(inner_operator, target, x_leaves, tangent_leaves, contexts, info)
     else:
-        data = adapter.prepare(operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
+        data = adapter.prepare(inner_operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
     if layout is not None:
-        data = StructuredRunners(data, layout, operator, adapter.structures_inside, call, strict)
+        data = StructuredRunners(data, layout, inner_operator, adapter.structures_inside, call, strict)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
     names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
-    return Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
+    prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
+    prep.holomorphic = holomorphic
+    return prep
+
+
+def _complex_x(operator: str, adapter: Any, holomorphic: bool, call: str) -> str:
+    """What a complex x allows (its leaves are differentiated as real pairs, see _structure): the
+    operator the adapter runs (a complex scalar's derivative is its 1-column Jacobian)."""
+    if getattr(adapter, "complex_step", False):
+        raise TypeError(
+            f"{call}: method='complex' perturbs x along the imaginary axis, so it needs a real x and an f that is "
+            f"real-analytic in it; x is complex here: use method='central' (or 'forward', 'backward')"
+        )
+    if operator == "hessian":
+        raise TypeError(
+            f"{call}: the Hessian of a real f of a complex x is not a complex matrix (f is not holomorphic); "
+            f"hvp(backend, f, x, tx) gives its product with a complex tangent, and gradient its gradient"
+        )
+    if operator in ("jacobian", "derivative") and not holomorphic:
+        raise TypeError(
+            f"{call}: x is complex; a complex {operator} is defined for a holomorphic f only: pass "
+            f"holomorphic=True if f is complex-differentiable (as jax.jacfwd(f, holomorphic=True)). For any f, "
+            f"pushforward and pullback give the derivative along a complex tangent and its adjoint"
+        )
+    return "jacobian" if operator == "derivative" else operator
 
 
 def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
@@ -244,14 +279,29 @@ def _check_structured(operator: str, adapter: Any, layout: Layout, call: str) ->
 
 
 def resolve(
-    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, prep: Any
+    operator: str,
+    backend: Any,
+    f: Any,
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    prep: Any,
+    holomorphic: bool = False,
 ) -> Prep:
     """The prep to run: a fresh one-shot prep, or the given one once checked against the arguments."""
     if prep is None:
-        return prepare(operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True)
+        return prepare(
+            operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True, holomorphic=holomorphic
+        )
     if not isinstance(prep, Prep):
         raise TypeError(
             f"{_call(operator, backend, y)}: prep must come from prepare_{operator}, got {type(prep).__name__}"
+        )
+    if holomorphic and not prep.holomorphic:
+        raise PreparationMismatchError(
+            f"{_call(operator, backend, y)}: holomorphic=True, but prep was made without it; pass "
+            f"holomorphic=True to prepare_{operator}"
         )
     if TANGENT_NAME.get(operator):
         args = (x, tangent) + ((y,) if y is not None else ()) + contexts
@@ -318,10 +368,11 @@ def run(
     prep: Any,
     out: Any = None,
     value: bool = False,
+    holomorphic: bool = False,
 ) -> Any:
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
     returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
-    p = resolve(operator, backend, f, x, tangent, contexts, y, prep)
+    p = resolve(operator, backend, f, x, tangent, contexts, y, prep, holomorphic)
     if p.structured:
         return _structured(p, value, x, tangent, contexts, out, operator, backend)
     tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()

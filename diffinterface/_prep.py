@@ -63,6 +63,7 @@ class Prep:
         "strict",
         "plain",
         "structured",
+        "holomorphic",
         "_arrays",
     )
     operator: str  # "gradient", "hvp", ...
@@ -77,6 +78,7 @@ class Prep:
     strict: bool
     plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
     structured: bool  # x or f(x) a structure: data is a _structure runner, which checks x and the tangent
+    holomorphic: bool  # made with holomorphic=True (jacobian, derivative of a complex x)
     _arrays: tuple[Any, ...] | None
 
     def __init__(
@@ -95,6 +97,7 @@ class Prep:
     ) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
         self.structured = structured
+        self.holomorphic = False
         self.data, self.target, self.names, self.strict = data, target, names, strict
         # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
         self.args = () if oneshot else tuple(describe_arg(a) for a in args)

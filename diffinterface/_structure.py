@@ -29,7 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import JAX, NUMPY, TORCH, as_input, describe, family, is_real_floating, output_like, to_family
+from ._arrays import (
+    JAX,
+    NUMPY,
+    TORCH,
+    as_input,
+    complex_dtype,
+    describe,
+    family,
+    is_real_floating,
+    output_like,
+    to_family,
+)
 from ._errors import PreparationMismatchError, StructuredOutputError
 
 LEAF, NONE, DICT, SEQ, JAX_NODE, TORCH_NODE = range(6)
@@ -84,17 +95,34 @@ class Structure:
     dtype and place in the flat vector. A single array is the ``trivial`` structure (one leaf, no
     node), which ravels and unravels to itself."""
 
-    __slots__ = ("spec", "paths", "shapes", "dtypes", "types", "sizes", "offsets", "size", "trivial", "mixed")
+    __slots__ = (
+        "spec",
+        "paths",
+        "shapes",
+        "dtypes",
+        "types",
+        "sizes",
+        "offsets",
+        "size",
+        "trivial",
+        "mixed",
+        "complex",
+        "pieces",
+    )
 
     def __init__(self, spec: Any, leaves: list[Any], paths: list[str]) -> None:
         self.spec, self.paths = spec, paths
-        self.trivial = spec[0] == LEAF
         self.shapes = [tuple(getattr(v, "shape", ())) for v in leaves]
         self.dtypes = [getattr(v, "dtype", None) for v in leaves]
         self.types = [type(v) for v in leaves]
+        # a complex leaf takes two stretches of the real vector: its real part, then its imaginary part
+        self.complex = [d is not None and complex_dtype(d) for d in self.dtypes]
         self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
-        self.offsets = list(np.cumsum([0] + self.sizes[:-1]).tolist()) if leaves else []
-        self.size = sum(self.sizes)
+        self.pieces = [n for n, c in zip(self.sizes, self.complex) for n in ((n, n) if c else (n,))]
+        spans = [2 * n if c else n for n, c in zip(self.sizes, self.complex)]
+        self.offsets = list(np.cumsum([0] + spans[:-1]).tolist()) if leaves else []
+        self.size = sum(spans)
+        self.trivial = spec[0] == LEAF and not any(self.complex)
         self.mixed = len({str(d) for d in self.dtypes}) > 1
 
     # -- building ------------------------------------------------------------------------------
@@ -109,8 +137,8 @@ class Structure:
 
     def leaves(self, value: Any) -> list[Any]:
         """The leaves of ``value``, which must have this structure (else :class:`Mismatch`)."""
-        if self.trivial:
-            if family(value) is None:
+        if self.spec[0] == LEAF:
+            if value is None or isinstance(value, (dict, list, tuple)):
                 raise Mismatch("", "an array", type(value).__name__)
             return [value]
         out: list[Any] = []
@@ -141,15 +169,19 @@ class Structure:
     # -- the flat vector ---------------------------------------------------------------------------
 
     def ravel(self, leaves: list[Any]) -> Any:
-        """The leaves as one vector (the engine's arrays or traced values): the leaf itself for a
-        trivial structure."""
+        """The leaves as one real vector (the engine's arrays or traced values; a complex leaf as its
+        real part then its imaginary part): the leaf itself for a trivial structure."""
         if self.trivial:
             return leaves[0]
-        parts = [_reshape(v, (-1,)) for v in leaves]
+        parts = []
+        for v, c in zip(leaves, self.complex):
+            flat = _reshape(v, (-1,))
+            parts += _real_imag(flat) if c else [flat]
         return parts[0] if len(parts) == 1 else _concat(parts)
 
     def unravel(self, flat: Any) -> list[Any]:
-        """The leaves of a vector made by :meth:`ravel` (views where the engine has them)."""
+        """The leaves of a vector made by :meth:`ravel` (views where the engine has them; a complex
+        leaf ``re + 1j * im``, which each engine differentiates as the real pair it is)."""
         if self.trivial:
             return [flat]
         if family(flat) == TORCH and flat.is_leaf and flat.requires_grad:
@@ -157,10 +189,24 @@ class Structure:
             # full-size gradient). Its views refuse writes, as a leaf that requires grad does anyway:
             # torch's adapter then runs f on a copy of the vector (not a leaf), cut into slices that
             # take writes.
-            parts = flat.split(self.sizes)
+            parts = iter(flat.split(self.pieces))
         else:
-            parts = [flat[o : o + n] for o, n in zip(self.offsets, self.sizes)]
-        return [_reshape(p, s) for p, s in zip(parts, self.shapes)]
+            starts = np.cumsum([0] + self.pieces[:-1]).tolist()
+            parts = iter([flat[o : o + n] for o, n in zip(starts, self.pieces)])
+        out = []
+        for shape, c in zip(self.shapes, self.complex):
+            part = next(parts)
+            out.append(_reshape(part + 1j * next(parts) if c else part, shape))
+        return out
+
+    @property
+    def has_complex(self) -> bool:
+        return any(self.complex)
+
+    @property
+    def trivial_shape(self) -> bool:
+        """One array, not a container (it may be complex)."""
+        return self.spec[0] == LEAF
 
 
 def _dtype_name(value: Any, kind: Any = None) -> str:
@@ -219,8 +265,8 @@ def _plain_dict(kind: type) -> bool:
 
 def _collect(spec: Any, value: Any, path: str, out: list[Any]) -> None:
     tag = spec[0]
-    if tag == LEAF:
-        if family(value) is None:
+    if tag == LEAF:  # an array, or an engine's traced value (an autograd box)
+        if value is None or isinstance(value, (dict, list, tuple)):
             raise Mismatch(path, "an array", type(value).__name__)
         out.append(value)
     elif tag == DICT:
@@ -293,6 +339,17 @@ def _reshape(value: Any, shape: tuple[Any, ...]) -> Any:
     if hasattr(value, "reshape"):
         return value.reshape(shape)
     return np.reshape(value, shape)
+
+
+def _real_imag(value: Any) -> list[Any]:
+    """``[real, imaginary]`` parts of an array or traced value (a real one: its imaginary part zero)."""
+    if not complex_dtype(getattr(value, "dtype", None)):
+        return [value, value * 0]
+    tracer = sys.modules.get("autograd.tracer")
+    if tracer is not None and isinstance(value, tracer.Box):  # autograd's boxes have no .real
+        anp = sys.modules["autograd.numpy"]
+        return [anp.real(value), anp.imag(value)]
+    return [value.real, value.imag]
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -384,10 +441,15 @@ class Layout:
         rows, cols = (ys, self.xs) if kind == "J" else (self.xs, self.xs)
         matrix = _reshape(result, (rows.size, cols.size))
         out = []
-        for ro, rn, rshape, rdtype in zip(rows.offsets, rows.sizes, rows.shapes, rows.dtypes):
+        for ro, rn, rshape, rdtype, rc in zip(rows.offsets, rows.sizes, rows.shapes, rows.dtypes, rows.complex):
             for co, cn, cshape in zip(cols.offsets, cols.sizes, cols.shapes):
-                block = _reshape(matrix[ro : ro + rn, co : co + cn], rshape + cshape)
-                out.append(_cast(block, rdtype) if rows.mixed else block)
+                # a complex x leaf: the columns of its real part, d/dz of a holomorphic f (the frontend
+                # asks for holomorphic=True); a complex f(x) leaf: its real rows + 1j * its imaginary rows
+                block = matrix[ro : ro + rn, co : co + cn]
+                if rc:
+                    block = block + 1j * matrix[ro + rn : ro + 2 * rn, co : co + cn]
+                block = _reshape(block, rshape + cshape)
+                out.append(_cast(block, rdtype) if rows.mixed or rc else block)
         return out
 
     def cut_all(self, operator: str, value: bool, results: Any) -> Any:
@@ -419,20 +481,26 @@ class Layout:
         return rows.build([cols.build(leaves[i * n : (i + 1) * n]) for i in range(len(rows.shapes))])
 
 
+def real_dtype_name(dtype: Any) -> str:
+    """``float64`` for float64 and complex128, ``float32`` for float32 and complex64 (by name)."""
+    name = str(dtype).replace("torch.", "")
+    return {"complex128": "float64", "complex64": "float32", "cfloat": "float32", "cdouble": "float64"}.get(name, name)
+
+
 def check_leaves(structure: Structure, what: str, call: str) -> None:
-    """The leaves of ``x``: arrays (or Python floats) of one family, real floating, of one dtype and
-    (torch) on one device."""
+    """The leaves of ``x``: arrays (or Python floats) of one family, real or complex floating of one
+    precision, and (torch) on one device."""
     if not structure.paths:
         raise ValueError(f"{call}: {what} has no array leaves: there is nothing to differentiate")
     first = None
-    for path, kind, dtype in zip(structure.paths, structure.types, structure.dtypes):
+    for path, kind, dtype, is_complex in zip(structure.paths, structure.types, structure.dtypes, structure.complex):
         python_float = issubclass(kind, float) and not issubclass(kind, np.generic)
-        if not python_float and not is_real_floating(_Dtyped(dtype)):
+        if not python_float and not is_complex and not is_real_floating(_Dtyped(dtype)):
             raise TypeError(
-                f"{call}: {what}{path} has dtype {str(dtype).replace('torch.', '')}; derivatives need real "
-                f"floating leaves: pass floats (e.g. a.astype(float))"
+                f"{call}: {what}{path} has dtype {str(dtype).replace('torch.', '')}; derivatives need floating "
+                f"leaves (real or complex): pass floats (e.g. a.astype(float))"
             )
-        fam, name = (NUMPY, "float64") if python_float else (_family_of(kind), str(dtype).replace("torch.", ""))
+        fam, name = (NUMPY, "float64") if python_float else (_family_of(kind), real_dtype_name(dtype))
         if first is None:
             first = (path, fam, name)
         elif fam != first[1]:
@@ -442,8 +510,8 @@ def check_leaves(structure: Structure, what: str, call: str) -> None:
             )
         elif name != first[2]:
             raise TypeError(
-                f"{call}: {what}{first[0]} has dtype {first[2]} and {what}{path} {name}; the leaves of a "
-                f"structure are differentiated as one vector and must share one dtype: cast them"
+                f"{call}: {what}{first[0]} has precision {first[2]} and {what}{path} {name}; the leaves of a "
+                f"structure are differentiated as one real vector and must share one precision: cast them"
             )
 
 

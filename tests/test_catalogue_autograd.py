@@ -164,8 +164,11 @@ def _check_grads(fun, argnum=0, modes=None, order=2):
 
 
 def _case(run: _Run, fun, args: tuple, kwargs: dict, i: int) -> None:
+    if isinstance(args[i], (list, tuple)) or np.iscomplexobj(args[i]):
+        _tangent_case(run, fun, args, kwargs, i)
+        return
     if not _real(args[i]):
-        catalogue_count(CATALOGUE, "not tried: a complex or non-float argument (complex x: structured-inputs issue)")
+        catalogue_count(CATALOGUE, "not tried: a non-float argument")
         return
     x = np.array(args[i], dtype=np.float64)
     name = f"{getattr(fun, '__name__', fun)} d/d(arg {i}) at shape {x.shape}"
@@ -202,6 +205,85 @@ def _case(run: _Run, fun, args: tuple, kwargs: dict, i: int) -> None:
         else:
             err = np.max(np.abs(np.asarray(got) - want)) if np.shape(got) == np.shape(want) else "shape"
             run.wrong.append(f"{name}: {backend} differs from autograd.jacobian by {err}")
+
+
+def _leaves(value) -> list:
+    return [v for item in value for v in _leaves(item)] if isinstance(value, (list, tuple)) else [value]
+
+
+def _like(value, fill):
+    """``value``'s structure (lists and tuples of arrays) with ``fill(leaf)`` for each leaf."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_like(v, fill) for v in value)
+    return fill(np.asarray(value))
+
+
+def _direction(leaf: np.ndarray) -> np.ndarray:
+    n = max(leaf.size, 1)
+    t = np.reshape(np.linspace(0.5, 1.5, n), leaf.shape)
+    return t + 0.25j * np.flip(t) if np.iscomplexobj(leaf) else t
+
+
+def _tangent_case(run: _Run, fun, args: tuple, kwargs: dict, i: int) -> None:
+    """A complex argument, or a list or tuple of arrays (issue 17): our pushforward along a tangent
+    against autograd's ``make_jvp`` (the derivative along t, the same in every convention), and our
+    pullback against autograd's ``make_vjp`` in ours: autograd's VJP is J^T ct for a holomorphic f and
+    the conjugate gradient for a real one, ours J^H ct and df/da + i df/db, so ours is
+    conj(autograd's(conj(ct))) (the same thing for real arrays)."""
+    if isinstance(args[i], (list, tuple)) and not any(isinstance(v, np.ndarray) for v in _leaves(args[i])):
+        # [[7.0, 8.0, 9.0]]: an array to autograd, a list of leaves to JAX's pytrees and to diffinterface
+        catalogue_count(CATALOGUE, "not tried: a nested list of numbers (an array to autograd)")
+        return
+    kind = "complex x" if np.iscomplexobj(_leaves(args[i])[0]) else "structured x"
+    z = _like(args[i], lambda v: v.astype(np.complex128 if np.iscomplexobj(v) else np.float64))
+    if not all(np.issubdtype(np.asarray(v).dtype, np.inexact) for v in _leaves(z)):
+        catalogue_count(CATALOGUE, "not tried: a non-float argument")
+        return
+    name = f"{getattr(fun, '__name__', fun)} d/d(arg {i}, {kind})"
+
+    def g(w):
+        return fun(*args[:i], w, *args[i + 1 :], **kwargs)
+
+    t = _like(z, _direction)
+    try:
+        y, jvp = autograd.make_jvp(g)(z)(t)
+        vjp, _ = autograd.make_vjp(g)(z)
+        y = np.asarray(y)
+        ct = _direction(y)
+        want_pb = _like(vjp(np.conj(ct)), np.conj)
+    except Exception:  # noqa: BLE001
+        catalogue_count(CATALOGUE, f"not tried: autograd's make_jvp or make_vjp raises ({kind})")
+        return
+    if np.isrealobj(y) and np.iscomplexobj(jvp):
+        # the derivative of a real f along any tangent is real: autograd's forward rule adds an imaginary
+        # part (its linalg.norm of a complex vector: Re <z, t> / |z| + 0.65j; central differences of
+        # f(z + h t) give the real part alone), so its real part is the reference
+        catalogue_count(CATALOGUE, "autograd's make_jvp of a real f(x) has an imaginary part: its real part compared")
+        jvp = np.real(jvp)
+    for backend, rtol, atol in (
+        (di.AutoAutograd(mode="forward"), 1e-8, 1e-10),
+        (di.AutoAutograd(mode="reverse"), 1e-8, 1e-10),
+        (di.AutoFiniteDiff(), 1e-5, 1e-6),
+    ):
+        for what, call, want in (
+            ("pushforward", lambda b: di.pushforward(b, g, z, t), jvp),
+            ("pullback", lambda b: di.pullback(b, g, z, ct), want_pb),
+        ):
+            try:
+                got = call(backend)
+            except Exception as error:  # noqa: BLE001 - an error is an allowed outcome, counted by type
+                catalogue_count(CATALOGUE, f"error {type(error).__name__} ({backend}, {kind})")
+                continue
+            pairs = list(zip(_leaves(got), _leaves(want)))
+            if len(_leaves(got)) == len(_leaves(want)) and all(_close(a, e, rtol, atol) for a, e in pairs):
+                catalogue_count(CATALOGUE, f"agree ({kind})")
+            elif isinstance(backend, di.AutoFiniteDiff) and not all(np.all(np.isfinite(e)) for _, e in pairs):
+                catalogue_count(CATALOGUE, "not comparable: autograd's derivative is not finite (AutoFiniteDiff)")
+            else:
+                err = max(
+                    (np.max(np.abs(np.asarray(a) - e)) if np.shape(a) == np.shape(e) else np.inf) for a, e in pairs
+                )
+                run.wrong.append(f"{name}: {what} on {backend} differs from autograd's by {err}")
 
 
 TESTS = _tests(_load(_tests_dir()))

@@ -47,8 +47,10 @@ def test_non_floating_x_is_a_type_error_saying_to_pass_floats(x):
 
 
 def test_x_of_an_unknown_type():
-    with pytest.raises(TypeError, match=r"x must be a float, a numpy array, a jax array or a torch tensor, got list"):
-        di.gradient(FD, scalar, [1.0, 2.0])
+    with pytest.raises(TypeError, match=r"x must be a float, a numpy array, a jax array or a torch tensor, got str"):
+        di.gradient(FD, scalar, "1.0")
+    with pytest.raises(TypeError, match=r"x\[1\] is a str, which is neither an array nor a container"):
+        di.gradient(FD, scalar, [1.0, "2.0"])  # a list is a structure (issue 17); its leaves must be arrays
 
 
 def test_f_not_callable():

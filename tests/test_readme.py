@@ -56,3 +56,19 @@ def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine
         y = np.linalg.solve(A, b)
         dA = di.jacobian(config, lambda M: solve(M, b), A)  # d y_i / d A_jk = -Ainv_ij y_k
         np.testing.assert_allclose(dA, -np.einsum("ij,k->ijk", np.linalg.inv(A), y), atol=1e-6)
+
+
+STRUCTURED = re.search(r"## Structured inputs and outputs\n\n.*?```python\n(.*?)```", README, re.S).group(1)
+
+
+@pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
+def test_the_structured_example_gives_each_parameters_gradient():
+    namespace: dict = {}
+    exec(compile(STRUCTURED, "README.md", "exec"), namespace)
+    net, grads = namespace["net"], namespace["grads"]
+    data, labels = namespace["data"], namespace["labels"]
+    net.zero_grad()
+    ((net(data) - labels) ** 2).mean().backward()  # torch's own gradient, into each parameter's .grad
+    assert list(grads) == [name for name, _ in net.named_parameters()]
+    for name, parameter in net.named_parameters():
+        np.testing.assert_allclose(grads[name].numpy(), parameter.grad.numpy(), rtol=1e-12, atol=1e-14)

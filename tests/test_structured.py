@@ -9,9 +9,9 @@ import collections
 
 import numpy as np
 import pytest
-from conftest import installed
 
 import diffinterface as di
+from conftest import installed
 from diffinterface import PreparationMismatchError
 
 jax = pytest.importorskip("jax")
@@ -127,26 +127,6 @@ def test_torch_dicts_against_torch_func(backend):
 
 def _torch_np(tree):
     return jax.tree_util.tree_map(lambda v: v.detach().numpy() if isinstance(v, torch.Tensor) else v, tree)
-
-
-def test_module_parameters_against_backward():
-    """The README's example: the gradient of a loss in a module's parameter dict."""
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
-    data, target = torch.randn(16, 4, dtype=torch.float64), torch.randn(16, 1, dtype=torch.float64)
-    params = {k: v.detach() for k, v in net.named_parameters()}
-
-    def mse(p, batch):
-        inputs, labels = batch
-        return ((torch.func.functional_call(net, p, (inputs,)) - labels) ** 2).mean()
-
-    prep = di.prepare_gradient(di.AutoTorch(), mse, params, di.Constant((data, target)))
-    grads = di.gradient(di.AutoTorch(), mse, params, di.Constant((data, target)), prep=prep)
-    assert list(grads) == list(params)
-    net.zero_grad()
-    ((net(data) - target) ** 2).mean().backward()
-    for name, parameter in net.named_parameters():
-        torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.skipif(not installed("autograd"), reason="autograd is not installed")
@@ -279,7 +259,10 @@ def test_a_mismatched_leaf_is_named_by_its_path():
 
     prep = di.prepare_gradient(di.AutoFiniteDiff(), f, p)
     q = {"layer1": [np.ones(4), np.ones(2)], "out": np.ones(2)}
-    with pytest.raises(PreparationMismatchError, match=r"x\['layer1'\]\[0\]: prepared for numpy float64 \(3,\); got numpy float64 \(4,\)"):
+    with pytest.raises(
+        PreparationMismatchError,
+        match=r"x\['layer1'\]\[0\]: prepared for numpy float64 \(3,\); got numpy float64 \(4,\)",
+    ):
         di.gradient(di.AutoFiniteDiff(), f, q, prep=prep)
     # leaves swapped in size (the same total size) are a mismatch too, even with strict=False
     loose = di.prepare_gradient(di.AutoFiniteDiff(), f, p, strict=False)
@@ -291,7 +274,9 @@ def test_a_mismatched_leaf_is_named_by_its_path():
 
 def test_errors_name_the_call_and_the_path():
     p = {"a": np.ones(2), "b": np.ones(2, dtype=np.float32)}
-    with pytest.raises(TypeError, match=r"gradient\(AutoFiniteDiff\(\), f, x\): x\['a'\] has dtype float64 and x\['b'\] float32"):
+    with pytest.raises(
+        TypeError, match=r"gradient\(AutoFiniteDiff\(\), f, x\): x\['a'\] has dtype float64 and x\['b'\] float32"
+    ):
         di.gradient(di.AutoFiniteDiff(), lambda q: np.sum(q["a"]), p)
     with pytest.raises(TypeError, match=r"x\['b'\] has dtype int64"):
         di.gradient(di.AutoFiniteDiff(), lambda q: np.sum(q["a"]), {"a": np.ones(2), "b": np.arange(2)})
@@ -311,7 +296,10 @@ def test_errors_name_the_call_and_the_path():
         di.gradient(di.AutoFiniteDiff(), loss, point(), out=np.zeros(3))
     with pytest.raises(TypeError, match="AutoSparse takes one array x"):
         di.jacobian(di.AutoSparse(di.AutoFiniteDiff()), model, point())
-    with pytest.raises(ValueError, match=r"pushforward\(AutoFiniteDiff\(\), f, x, tx\): tx\['b'\]: expected numpy float64 \(3,\), got numpy float64 \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"pushforward\(AutoFiniteDiff\(\), f, x, tx\): tx\['b'\]: expected numpy float64 \(3,\), got numpy float64 \(2,\)",
+    ):
         t = {**point(), "b": np.ones(2)}
         di.pushforward(di.AutoFiniteDiff(), model, point(), t)
     with pytest.raises(ValueError, match=r"f\(x\)\['n'\] is .* where it was"):

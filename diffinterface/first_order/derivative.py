@@ -11,23 +11,42 @@ from .._prep import Prep
 
 
 def prepare_derivative(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    strict: bool = True,
+    holomorphic: bool = False,
 ) -> Prep:
     """Prepare :func:`derivative` and :func:`value_and_derivative` for arguments shaped like these."""
-    return prepare("derivative", backend, f, x, None, contexts, y, strict)
+    return prepare("derivative", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
 
 
 def value_and_derivative(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    prep: Prep | None = None,
+    holomorphic: bool = False,
 ) -> tuple[Any, ...]:
     """``(f(x), df/dx)`` for a scalar ``x`` (a float or a 0-d array)."""
-    return run("derivative", backend, f, x, None, contexts, y, prep, value=True)
+    return run("derivative", backend, f, x, None, contexts, y, prep, value=True, holomorphic=holomorphic)
 
 
 def derivative(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    prep: Prep | None = None,
+    holomorphic: bool = False,
 ) -> Any:
-    """``df/dx`` for a scalar ``x``, shaped like ``f(x)``."""
-    if type(prep) is Prep and y is None:
+    """``df/dx`` for a scalar ``x``, shaped like ``f(x)``; for a complex ``x``, ``holomorphic=True``
+    says that ``f`` is complex-differentiable and gives ``df/dz``."""
+    if type(prep) is Prep and y is None and not holomorphic:
         return run_prepared("derivative", prep, backend, f, x, contexts)
-    return run("derivative", backend, f, x, None, contexts, y, prep)
+    return run("derivative", backend, f, x, None, contexts, y, prep, holomorphic=holomorphic)

@@ -11,10 +11,16 @@ from .._prep import Prep
 
 
 def prepare_jacobian(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Any,
+    y: Any = None,
+    strict: bool = True,
+    holomorphic: bool = False,
 ) -> Prep:
     """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these."""
-    return prepare("jacobian", backend, f, x, None, contexts, y, strict)
+    return prepare("jacobian", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
 
 
 def value_and_jacobian(
@@ -25,9 +31,10 @@ def value_and_jacobian(
     y: Any = None,
     prep: Prep | None = None,
     out: Any = None,
+    holomorphic: bool = False,
 ) -> tuple[Any, ...]:
     """``(f(x), J)``; ``out=`` receives the Jacobian."""
-    return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True)
+    return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True, holomorphic=holomorphic)
 
 
 def jacobian(
@@ -38,12 +45,14 @@ def jacobian(
     y: Any = None,
     prep: Prep | None = None,
     out: Any = None,
+    holomorphic: bool = False,
 ) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.
 
     With ``mode=None`` the adapter builds it in the cheaper direction: forward when
-    ``x.size <= f(x).size``, reverse otherwise.
+    ``x.size <= f(x).size``, reverse otherwise. For a complex ``x``, ``holomorphic=True`` says that
+    ``f`` is complex-differentiable: the result is ``dy/dz`` (as ``jax.jacfwd(f, holomorphic=True)``).
     """
-    if type(prep) is Prep and y is None:
+    if type(prep) is Prep and y is None and not holomorphic:
         return run_prepared("jacobian", prep, backend, f, x, contexts, out)
-    return run("jacobian", backend, f, x, None, contexts, y, prep, out)
+    return run("jacobian", backend, f, x, None, contexts, y, prep, out, holomorphic=holomorphic)

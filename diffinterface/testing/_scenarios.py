@@ -8,10 +8,8 @@ derive every reference result from those by linear algebra: a pushforward is ``J
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,50 +17,12 @@ from array_api_compat import array_namespace, device
 
 from .._closure import declare_modules
 from .._contexts import Cache, Constant
-from ._reference import Reference
+from ._reference import FIRST_ORDER, OPERATORS, SECOND_ORDER, Reference, Scenario, _mutable_family, _tangent, convert
 from ._rule_scenarios import rule_references
-from ._structured_scenarios import structured_scenarios
+from ._structured_scenarios import complex_scenarios, structured_scenarios
 
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
 declare_modules(__name__, walk=True)
-
-FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
-SECOND_ORDER = ("second_derivative", "hvp", "hessian")
-OPERATORS = FIRST_ORDER + SECOND_ORDER
-
-
-@dataclasses.dataclass(frozen=True)
-class Scenario:
-    """One operator on one function at one point, with its reference results.
-
-    ``value`` is ``f(x)``; ``first`` the first-order result of the operator (the derivative, gradient,
-    Jacobian, pushforward or pullback; the gradient for ``hvp`` and ``hessian``); ``second`` the
-    second-order result (second derivative, hvp, Hessian). A tuple ``tangent`` is a batch and its
-    results are tuples. ``y`` is the output buffer of a two-argument ``f(y, x, *contexts)``.
-    The harness prepares at ``prep_x`` with ``prep_tangent`` and ``prep_contexts`` and checks that
-    ``x``, the tangent, the contexts and the objects in ``state`` are unchanged by every call.
-    """
-
-    operator: str
-    f: Callable[..., Any]
-    x: Any
-    tangent: Any = None
-    contexts: tuple[Any, ...] = ()
-    y: Any = None
-    value: Any = None
-    first: Any = None
-    second: Any = None
-    name: str = ""
-    prep_x: Any = None
-    prep_tangent: Any = None
-    prep_contexts: tuple[Any, ...] | None = None
-    state: tuple[Any, ...] = ()
-    sparse: bool = False  # run through AutoSparse(backend): results are sparse matrices of shape (y.size, x.size)
-    structured: bool = False  # x or f(x) a dict, tuple, list or nesting: results are structures
-
-    def __repr__(self) -> str:
-        return f"Scenario({self.name})"
-
 
 # -- reference functions ----------------------------------------------------------------------
 
@@ -340,35 +300,6 @@ def _in_place(f: Any) -> Any:
 # -- families and dtypes ------------------------------------------------------------------------
 
 
-def convert(value: Any, family: str, dtype: Any) -> Any:
-    """A numpy value as an array of ``family`` with ``dtype`` (Python floats stay floats for numpy)."""
-    if isinstance(value, float) and family == "numpy" and np.dtype(dtype) == np.float64:
-        return value
-    arr = np.asarray(value, dtype=dtype)
-    if family == "numpy":
-        return arr
-    if family == "torch":
-        import torch
-
-        return torch.from_numpy(arr.copy())
-    if family == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(arr)
-    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax' or 'torch'")
-
-
-def _mutable_family(family: str) -> str:
-    """The family of buffers f writes into: jax arrays are immutable, so a jax user's buffer is numpy."""
-    return "numpy" if family == "jax" else family
-
-
-def _tangent(shape: tuple[Any, ...], k: int) -> np.ndarray:
-    n = int(np.prod(shape, dtype=np.int64))
-    t = np.linspace(0.5, 1.5, n) * (-1.0) ** np.arange(n) + 0.25 * k
-    return np.reshape(t, shape) if shape else np.asarray(t[0])
-
-
 def default_scenarios(
     family: str = "numpy", dtype: Any = np.float64, *, include: tuple[Any, ...] = OPERATORS
 ) -> list[Scenario]:
@@ -406,6 +337,7 @@ def default_scenarios(
                 scenarios.append(s)
     scenarios.append(sparse_scenarios(family, dtype, include))
     scenarios.append(structured_scenarios(family, dtype, include))
+    scenarios.append(complex_scenarios(family, dtype, include))
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 

@@ -20,6 +20,7 @@ from array_api_compat import array_namespace, device
 
 from .._closure import declare_modules
 from .._contexts import Constant
+from ._reference import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
 
 declare_modules(__name__, walk=True)
 
@@ -262,7 +263,6 @@ def structured_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> l
     """The structured catalogue: every applicable operator on each reference above, a batch of two
     tangents for the tangent operators, a structured ``Constant`` context (``3 f(x) + 0.5``), and a
     closure that writes a leaf of ``x`` into a captured buffer."""
-    from ._scenarios import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
 
     out = []
     for ref in structured_references():
@@ -368,3 +368,181 @@ def _split(v: np.ndarray, template: Any) -> list[np.ndarray]:
     leaves = [np.asarray(u) for u in _leaves(template)]
     parts = np.split(v, np.cumsum([u.size for u in leaves])[:-1])
     return [np.reshape(p, u.shape) for p, u in zip(parts, leaves)]
+
+
+# -- complex inputs ------------------------------------------------------------------------------
+# Conventions (README "Complex numbers"): the gradient of a real f of z = a + ib is df/da + i df/db
+# (torch's, the steepest-ascent direction; JAX's grad is its conjugate); a pushforward is the
+# derivative along a complex tangent; a pullback its adjoint for the real inner product Re<u, v>
+# (J^H ty for a holomorphic f); an hvp the pushforward of the gradient; jacobian and derivative of a
+# complex x need holomorphic=True and give dy/dz.
+
+_W = np.array([1.0, 2.0, 0.5])
+
+
+def abs2(z: Any) -> Any:
+    xp = array_namespace(z)
+    return xp.sum(_const_like(z, _W) * (xp.real(z) ** 2 + xp.imag(z) ** 2))
+
+
+def square(z: Any) -> Any:
+    return z * z
+
+
+def exp(z: Any) -> Any:
+    return array_namespace(z).exp(z)
+
+
+def cube(z: Any) -> Any:
+    return z**3
+
+
+def abs2_weighted(p: Any) -> Any:
+    xp = array_namespace(p["r"])
+    z = p["z"]
+    return xp.sum((xp.real(z) ** 2 + xp.imag(z) ** 2) * p["r"])
+
+
+def _const_like(z: Any, value: np.ndarray) -> Any:
+    """A real constant in the family, real precision and device of the complex ``z``."""
+    xp = array_namespace(z)
+    return xp.asarray(value, dtype=xp.real(z).dtype, device=device(z))
+
+
+def _complex_cases() -> list[tuple[str, Callable[..., Any], Any, dict[str, Any]]]:
+    """``(name, f, z, closed forms)``: each closed form ``(z, t) -> result`` (t the tangent)."""
+    w = _W
+    z3 = np.array([1.0 + 2.0j, -0.5 + 0.3j, 0.2 - 1.1j])
+    z2 = np.array([0.3 - 0.4j, -1.2 + 0.5j])
+    zr = {"z": np.array([0.7 + 0.1j, -0.4 - 0.9j]), "r": np.array([1.5, -0.5])}
+    return [
+        (
+            "abs2",
+            abs2,
+            z3,
+            {
+                "value": lambda z, t: np.asarray(np.sum(w * np.abs(z) ** 2)),
+                "gradient": lambda z, t: 2 * w * z,
+                "hvp": lambda z, t: 2 * w * t,
+                "pushforward": lambda z, t: np.asarray(np.sum(2 * w * np.real(np.conj(z) * t))),
+                "pullback": lambda z, t: 2 * w * z * t,
+            },
+        ),
+        (
+            "square",
+            square,
+            z2,
+            {
+                "value": lambda z, t: z * z,
+                "jacobian": lambda z, t: np.diag(2 * z),
+                "pushforward": lambda z, t: 2 * z * t,
+                "pullback": lambda z, t: np.conj(2 * z) * t,
+            },
+        ),
+        (
+            "exp",
+            exp,
+            z2,
+            {
+                "value": lambda z, t: np.exp(z),
+                "jacobian": lambda z, t: np.diag(np.exp(z)),
+                "pushforward": lambda z, t: np.exp(z) * t,
+                "pullback": lambda z, t: np.conj(np.exp(z)) * t,
+            },
+        ),
+        (
+            "cube",
+            cube,
+            np.asarray(0.5 + 1.0j),
+            {
+                "value": lambda z, t: z**3,
+                "derivative": lambda z, t: 3 * z**2,
+                "pushforward": lambda z, t: 3 * z**2 * t,
+            },
+        ),
+        (
+            "abs2_weighted",
+            abs2_weighted,
+            zr,
+            {
+                "value": lambda p, t: np.asarray(np.sum(np.abs(p["z"]) ** 2 * p["r"])),
+                "gradient": lambda p, t: {"z": 2 * p["z"] * p["r"], "r": np.abs(p["z"]) ** 2},
+                "hvp": lambda p, t: {
+                    "z": 2 * t["z"] * p["r"] + 2 * p["z"] * t["r"],
+                    "r": 2 * np.real(np.conj(p["z"]) * t["z"]),
+                },
+                "pushforward": lambda p, t: np.asarray(
+                    np.sum(2 * np.real(np.conj(p["z"]) * t["z"]) * p["r"] + np.abs(p["z"]) ** 2 * t["r"])
+                ),
+                "pullback": lambda p, t: {"z": 2 * p["z"] * p["r"] * t, "r": np.abs(p["z"]) ** 2 * t},
+            },
+        ),
+    ]
+
+
+def complex_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list[Any]:
+    """Complex x, each operator its closed form above (holomorphic=True for jacobian and derivative),
+    one tangent and a batch of two, prepared at another point."""
+
+    cdtype = np.complex64 if np.dtype(dtype) == np.float32 else np.complex128
+
+    def conv(s: Any) -> Any:
+        def leaf(v: Any) -> Any:
+            arr = np.asarray(v, dtype=cdtype if np.iscomplexobj(v) else dtype)
+            if family == "torch":
+                import torch
+
+                return torch.from_numpy(arr.copy())
+            if family == "jax":
+                import jax.numpy as jnp
+
+                return jnp.asarray(arr)
+            return arr
+
+        return _map(s, leaf)
+
+    def tangent(like: Any, k: int) -> Any:
+        def leaf(v: Any) -> Any:
+            t = _tangent(np.shape(v), k)
+            return t + 0.5j * np.flip(t) if np.iscomplexobj(v) else t
+
+        return _map(like, leaf)
+
+    out = []
+    for name, f, z, forms in _complex_cases():
+        value = forms["value"](z, None)
+        for op in [o for o in ("gradient", "jacobian", "derivative", "pushforward", "pullback", "hvp") if o in forms]:
+            if op not in include:
+                continue
+            like = value if op == "pullback" else z
+            for batched in (False, True) if op in ("pushforward", "pullback", "hvp") else (False,):
+                ts = [tangent(like, k) for k in range(2 if batched else 1)]
+                results = (
+                    [forms[op](z, t) for t in ts] if op in ("pushforward", "pullback", "hvp") else [forms[op](z, None)]
+                )
+                result = tuple(results) if batched else results[0]
+                first, second = result, None
+                if op == "hvp":
+                    first, second = forms["gradient"](z, None), result
+                tangent_arg = prep_tangent = None
+                if op in ("pushforward", "pullback", "hvp"):
+                    tangent_arg = tuple(conv(t) for t in ts) if batched else conv(ts[0])
+                    ones = _map(like, lambda v: np.ones(np.shape(v), dtype=np.asarray(v).dtype))
+                    prep_tangent = tuple(conv(ones) for _ in ts) if batched else conv(ones)
+                out.append(
+                    Scenario(
+                        operator=op,
+                        f=f,
+                        x=conv(z),
+                        tangent=tangent_arg,
+                        value=None if op == "hvp" else value,
+                        first=first,
+                        second=second,
+                        name=f"complex/{op}/{name}" + ("/batched" if batched else ""),
+                        prep_x=conv(_map(z, lambda v: np.asarray(v) + (0.25 - 0.5j if np.iscomplexobj(v) else 0.25))),
+                        prep_tangent=prep_tangent,
+                        structured=True,
+                        holomorphic=op in ("jacobian", "derivative"),
+                    )
+                )
+    return out

@@ -1,0 +1,169 @@
+"""``python -m diffinterface bench --table structured`` (issue 17): the price of a structured ``x``.
+
+- gradient rows: a prepared gradient of ``f(p) = sum over the leaves of sum(sin(leaf)**2)`` with
+  respect to a dict of ``leaves`` arrays (the engine's own arrays, ``n`` elements in all), interleaved
+  against (1) the same prepared gradient of the same ``f`` given one flat array, which ``f`` cuts into
+  the dict itself (slices of the vector: what a user wrote before structures were accepted), and
+  (2) the engine's own gradient of the dict (``jax.jit(jax.grad(f))``; ``torch.autograd.grad`` over
+  the leaves; ``autograd.grad``). Budget (issue 17): (1) at most 1.1 for 10 arrays of 1e4 in all.
+- flatten rows: one prepared call's check and flattening of a dict of 10 arrays by each tree tool
+  (``Structure.checked``, the walk the library uses; ``jax.tree_util``, ``optree`` and
+  ``torch.utils._pytree`` flattening with a comparison of the tree definitions), where installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace
+
+COLUMNS = [
+    "case",
+    "backend",
+    "inputs",
+    "n",
+    "leaves",
+    "ours_s",
+    "baseline",
+    "baseline_s",
+    "ratio",
+    "min",
+    "max",
+    "within_1.1",
+]
+
+NOTES = (
+    "gradient rows: f(p) = sum of sum(sin(leaf)**2) over the leaves of a dict (the engine's own arrays, n "
+    "elements in all); 'flat array' is the prepared gradient of the same f given one vector that f cuts into "
+    "the dict by slices; 'engine' is the engine's own gradient of the dict (`jax.jit(jax.grad(f))`, "
+    "`torch.autograd.grad` over the leaves, `autograd.grad`). flatten rows: one check-and-flatten of a dict of "
+    "10 arrays (best of 7 runs of 20000), the tree definitions compared where the tool has them. Budget (issue "
+    "17): the 'flat array' ratio at most 1.1 for 10 arrays of 1e4 in all."
+)
+
+
+def _loss(p: Any) -> Any:
+    total = 0.0
+    for v in p.values():
+        xp = array_namespace(v)
+        total = total + xp.sum(xp.sin(v) ** 2)
+    return total
+
+
+def _cutter(keys: list[str], size: int) -> Callable[[Any], Any]:
+    def from_vector(x: Any) -> Any:  # the user's own cutting of one vector into the dict
+        return _loss({k: x[i * size : (i + 1) * size] for i, k in enumerate(keys)})
+
+    return from_vector
+
+
+def _native(name: str, p: Any) -> Callable[[], Any] | None:
+    if name == "jax":
+        import jax
+
+        g = jax.jit(jax.grad(_loss))
+        return lambda: jax.block_until_ready(g(p))
+    if name == "torch":
+        import torch
+
+        leaves = list(p.values())
+        keys = list(p)
+
+        def grad() -> Any:
+            xs = [v.detach().requires_grad_() for v in leaves]
+            return torch.autograd.grad(_loss(dict(zip(keys, xs))), xs)
+
+        return grad
+    if name == "autograd":
+        import autograd
+
+        g = autograd.grad(_loss)
+        return lambda: g(p)
+    return None
+
+
+def flatten_rows() -> list[dict[str, Any]]:
+    from ._structure import Structure
+
+    p = {f"layer{i}": np.ones(1000) for i in range(10)}
+    structure = Structure.of(p, "x")
+    tools: list[tuple[str, Callable[[], Any]]] = [("Structure.checked (diffinterface)", lambda: structure.checked(p))]
+    if importlib.util.find_spec("jax") is not None:
+        import jax
+
+        treedef = jax.tree_util.tree_structure(p)
+        tools.append(("jax.tree_util", lambda: jax.tree_util.tree_flatten(p)[1] == treedef))
+    if importlib.util.find_spec("optree") is not None:
+        import optree
+
+        spec = optree.tree_structure(p)
+        tools.append(("optree", lambda: optree.tree_flatten(p)[1] == spec))
+    if importlib.util.find_spec("torch") is not None:
+        import torch.utils._pytree as pytree
+
+        torch_spec = pytree.tree_structure(p)
+        tools.append(("torch.utils._pytree", lambda: pytree.tree_flatten(p)[1] == torch_spec))
+    rows = []
+    for label, fn in tools:
+        seconds = min(timeit.repeat(fn, number=20000, repeat=7)) / 20000
+        rows.append({"case": "flatten a dict of 10 arrays", "backend": label, "leaves": 10, "ours_s": seconds})
+    return rows
+
+
+def structured(engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any) -> list[dict]:
+    """The rows of the table (``bench`` is ``diffinterface._bench``: its engines, configs and timing)."""
+    from . import gradient, prepare_gradient
+
+    sizes = (100, 10_000, 1_000_000) if full else (10_000,)
+    plan = [(name, n) for name in engines for n in sizes if bench.engine(name).allows("gradient", n)]
+    rows = flatten_rows()
+    for i, (name, n) in enumerate(plan):
+        progress(i, len(plan), f"structured {name} {n}")
+        eng, backend = bench.engine(name), bench.config(name)
+        leaves = 10
+        size = n // leaves
+        keys = [f"layer{k}" for k in range(leaves)]
+        flat_np = np.linspace(-1.0, 1.0, n)
+        p = {k: eng.array(flat_np[j * size : (j + 1) * size]) for j, k in enumerate(keys)}
+        flat = eng.array(flat_np)
+        from_vector = _cutter(keys, size)
+        p_struct, p_flat = prepare_gradient(backend, _loss, p), prepare_gradient(backend, from_vector, flat)
+        expected = np.sin(2 * flat_np)  # d/dx sin(x)**2
+        rtol = 1e-5 if str(np.asarray(flat).dtype) == "float32" else 1e-6
+        got = gradient(backend, _loss, p, prep=p_struct)
+        np.testing.assert_allclose(np.concatenate([np.asarray(got[k]) for k in keys]), expected, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(
+            np.asarray(gradient(backend, from_vector, flat, prep=p_flat)), expected, rtol=rtol, atol=rtol
+        )
+
+        def ours() -> Any:
+            return eng.ready(gradient(backend, _loss, p, prep=p_struct))
+
+        baselines = [("flat array", lambda: eng.ready(gradient(backend, from_vector, flat, prep=p_flat)))]
+        native = _native(name, p)
+        if native is not None:
+            baselines.append(("engine", native))
+        for label, baseline in baselines:
+            r = bench.ratio(ours, baseline, timing)
+            rows.append(
+                {
+                    "case": "gradient",
+                    "backend": repr(backend),
+                    "inputs": eng.inputs,
+                    "n": n,
+                    "leaves": leaves,
+                    "ours_s": r["ours_s"],
+                    "baseline": label,
+                    "baseline_s": r["native_s"],
+                    "ratio": r["ratio"],
+                    "min": r["ratio_min"],
+                    "max": r["ratio_max"],
+                    "within_1.1": r["ratio"] <= 1.1 if label == "flat array" else "",
+                }
+            )
+    progress(len(plan), len(plan), "structured")
+    return rows
