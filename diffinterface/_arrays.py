@@ -342,11 +342,14 @@ def complex_dtype(dtype: Any) -> bool:
 
 
 def as_input(value: Any) -> Any:
-    """A Python float as the 0-d float64 numpy array that ``f`` and the engines receive; a numpy array
+    """A Python float (complex) as the 0-d float64 (complex128) numpy array that ``f`` and the engines
+    receive; a numpy array
     of non-native byte order (``'>f8'`` on a little-endian machine, a valid float64 array that torch
     and JAX refuse) as a native copy."""
     if isinstance(value, float):
         return np.asarray(value, dtype=np.float64)
+    if type(value) is complex:
+        return np.asarray(value, dtype=np.complex128)
     if type(value) is np.ndarray and not value.dtype.isnative:
         return value.astype(value.dtype.newbyteorder("="))
     return value

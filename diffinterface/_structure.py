@@ -213,7 +213,8 @@ def _dtype_name(value: Any, kind: Any = None) -> str:
     """The dtype of a leaf (or a dtype, with the leaf's type ``kind``) by name: float64 for Python floats."""
     dtype = value if kind is not None else getattr(value, "dtype", None)
     if dtype is None:
-        return "float64" if issubclass(kind if kind is not None else type(value), float) else ""
+        kind = kind if kind is not None else type(value)
+        return "float64" if issubclass(kind, float) else "complex128" if issubclass(kind, complex) else ""
     return str(dtype).replace("torch.", "")
 
 
@@ -576,7 +577,7 @@ class StructuredRunners:
         like = TANGENT_OF.get(operator)
         self.tangent = None if like is None else (layout.xs if like == "x" else layout.ys)
         self.data = getattr(inner, "data", None)
-        self.numpy_x = layout.xs.types[0] is float or _family_of(layout.xs.types[0]) == NUMPY
+        self.numpy_x = _family_of(layout.xs.types[0]) == NUMPY
 
     def _mismatch(self, name: str, m: Mismatch) -> PreparationMismatchError:
         return PreparationMismatchError(
@@ -613,8 +614,12 @@ class StructuredRunners:
             results = layout.cut_all(operator, value, inner(layout.xs.ravel(leaves), flat_ts, contexts))
         kinds = KINDS[operator]
         if not value:
-            return layout.build(kinds[-1], results, like, batched)
-        return tuple(layout.build(k, r, like, batched) for k, r in zip(kinds, results))
+            out = layout.build(kinds[-1], results, like, batched)
+            return out[()] if type(x) is complex and type(out) is np.ndarray and out.ndim == 0 else out
+        out = tuple(layout.build(k, r, like, batched) for k, r in zip(kinds, results))
+        if type(x) is complex:  # as a Python float x gives np.float64: 0-d results as numpy scalars
+            out = tuple(v[()] if type(v) is np.ndarray and v.ndim == 0 else v for v in out)
+        return out
 
     def plain(self, x: Any, tangent: Any, contexts: tuple[Any, ...]) -> Any:
         return self.run(False, x, tangent, contexts)

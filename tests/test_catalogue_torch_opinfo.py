@@ -91,8 +91,10 @@ def _try(thunk):
 def _check(op, sample, name: str, wrong: list) -> bool:
     """Runs one sample; False where it was passed over before any derivative was taken."""
     x = sample.input
-    if not (isinstance(x, torch.Tensor) and x.dtype == F64 and x.layout == torch.strided):
-        catalogue_count(CATALOGUE, "not tried: x is not one dense float64 tensor (a list, integers, sparse)")
+    if isinstance(x, (list, tuple)) and x and all(_dense_f64(v) for v in x):
+        return _check_sequence(op, sample, name, wrong)
+    if not _dense_f64(x):
+        catalogue_count(CATALOGUE, "not tried: x is not dense float64 tensors (integers, sparse)")
         return False
     # a contiguous copy: as_strided's partial_views read the storage around a view of x, memory that is
     # not x's values (torch's own jacobian differentiates a copy as well)
@@ -156,6 +158,47 @@ def _check(op, sample, name: str, wrong: list) -> bool:
         catalogue_count(CATALOGUE, "not comparable: f is piecewise constant, AutoFiniteDiff's steps cross a jump")
     else:
         wrong.append(f"{name}: AutoFiniteDiff differs from torch.autograd.functional.jacobian")
+    return True
+
+
+def _dense_f64(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == F64 and x.layout == torch.strided
+
+
+def _check_sequence(op, sample, name: str, wrong: list) -> bool:
+    """x a list or tuple of tensors (torch.cat, stack, ...; issue 17): our Jacobian, a sequence of
+    blocks ``f(x).shape + x[i].shape``, against torch's Jacobian with respect to each tensor."""
+    kind = type(sample.input)
+    x = kind(v.detach().clone(memory_format=torch.contiguous_format) for v in sample.input)
+    f = _function(op, sample)
+    y, error = _try(lambda: f(kind(v.clone() for v in x)))
+    if error is not None or not isinstance(y, torch.Tensor):
+        catalogue_count(CATALOGUE, "not tried: the op fails or has no floating output (a sequence x)")
+        return False
+    if sum(v.numel() for v in x) * y.numel() > LARGEST:
+        catalogue_count(CATALOGUE, f"not tried: a Jacobian of over {LARGEST} entries (the suite's time)")
+        return False
+    reference, error = _try(lambda: torch.autograd.functional.jacobian(lambda *vs: f(kind(vs)), tuple(x)))
+    if error is not None or y.is_complex():
+        catalogue_count(CATALOGUE, "not tried: torch's own jacobian raises (a sequence x)")
+        return False
+    for backend in (di.AutoTorch(), di.AutoTorch(mode="forward"), di.AutoTorch(mode="reverse"), di.AutoFiniteDiff()):
+        before = [v.clone() for v in x]
+        got, error = _try(lambda b=backend: di.jacobian(b, f, x))
+        if not all(torch.equal(v, w) for v, w in zip(x, before)):
+            wrong.append(f"{name}: {backend} changed x")
+        if error is not None:
+            catalogue_count(CATALOGUE, f"error {type(error).__name__} ({backend}, a sequence x)")
+            continue
+        tol = {"rtol": 1e-3, "atol": 1e-5} if isinstance(backend, di.AutoFiniteDiff) else {}
+        if (
+            type(got) is kind
+            and len(got) == len(reference)
+            and all(_close(g, r, **tol) for g, r in zip(got, reference))
+        ):
+            catalogue_count(CATALOGUE, "agree (a sequence x)")
+        else:
+            wrong.append(f"{name}: {backend} differs from torch.autograd.functional.jacobian (a sequence x)")
     return True
 
 
