@@ -407,16 +407,64 @@ def _to_jax(value: Any) -> Any:
     return to_family(value, "jax")
 
 
-def _structured(body: Any, layout: Any, operator_name: str) -> Any:
+def _structured(body: Any, layout: Any, operator_name: str, forward: bool, n_tangents: int) -> Any:
     """``body`` over the leaves of a structured x (and tangents), its results cut into leaves, all
-    inside the compiled program (``structures_inside``: see ``diffinterface._structure``)."""
+    inside the compiled program (``structures_inside``: see ``diffinterface._structure``).
+
+    The gradient (reverse mode), one pullback, one pushforward (forward mode) and one hvp of a real
+    x run JAX's own pytree transforms over the list of leaves instead (``f`` takes the list too):
+    measured at 10 leaves of 1e3, a program over the concatenated vector cost 1.14x JAX's own
+    ``jit(grad)`` of the dict, the tree program 1.0x."""
     tangent_like = layout.ys if operator_name == "pullback" else layout.xs
+    complex_parts = layout.xs.has_complex or (layout.ys is not None and layout.ys.has_complex)
+    tree = _tree_body(operator_name, forward, layout) if n_tangents <= 1 and not complex_parts else None
+    if tree is not None:
+        return tree
 
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)
         return layout.cut_all(operator_name, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
 
     return traced
+
+
+def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
+    """The body of :func:`_structured` on JAX's pytree transforms, or None for the other operators.
+    Results as ``Layout.cut_all`` gives them: lists of leaves, f(x) cut from its vector."""
+    cut_y = layout.cut
+
+    if operator_name == "gradient" and not forward:
+
+        def gradient(f: Any, x: Any, ts: Any, value: Any) -> Any:
+            if value:
+                y, g = jax.value_and_grad(f)(list(x))
+                return [y], list(g)
+            return list(jax.grad(f)(list(x)))
+
+        return gradient
+    if operator_name == "pullback" and not forward:
+
+        def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
+            y, vjp = jax.vjp(f, list(x))
+            out = (list(vjp(layout.ys.ravel(list(ts[0])))[0]),)
+            return (cut_y("y", y), out) if value else out
+
+        return pullback
+    if operator_name == "pushforward" and forward:
+
+        def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
+            y, out = jax.jvp(f, (list(x),), (list(ts[0]),))
+            return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
+
+        return pushforward
+    if operator_name == "hvp":
+
+        def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
+            g, out = jax.jvp(jax.grad(f), (list(x),), (list(ts[0]),))
+            return (list(g), (list(out),)) if value else (list(out),)
+
+        return hvp
+    return None
 
 
 def _preferring(mode: str, body: Any) -> Any:
@@ -479,13 +527,14 @@ class Adapter(_Base):
         operator (see _Prepared), ``plain`` one call into the compiled function."""
         forward = self.forward(operator_name, info)
         body = _builders(forward)[operator_name]
+        leaf = x
+        if info.layout is not None:  # x is the list of a structure's leaves
+            body = _structured(body, info.layout, operator_name, forward, len(tangents))
+            leaf = x[0]
         if operator_name not in ("second_derivative", "hvp", "hessian"):
             body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
-        leaf = x
-        if info.layout is not None:  # x is the list of a structure's leaves
-            body, leaf = _structured(body, info.layout, operator_name), x[0]
         prepared = _Prepared(
             function, operator_name, body, jit, _is_float64(leaf), family(leaf) == TORCH, len(tangents)
         )

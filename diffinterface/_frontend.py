@@ -86,8 +86,8 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
         )
     if not is_real_floating(x):
         raise TypeError(
-            f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a real "
-            f"floating {name}: pass floats (e.g. x.astype(float) or 1.0 instead of 1)"
+            f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a floating "
+            f"{name} (real, or complex for x): pass floats (e.g. x.astype(float) or 1.0 instead of 1)"
         )
     return as_input(x)
 

@@ -16,9 +16,15 @@ Measured on a dict of 10 arrays (2-core CPU VM, Python 3.11): this walk takes 2.
 prepared check-and-flatten below 2.5 us, against 2.6 us for ``jax.tree_util.tree_flatten`` with a
 treedef comparison and 13 us for ``torch.utils._pytree.tree_flatten`` (``benchmarks/results/structured.md``).
 
-**Leaves.** Arrays of one family and one real floating dtype (the flat vector has that dtype; mixed
-dtypes are refused with the two paths, rather than promoted and silently cast back). ``f(x)`` may
-mix dtypes: its vector has the promoted dtype and each result leaf is cast back to its own.
+**Leaves.** Arrays of one family and one precision (the flat vector has it; mixed dtypes are
+refused with the two paths, rather than promoted and silently cast back). ``f(x)`` may mix dtypes:
+its vector has the promoted dtype and each result leaf is cast back to its own.
+
+**Complex leaves** take two stretches of the real vector, the real part then the imaginary part,
+and ``f`` receives ``re + 1j * im``: every engine differentiates real numbers only, so the results
+follow one convention (torch's: the gradient of a real ``f`` is ``df/da + i df/db``; a pullback is
+``J^H ty``) whatever the engine's own. A Jacobian block of a complex x leaf is taken from the real
+part's columns: ``dy/dz`` for a holomorphic ``f``, which the frontend makes the user say.
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ class Structure:
         "mixed",
         "complex",
         "pieces",
+        "vectors",
     )
 
     def __init__(self, spec: Any, leaves: list[Any], paths: list[str]) -> None:
@@ -123,6 +130,7 @@ class Structure:
         self.offsets = list(np.cumsum([0] + spans[:-1]).tolist()) if leaves else []
         self.size = sum(spans)
         self.trivial = spec[0] == LEAF and not any(self.complex)
+        self.vectors = [len(shape) == 1 for shape in self.shapes]  # 1-D leaves need no reshape (torch: 1 us each)
         self.mixed = len({str(d) for d in self.dtypes}) > 1
 
     # -- building ------------------------------------------------------------------------------
@@ -174,17 +182,18 @@ class Structure:
         if self.trivial:
             return leaves[0]
         parts = []
-        for v, c in zip(leaves, self.complex):
-            flat = _reshape(v, (-1,))
+        for v, c, vector in zip(leaves, self.complex, self.vectors):
+            flat = v if vector else _reshape(v, (-1,))
             parts += _real_imag(flat) if c else [flat]
         return parts[0] if len(parts) == 1 else _concat(parts)
 
-    def unravel(self, flat: Any) -> list[Any]:
+    def unravel(self, flat: Any, result: bool = False) -> list[Any]:
         """The leaves of a vector made by :meth:`ravel` (views where the engine has them; a complex
-        leaf ``re + 1j * im``, which each engine differentiates as the real pair it is)."""
+        leaf ``re + 1j * im``, which each engine differentiates as the real pair it is). ``result``:
+        a computed result, not an input of ``f`` (nothing writes into its leaves)."""
         if self.trivial:
             return [flat]
-        if family(flat) == TORCH and flat.is_leaf and flat.requires_grad:
+        if family(flat) == TORCH and (result or (flat.is_leaf and flat.requires_grad)):
             # one split, whose backward is one concatenation (slices would each add a zero-filled
             # full-size gradient). Its views refuse writes, as a leaf that requires grad does anyway:
             # torch's adapter then runs f on a copy of the vector (not a leaf), cut into slices that
@@ -194,9 +203,11 @@ class Structure:
             starts = np.cumsum([0] + self.pieces[:-1]).tolist()
             parts = iter([flat[o : o + n] for o, n in zip(starts, self.pieces)])
         out = []
-        for shape, c in zip(self.shapes, self.complex):
+        for shape, c, vector in zip(self.shapes, self.complex, self.vectors):
             part = next(parts)
-            out.append(_reshape(part + 1j * next(parts) if c else part, shape))
+            if c:
+                part = part + 1j * next(parts)
+            out.append(part if vector else _reshape(part, shape))  # a 1-D leaf: its part as it is
         return out
 
     @property
@@ -314,8 +325,8 @@ def _build(spec: Any, leaves: Any) -> Any:
         return None
     if tag == DICT:
         _, kind, keys, _, children = spec
-        items = {k: _build(c, leaves) for k, c in zip(keys, children)}
-        return items if kind is dict else kind(items) if kind.__name__ != "defaultdict" else _defaultdict(items)
+        mapping = {k: _build(c, leaves) for k, c in zip(keys, children)}
+        return mapping if kind is dict else kind(mapping) if kind.__name__ != "defaultdict" else _defaultdict(mapping)
     if tag == SEQ:
         _, kind, _, children = spec
         items = [_build(c, leaves) for c in children]
@@ -388,17 +399,14 @@ class Layout:
     def __init__(self, xs: Structure, call: str) -> None:
         self.xs, self.ys, self.call = xs, None, call
 
-    @property
-    def structured(self) -> bool:
-        return not (self.xs.trivial and self.ys is not None and self.ys.trivial)
-
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` as the flat problem's function: a vector in, a vector (or f's own array) out."""
+        """``fn`` as the flat problem's function: a vector in, a vector (or f's own array) out. It
+        also takes the list of x's leaves (JAX's pytree transforms pass that: see backends/jax.py)."""
         xs, ravel = self.xs, self.ravel_output
         if xs.trivial:
-            return lambda v, *contexts: ravel(fn(v, *contexts))
+            return lambda v, *contexts: ravel(fn(v[0] if type(v) is list else v, *contexts))
         unravel, build = xs.unravel, xs.build
-        return lambda v, *contexts: ravel(fn(build(unravel(v)), *contexts))
+        return lambda v, *contexts: ravel(fn(build(v if type(v) is list else unravel(v)), *contexts))
 
     def ravel_output(self, y: Any) -> Any:
         ys = self.ys
@@ -433,11 +441,11 @@ class Layout:
         if kind == "s":
             return [result]
         if kind == "x":
-            return self.xs.unravel(result)
+            return self.xs.unravel(result, True)
         ys = self.ys
         assert ys is not None
         if kind == "y":
-            leaves = ys.unravel(result)
+            leaves = ys.unravel(result, True)
             return [_cast(v, d) for v, d in zip(leaves, ys.dtypes)] if ys.mixed else leaves
         rows, cols = (ys, self.xs) if kind == "J" else (self.xs, self.xs)
         matrix = _reshape(result, (rows.size, cols.size))
@@ -544,6 +552,7 @@ def _family_of(kind: type) -> Any:
 def tangent_leaves(tangent: Any, structure: Structure, like: Any) -> tuple[tuple[list[Any], ...], bool]:
     """The leaves of a tangent shaped like ``structure``, or of each of a tuple of them (``batched``),
     in the family of ``like`` (a leaf of x); :class:`Mismatch` with the path (``[i]...`` in a batch)."""
+    items: tuple[list[Any], ...]
     try:
         items, batched = (structure.checked(tangent, False),), False
     except Mismatch:

@@ -275,7 +275,7 @@ def test_a_mismatched_leaf_is_named_by_its_path():
 def test_errors_name_the_call_and_the_path():
     p = {"a": np.ones(2), "b": np.ones(2, dtype=np.float32)}
     with pytest.raises(
-        TypeError, match=r"gradient\(AutoFiniteDiff\(\), f, x\): x\['a'\] has dtype float64 and x\['b'\] float32"
+        TypeError, match=r"gradient\(AutoFiniteDiff\(\), f, x\): x\['a'\] has precision float64 and x\['b'\] float32"
     ):
         di.gradient(di.AutoFiniteDiff(), lambda q: np.sum(q["a"]), p)
     with pytest.raises(TypeError, match=r"x\['b'\] has dtype int64"):

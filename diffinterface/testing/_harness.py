@@ -12,8 +12,8 @@ import numpy as np
 
 from .. import first_order as fo
 from .. import second_order as so
-from .._arrays import JAX, NUMPY, family, to_family
-from .._backends import AutoFiniteDiff, SecondOrder
+from .._arrays import JAX, NUMPY, complex_dtype, family, to_family
+from .._backends import AutoFiniteDiff, SecondOrder, adapter_for
 from .._contexts import Context
 from .._sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
@@ -182,6 +182,13 @@ class _Check:
         if s.holomorphic:
             kwargs["holomorphic"] = True
         lead = (s.tangent,) if takes_tangent else ()
+        if _complex_leaves(s.x) and getattr(adapter_for(backend, "check"), "complex_step", False):
+            # a complex step needs a real x: the expected outcome is the TypeError that says so
+            try:
+                plain(backend, s.f, s.x, *lead, *s.contexts, **kwargs)
+            except TypeError:
+                return
+            raise AssertionError(f"{s.operator}: a complex-step backend accepted a complex x")
         for prepared in (False, True):
             prep = None
             if prepared:
@@ -226,6 +233,14 @@ class _Check:
                     if got is not out:
                         raise AssertionError(f"{s.operator}(out=...) ({label}) did not return the out array")
                     self.close(f"{s.operator}(out=...) ({label})", out, expected)
+
+
+def _complex_leaves(x: Any) -> bool:
+    if isinstance(x, dict):
+        return any(_complex_leaves(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_complex_leaves(v) for v in x)
+    return complex_dtype(getattr(x, "dtype", None))
 
 
 def _zeroed(result: Any) -> Any:
