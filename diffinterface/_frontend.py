@@ -169,9 +169,8 @@ def prepare(
                 f"{call}: {operator} needs a scalar x (a float or 0-d array), got a {type(x).__name__}; "
                 f"for structured inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
                 if not layout.xs.trivial_shape
-                else f"{call}: second_derivative of a complex x is not available; the derivative of the "
-                f"derivative is (derivative(backend, lambda z: derivative(backend, f, z, holomorphic=True), x, "
-                f"holomorphic=True) with a backend that nests, or SecondOrder)"
+                else f"{call}: second_derivative takes a real x; for a complex x, derivative and jacobian with "
+                f"holomorphic=True give the first derivative, and hvp the second-order product of a real f"
             )
         if layout.xs.has_complex:
             inner_operator = _complex_x(operator, adapter, holomorphic, call)
