@@ -92,7 +92,10 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
     return as_input(x)
 
 
-def _tangents(tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str) -> tuple[Any, ...]:
+def _tangents(
+    tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
+) -> tuple[Any, ...]:
+    """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     batched = isinstance(tangent, tuple)
     items = tangent if batched else (tangent,)
     out = []
@@ -105,6 +108,12 @@ def _tangents(tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: 
             )
         if shape(t) != expected:
             raise ValueError(f"{call}: {label} has shape {shape(t)}, expected {what} shape {expected}")
+        if not complex_ok and (type(t) is complex or complex_dtype(getattr(t, "dtype", None))):
+            # engines would cast it to its real part (torch with a warning) or refuse it (JAX)
+            raise ValueError(
+                f"{call}: {label} is complex ({describe(t)}) and {what} is real; pass a real tangent, or a "
+                f"complex x (its leaves are differentiated as real pairs)"
+            )
         out.append(to_family(as_input(t), family(x), like=x))
     return tuple(out), batched
 
@@ -211,7 +220,7 @@ def prepare(
     _check_output(operator, info, call)
     if tangent_name == "ty":
         if layout is None:
-            tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty")
+            tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty", complex_dtype(info.y_dtype))
         else:
             assert layout.ys is not None
             tangents, tangent_leaves = _structured_tangents(tangent, layout.ys, x_leaves[0], call, "ty")

@@ -126,7 +126,7 @@ class Structure:
         # a complex leaf takes two stretches of the real vector: its real part, then its imaginary part
         self.complex = [d is not None and complex_dtype(d) for d in self.dtypes]
         self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
-        self.pieces = [n for n, c in zip(self.sizes, self.complex) for n in ((n, n) if c else (n,))]
+        self.pieces = [piece for n, c in zip(self.sizes, self.complex) for piece in ((n, n) if c else (n,))]
         spans = [2 * n if c else n for n, c in zip(self.sizes, self.complex)]
         self.offsets = list(np.cumsum([0] + spans[:-1]).tolist()) if leaves else []
         self.size = sum(spans)
@@ -565,6 +565,11 @@ def tangent_leaves(tangent: Any, structure: Structure, like: Any) -> tuple[tuple
                 items += (structure.checked(t, False),)
             except Mismatch as m:
                 raise Mismatch(f"[{i}]{m.path}", m.made, m.got) from None
+    for k, t in enumerate(items):  # a complex tangent of a real leaf would be cast to its real part
+        for v, is_complex, path in zip(t, structure.complex, structure.paths):
+            if not is_complex and (type(v) is complex or complex_dtype(getattr(v, "dtype", None))):
+                where = f"[{k}]{path}" if batched else path
+                raise Mismatch(where, "a real tangent (x there is real)", describe(v))
     fam = family(like)
     converted = tuple(
         [v if family(v) == fam and type(v) is not float else to_family(as_input(v), fam, like=like) for v in t]

@@ -140,6 +140,10 @@ def test_what_a_complex_x_refuses():
         di.second_derivative(di.AutoJAX(), lambda w: w**2, 1.0 + 1.0j)
     with pytest.raises(TypeError, match=r"method='complex' .* needs a real x .* use method='central'"):
         di.gradient(di.AutoFiniteDiff(method="complex"), loss, Z)
+    with pytest.raises(ValueError, match=r"tx is complex \(numpy complex128 \(3,\)\) and x is real"):
+        di.pushforward(di.AutoTorch(), lambda v: v * 2, np.ones(3), Z)  # torch cast it to its real part
+    with pytest.raises(ValueError, match=r"tx\['a'\]: expected a real tangent \(x there is real\)"):
+        di.pushforward(di.AutoTorch(), lambda p: p["a"] * 2, {"a": np.ones(3)}, {"a": Z})
     prep = di.prepare_jacobian(di.AutoJAX(), holo, np.ones(3))
     with pytest.raises(PreparationMismatchError, match="holomorphic=True, but prep was made without it"):
         di.jacobian(di.AutoJAX(), holo, np.ones(3), prep=prep, holomorphic=True)
