@@ -415,7 +415,7 @@ def _structured(body: Any, layout: Any, operator_name: str, forward: bool, n_tan
     x run JAX's own pytree transforms over the list of leaves instead (``f`` takes the list too):
     measured at 10 leaves of 1e3, a program over the concatenated vector cost 1.14x JAX's own
     ``jit(grad)`` of the dict, the tree program 1.0x."""
-    tangent_like = layout.ys if operator_name == "pullback" else layout.xs
+    tangent_like = layout.tangent(operator_name)
     complex_parts = layout.xs.has_complex or (layout.ys is not None and layout.ys.has_complex)
     tree = _tree_body(operator_name, forward, layout) if n_tangents <= 1 and not complex_parts else None
     if tree is not None:

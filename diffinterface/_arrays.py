@@ -318,7 +318,11 @@ def is_real_floating(value: Any) -> bool:
         return False
     if isinstance(value, float):
         return True
-    dtype = getattr(value, "dtype", None)
+    return real_floating_dtype(getattr(value, "dtype", None))
+
+
+def real_floating_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` (numpy's, JAX's or torch's; None: no dtype) is real floating."""
     if dtype is None:
         return False
     flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves

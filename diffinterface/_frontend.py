@@ -129,7 +129,7 @@ def _check_output(operator: str, info: Any, call: str) -> None:
 
 def _structured_x(x: Any, call: str) -> Layout:
     """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays), its leaves checked."""
-    if isinstance(x, (bool, int, complex, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
+    if isinstance(x, (bool, int, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
         _check_x(x, call)  # the error for a value that is neither an array nor a structure
     try:
         xs = Structure.of(x, "x")
@@ -169,8 +169,8 @@ def prepare(
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
     layout = None
     inner_operator = operator
-    if isinstance(x, complex):
-        x = np.asarray(x)  # a Python complex: a 0-d complex128 array
+    if type(x) is complex:
+        x = as_input(x)  # a Python complex: a 0-d complex128 array
     if family(x) is None or complex_dtype(getattr(x, "dtype", None)):
         layout = _structured_x(x, call)
         if operator in SCALAR_INPUT and (not layout.xs.trivial_shape or operator == "second_derivative"):

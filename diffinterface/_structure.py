@@ -31,6 +31,7 @@ part's columns: ``dy/dz`` for a holomorphic ``f``, which the frontend makes the 
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -44,8 +45,8 @@ from ._arrays import (
     complex_dtype,
     describe,
     family,
-    is_real_floating,
     output_like,
+    real_floating_dtype,
     to_family,
 )
 from ._errors import PreparationMismatchError, StructuredOutputError
@@ -246,7 +247,7 @@ def _spec(value: Any, path: str, leaves: list[Any], paths: list[str], what: str)
     if value is None:
         return (NONE,)
     kind = type(value)
-    if kind is dict or (isinstance(value, dict) and _plain_dict(kind)):
+    if kind in (dict, OrderedDict, defaultdict):  # dicts whose items are all there is to them
         keys = tuple(value)
         children = tuple(_spec(value[k], path + _key(k), leaves, paths, what) for k in keys)
         return (DICT, kind, keys, frozenset(keys), children)
@@ -267,13 +268,6 @@ def _spec(value: Any, path: str, leaves: list[Any], paths: list[str], what: str)
         f"use dicts, lists, tuples or namedtuples of arrays, or register the class with "
         f"jax.tree_util.register_pytree_node (JAX arrays) or torch.utils._pytree.register_pytree_node (tensors)"
     )
-
-
-def _plain_dict(kind: type) -> bool:
-    """OrderedDict and defaultdict: dicts whose items are all there is to them."""
-    import collections
-
-    return kind in (collections.OrderedDict, collections.defaultdict)
 
 
 def _collect(spec: Any, value: Any, path: str, out: list[Any]) -> None:
@@ -327,7 +321,9 @@ def _build(spec: Any, leaves: Any) -> Any:
     if tag == DICT:
         _, kind, keys, _, children = spec
         mapping = {k: _build(c, leaves) for k, c in zip(keys, children)}
-        return mapping if kind is dict else kind(mapping) if kind.__name__ != "defaultdict" else _defaultdict(mapping)
+        if kind is dict:
+            return mapping
+        return kind(mapping) if kind is OrderedDict else defaultdict(None, mapping)
     if tag == SEQ:
         _, kind, _, children = spec
         items = [_build(c, leaves) for c in children]
@@ -338,14 +334,6 @@ def _build(spec: Any, leaves: Any) -> Any:
     if tag == JAX_NODE:
         return spec[1].unflatten(values)
     return sys.modules["torch.utils._pytree"].tree_unflatten(values, spec[1])
-
-
-def _defaultdict(items: dict[Any, Any]) -> Any:
-    import collections
-
-    out: Any = collections.defaultdict(None)
-    out.update(items)
-    return out
 
 
 def _reshape(value: Any, shape: tuple[Any, ...]) -> Any:
@@ -399,6 +387,11 @@ class Layout:
 
     def __init__(self, xs: Structure, call: str) -> None:
         self.xs, self.ys, self.call = xs, None, call
+
+    def tangent(self, operator: str) -> Structure | None:
+        """The structure of ``operator``'s tangent: ``xs`` (pushforward, hvp), ``ys`` (pullback), or None."""
+        like = TANGENT_OF.get(operator)
+        return None if like is None else self.xs if like == "x" else self.ys
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` as the flat problem's function: a vector in, a vector (or f's own array) out. It
@@ -494,7 +487,7 @@ class Layout:
 def real_dtype_name(dtype: Any) -> str:
     """``float64`` for float64 and complex128, ``float32`` for float32 and complex64 (by name)."""
     name = str(dtype).replace("torch.", "")
-    return {"complex128": "float64", "complex64": "float32", "cfloat": "float32", "cdouble": "float64"}.get(name, name)
+    return {"complex128": "float64", "complex64": "float32"}.get(name, name)
 
 
 def check_leaves(structure: Structure, what: str, call: str) -> None:
@@ -505,7 +498,7 @@ def check_leaves(structure: Structure, what: str, call: str) -> None:
     first = None
     for path, kind, dtype, is_complex in zip(structure.paths, structure.types, structure.dtypes, structure.complex):
         python_float = issubclass(kind, float) and not issubclass(kind, np.generic)
-        if not python_float and not is_complex and not is_real_floating(_Dtyped(dtype)):
+        if not python_float and not is_complex and not real_floating_dtype(dtype):
             raise TypeError(
                 f"{call}: {what}{path} has dtype {str(dtype).replace('torch.', '')}; derivatives need floating "
                 f"leaves (real or complex): pass floats (e.g. a.astype(float))"
@@ -523,13 +516,6 @@ def check_leaves(structure: Structure, what: str, call: str) -> None:
                 f"{call}: {what}{first[0]} has precision {first[2]} and {what}{path} {name}; the leaves of a "
                 f"structure are differentiated as one real vector and must share one precision: cast them"
             )
-
-
-class _Dtyped:
-    __slots__ = ("dtype",)
-
-    def __init__(self, dtype: Any) -> None:
-        self.dtype = dtype
 
 
 def check_devices(leaves: list[Any], paths: list[str], what: str, call: str) -> None:
@@ -584,14 +570,12 @@ class StructuredRunners:
     or a tuple of them: a batch), runs the adapter, and builds the results' structures in the family
     of ``x``. ``inside``: the adapter takes and returns leaves (``structures_inside``)."""
 
-    __slots__ = ("inner", "layout", "operator", "inside", "call", "strict", "tangent", "data", "numpy_x")
+    __slots__ = ("inner", "layout", "operator", "inside", "call", "strict", "tangent", "numpy_x")
 
     def __init__(self, inner: Any, layout: Layout, operator: str, inside: bool, call: str, strict: bool) -> None:
         self.inner, self.layout, self.operator, self.inside = inner, layout, operator, inside
         self.call, self.strict = call, strict
-        like = TANGENT_OF.get(operator)
-        self.tangent = None if like is None else (layout.xs if like == "x" else layout.ys)
-        self.data = getattr(inner, "data", None)
+        self.tangent = layout.tangent(operator)
         self.numpy_x = _family_of(layout.xs.types[0]) == NUMPY
 
     def _mismatch(self, name: str, m: Mismatch) -> PreparationMismatchError:

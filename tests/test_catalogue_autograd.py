@@ -35,6 +35,7 @@ import autograd  # noqa: E402
 import autograd.test_util  # noqa: E402
 
 import diffinterface as di  # noqa: E402
+from diffinterface.testing._structured_scenarios import _leaves, _map  # noqa: E402
 
 pytestmark = [pytest.mark.catalogue, pytest.mark.filterwarnings("ignore")]
 
@@ -207,15 +208,9 @@ def _case(run: _Run, fun, args: tuple, kwargs: dict, i: int) -> None:
             run.wrong.append(f"{name}: {backend} differs from autograd.jacobian by {err}")
 
 
-def _leaves(value) -> list:
-    return [v for item in value for v in _leaves(item)] if isinstance(value, (list, tuple)) else [value]
-
-
 def _like(value, fill):
     """``value``'s structure (lists and tuples of arrays) with ``fill(leaf)`` for each leaf."""
-    if isinstance(value, (list, tuple)):
-        return type(value)(_like(v, fill) for v in value)
-    return fill(np.asarray(value))
+    return _map(value, lambda v: fill(np.asarray(v)))
 
 
 def _direction(leaf: np.ndarray) -> np.ndarray:

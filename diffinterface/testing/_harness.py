@@ -18,6 +18,7 @@ from .._contexts import Context
 from .._sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
+from ._structured_scenarios import _leaves
 
 # operator -> (plain, value form, prepare, accepts out=, takes a tangent)
 OPERATORS: dict[str, tuple] = {
@@ -105,9 +106,7 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 class _Check:
     def __init__(self, scenario: Scenario, backend: Any, tol: float) -> None:
         self.s, self.backend, self.tol = scenario, backend, tol
-        x = scenario.x
-        while isinstance(x, (dict, list, tuple)):  # a structure: its first leaf
-            x = next(iter(x.values())) if isinstance(x, dict) else x[0]
+        x = _leaves(scenario.x)[0]  # of a structure, its first leaf
         self.family = family(x)
         self.dtype = (
             np.float64 if isinstance(x, float) else (to_family(x, NUMPY).dtype if self.family != NUMPY else x.dtype)
@@ -236,11 +235,7 @@ class _Check:
 
 
 def _complex_leaves(x: Any) -> bool:
-    if isinstance(x, dict):
-        return any(_complex_leaves(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return any(_complex_leaves(v) for v in x)
-    return complex_dtype(getattr(x, "dtype", None))
+    return any(complex_dtype(getattr(v, "dtype", None)) for v in _leaves(x))
 
 
 def _zeroed(result: Any) -> Any:
@@ -257,9 +252,7 @@ def _zeroed(result: Any) -> Any:
 def check_scenario(backend: Any, scenario: Scenario, tol: float | None = None) -> None:
     """Run one scenario on one backend; raise ``AssertionError`` naming the first failed check."""
     if tol is None:
-        x = scenario.x
-        while isinstance(x, (dict, list, tuple)):  # a structure: its first leaf
-            x = next(iter(x.values())) if isinstance(x, dict) else x[0]
+        x = _leaves(scenario.x)[0]  # of a structure, its first leaf
         dtype = np.float64 if isinstance(x, float) else np.empty(0, to_family(x, NUMPY).dtype).real.dtype
         tol = default_tolerance(backend, dtype, scenario.operator in ("second_derivative", "hvp", "hessian"))
     _Check(scenario, backend, tol).run()
