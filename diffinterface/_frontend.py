@@ -127,8 +127,8 @@ def _check_output(operator: str, info: Any, call: str) -> None:
         )
 
 
-def _structured_x(x: Any, call: str) -> Layout:
-    """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays), its leaves checked."""
+def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
+    """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays) and its leaves, checked."""
     if isinstance(x, (bool, int, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
         _check_x(x, call)  # the error for a value that is neither an array nor a structure
     try:
@@ -136,8 +136,9 @@ def _structured_x(x: Any, call: str) -> Layout:
     except TypeError as error:
         raise TypeError(f"{call}: {error}") from None
     check_leaves(xs, "x", call)
-    check_devices(xs.leaves(x), xs.paths, "x", call)
-    return Layout(xs, call)
+    leaves = xs.leaves(x)
+    check_devices(leaves, xs.paths, "x", call)
+    return Layout(xs, call), leaves
 
 
 def _structured_tangents(
@@ -172,7 +173,7 @@ def prepare(
     if type(x) is complex:
         x = as_input(x)  # a Python complex: a 0-d complex128 array
     if family(x) is None or complex_dtype(getattr(x, "dtype", None)):
-        layout = _structured_x(x, call)
+        layout, x_leaves = _structured_x(x, call)
         if operator in SCALAR_INPUT and (not layout.xs.trivial_shape or operator == "second_derivative"):
             raise ValueError(
                 f"{call}: {operator} needs a scalar x (a float or 0-d array), got a {type(x).__name__}; "
@@ -183,7 +184,7 @@ def prepare(
             )
         if layout.xs.has_complex:
             inner_operator = _complex_x(operator, adapter, holomorphic, call)
-        x_leaves = [as_input(v) for v in layout.xs.leaves(x)]
+        x_leaves = [as_input(v) for v in x_leaves]
         x_in = layout.xs.ravel(x_leaves)
     else:
         x_in = _check_x(x, call)
