@@ -27,7 +27,10 @@ captured state, caches and output buffer are complex so that what ``f`` writes k
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,6 +44,8 @@ from diffinterface._bench import approx_derivative as _approx_derivative
 from diffinterface._closure import copy_leaf, duplicate, read_only_alias
 from diffinterface._contexts import context_values
 from diffinterface._errors import structured_output
+from diffinterface._executor import evaluations
+from diffinterface._target import Target
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -174,6 +179,203 @@ def _computing(x: Any) -> Any:
     return record.computing(x.dtype)
 
 
+def _computing_for(fam: str | None, dtype: Any) -> Any:
+    """:func:`_computing` from the family's name and the dtype, in a process that may not have imported
+    the family's library yet (an executor's worker, before it unpickles the arrays)."""
+    record = families().get(fam or NUMPY)
+    if record is None or record.name == NUMPY:
+        return contextlib.nullcontext()
+    importlib.import_module(record.array_type.partition(".")[0])
+    return record.computing(dtype)
+
+
+def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False, xp: Any = None) -> Any:
+    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state
+    (``xp``: ``x``'s namespace, when the caller has it)."""
+    xp = xp or array_namespace(x)
+    dtype, dev = x.dtype, device(x)
+    leaf = _complex_leaf if complex_step else copy_leaf
+    const = target.closure == "const"
+
+    fam = family(x)
+
+    def as_array(y: Any) -> Any:
+        if not is_array(y):  # a Python number
+            if isinstance(y, (tuple, list, dict)):
+                raise structured_output(y, target.call)
+            return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
+        if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
+            return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
+        # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array
+        return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y
+
+    if target.plain and not contexts and not complex_step:
+        f = target.f
+        return lambda point: as_array(f(point))
+
+    def evaluate(point: Any) -> Any:
+        def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
+            constant = _constant_alias if aliased else copy_leaf
+            values = context_values(contexts, lambda v: duplicate(v, leaf), lambda v: duplicate(v, constant))
+            return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
+
+        return target.guarded_with(run, bool(contexts))
+
+    return evaluate
+
+
+def _unbatch(ys: Any, k: int, call: str, y_shape: tuple[int, ...] | None) -> list[Any]:
+    """The values of a vectorized ``f`` at ``k`` points, one per point, after checking their shape."""
+    shape = tuple(getattr(ys, "shape", ()))
+    if not shape or shape[0] != k or (y_shape is not None and shape[1:] != tuple(y_shape)):
+        expected = f"({k}, *f(x).shape)" if y_shape is None else str((k, *y_shape))
+        raise ValueError(
+            f"{call}: with vectorized=True, f takes points stacked along a new first axis, shape (k, *x.shape), "
+            f"and returns their values stacked the same way; for {k} points it returned shape {shape}, "
+            f"expected {expected}. Use vectorized=False for an f that takes one point"
+        )
+    return [ys[i, ...] for i in range(k)]
+
+
+class _PointSet:
+    """The points of one call, as recipes over a few named flat vectors, so that a point is built where
+    ``f`` runs (a worker receives recipes, not points) by the same code here and there.
+
+    A recipe ``(base, replace, adds)`` is ``vectors[base]``, with coordinate ``i`` taken from
+    ``vectors[name]`` where ``replace = (i, name)``, then each ``(c, kind, arg)`` of ``adds`` added
+    ``c`` times: the step along coordinate ``arg`` (``vectors["h"]`` there, zero elsewhere) for
+    ``kind == "e"``, the vector ``vectors[arg]`` for ``kind == "v"``; reshaped to ``shape``. A recipe
+    with neither is a copy of its base (``f`` may write into the point it gets). ``shape`` None: the
+    vectors are shaped like ``x`` already (a pushforward's ``x + k t``: no reshape per point)."""
+
+    __slots__ = ("vectors", "idx", "shape", "_xp", "_steps")
+
+    def __init__(self, vectors: dict[str, Any], idx: Any, shape: tuple[int, ...] | None) -> None:
+        self.vectors, self.idx, self.shape = vectors, idx, shape
+        self._xp: Any = None
+        self._steps: dict[int, Any] = {}  # the last few steps along a coordinate (a Hessian reuses h_i e_i)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.vectors, self.idx, self.shape)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.vectors, self.idx, self.shape = state
+        self._xp, self._steps = None, {}
+
+    def _step(self, xp: Any, i: int) -> Any:
+        h = self.vectors["h"]
+        step = xp.where(self.idx == i, h, xp.zeros_like(h))
+        if len(self._steps) >= 4:
+            self._steps.pop(next(iter(self._steps)))
+        self._steps[i] = step
+        return step
+
+    def build(self, recipe: tuple[Any, ...]) -> Any:
+        base, replace, adds = recipe
+        vectors = self.vectors
+        v = vectors[base]
+        xp = self._xp
+        if xp is None:
+            xp = self._xp = array_namespace(v)
+        if replace is None and not adds:
+            v = private_copy(v)
+            return v if self.shape is None else xp.reshape(v, self.shape)
+        if replace is not None:
+            v = xp.where(self.idx == replace[0], vectors[replace[1]], v)
+        for c, kind, arg in adds:
+            if kind == "e":
+                term = self._steps.get(arg)
+                if term is None:
+                    term = self._step(xp, arg)
+            else:
+                term = vectors[arg]
+            if c == 1:
+                v = v + term
+            elif c == -1:
+                v = v - term
+            else:
+                v = v + c * term if c > 0 else v - (-c) * term
+        return v if self.shape is None else xp.reshape(v, self.shape)
+
+    @staticmethod
+    def describe(recipe: tuple[Any, ...]) -> str:
+        """How the point is made, in words: ``x - h_3 e_3`` (indices into the flattened ``x``)."""
+        base, replace, adds = recipe
+        text = {"x+h": "x + h", "x-h": "x - h"}.get(base, base)
+        if replace is not None:
+            i, name = replace
+            text += {"x+h": f" + h_{i} e_{i}", "x-h": f" - h_{i} e_{i}", "x+ih": f" + i h_{i} e_{i}"}[name]
+        for c, kind, arg in adds:
+            size = "" if abs(c) == 1 else f"{abs(c)} "
+            text += (" + " if c > 0 else " - ") + size + (f"h_{arg} e_{arg}" if kind == "e" else arg)
+        return text
+
+
+class _Job:
+    """One call's evaluations of ``f`` (see ``diffinterface._executor``): ``f`` as adapters call it
+    (the :class:`Target`), the contexts, ``x`` (family, dtype, device) and the call's points. Pickled
+    for an executor's workers: the target travels as the user's ``f`` and what the plan has learnt,
+    and is built again there."""
+
+    __slots__ = ("target", "contexts", "x", "points", "complex_step", "vectorized", "y_shape", "_f")
+
+    def __init__(
+        self,
+        target: Any,
+        contexts: tuple[Any, ...],
+        x: Any,
+        points: _PointSet,
+        complex_step: bool,
+        vectorized: bool,
+        y_shape: tuple[int, ...] | None,
+    ) -> None:
+        self.target, self.contexts, self.x, self.points = target, contexts, x, points
+        self.complex_step, self.vectorized, self.y_shape = complex_step, vectorized, y_shape
+        self._f: Any = None
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        t = self.target
+        learnt = (None if t.plan is None else t.plan.aliases, t.constant_aliases)
+        target = (t.user_f, t.y, t.closure, t.call, t.layout, learnt)
+        return (target, self.contexts, self.x, self.points, self.complex_step, self.vectorized, self.y_shape)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        (f, y, closure, call, layout, (aliases, constant_aliases)), *rest = state
+        target = Target(f, y, closure, call, layout)
+        if target.plan is not None and aliases is not None:
+            target.plan.aliases = aliases
+        target.constant_aliases = constant_aliases
+        self.target = target
+        self.contexts, self.x, self.points, self.complex_step, self.vectorized, self.y_shape = rest
+        self._f = None
+
+    def _evaluate(self) -> Any:
+        if self._f is None:
+            self._f = _evaluator(self.target, self.contexts, self.x, self.complex_step)
+        return self._f
+
+    def one(self, recipe: tuple[Any, ...]) -> Any:
+        return self._evaluate()(self.points.build(recipe))
+
+    def serial(self, recipes: list[Any]) -> Iterator[Any]:
+        return map(self._evaluate(), map(self.points.build, recipes))
+
+    def batch(self, recipes: list[Any]) -> list[Any]:
+        points = [self.points.build(r) for r in recipes]
+        stacked = array_namespace(points[0]).stack(points)
+        return _unbatch(self._evaluate()(stacked), len(points), self.target.call, self.y_shape)
+
+    @property
+    def environment(self) -> Any:
+        return functools.partial(_computing_for, family(self.x), self.x.dtype)
+
+    def point(self, recipe: tuple[Any, ...]) -> Any:
+        return self.points.build(recipe)
+
+    def describe(self, recipe: tuple[Any, ...]) -> str:
+        return self.points.describe(recipe)
+
+
 class Adapter(_Base):
     """Finite differences; see the module docstring for steps and evaluation counts."""
 
@@ -185,50 +387,49 @@ class Adapter(_Base):
         self.rel_step: float | None = backend.rel_step
         # the frontend refuses a complex x for a complex step: it steps along the imaginary axis of a real x
         self.complex_step = self.method == "complex"
+        self.executor: Any = backend.executor
+        self.batch_size: int | None = backend.batch_size
+        self.vectorized: bool = backend.vectorized
 
     # -- evaluations ---------------------------------------------------------------------------
 
-    def _evaluator(
-        self, target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False, xp: Any = None
+    def _vectorizable(self, target: Any) -> None:
+        if target.y is not None or target.layout is not None:
+            what = "writes its output into a buffer y" if target.y is not None else "has a structured x or f(x)"
+            raise TypeError(
+                f"{target.call}: vectorized=True needs an f that takes one array of points and returns one "
+                f"array of values; this f {what}: use vectorized=False"
+            )
+
+    def _values(
+        self,
+        target: Any,
+        contexts: tuple[Any, ...],
+        x: Any,
+        points: _PointSet,
+        recipes: list[Any],
+        complex_step: bool = False,
+        y_shape: tuple[int, ...] | None = None,
     ) -> Any:
-        """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state
-        (``xp``: ``x``'s namespace, when the caller has it)."""
-        xp = xp or array_namespace(x)
-        dtype, dev = x.dtype, device(x)
-        leaf = _complex_leaf if complex_step else copy_leaf
-        const = target.closure == "const"
-
-        fam = family(x)
-
-        def as_array(y: Any) -> Any:
-            if not is_array(y):  # a Python number
-                if isinstance(y, (tuple, list, dict)):
-                    raise structured_output(y, target.call)
-                return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
-            if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
-                return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
-            # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array
-            return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y
-
-        if target.plain and not contexts and not complex_step:
-            f = target.f
-            return lambda point: as_array(f(point))
-
-        def evaluate(point: Any) -> Any:
-            def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
-                constant = _constant_alias if aliased else copy_leaf
-                values = context_values(contexts, lambda v: duplicate(v, leaf), lambda v: duplicate(v, constant))
-                return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
-
-            return target.guarded_with(run, bool(contexts))
-
-        return evaluate
+        """The values of ``f`` at ``recipes``'s points, in their order: lazily, or from the executor."""
+        if self.executor is None and not self.vectorized:  # here, one point at a time: _Job.serial inlined
+            return map(_evaluator(target, contexts, x, complex_step), map(points.build, recipes))
+        if self.vectorized:
+            self._vectorizable(target)
+        job = _Job(target, contexts, x, points, complex_step, self.vectorized, y_shape)
+        return iter(evaluations(job, recipes, self.executor, self.batch_size, target.call))
 
     def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+        if self.vectorized:  # f takes a batch: this one point is a batch of one
+            self._vectorizable(target)
+            with _computing(x):
+                point = private_copy(x)
+                ys = _evaluator(target, contexts, x)(array_namespace(x).reshape(point, (1, *x.shape)))
+                return _unbatch(ys, 1, target.call, None)[0]
         if type(x) is np.ndarray:  # no dtype context to enter (the prepared hessian's value: no extra call)
-            return self._evaluator(target, contexts, x)(private_copy(x))
+            return _evaluator(target, contexts, x)(private_copy(x))
         with _computing(x):
-            return self._evaluator(target, contexts, x)(private_copy(x))
+            return _evaluator(target, contexts, x)(private_copy(x))
 
     def prepare(
         self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
@@ -262,35 +463,34 @@ class Adapter(_Base):
         p = _Points(x, self._exponent("first"), self.rel_step)
         xp, n = p.xp, p.n
         y0 = data.take_value()
+        cols = []
         if method == "complex":
-            ev = self._evaluator(target, contexts, x, complex_step=True)
             cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
             cflat = xp.astype(p.flat, cdtype)
-            shifted = cflat + xp.astype(p.h, cdtype) * 1j
-            cols = []
-            for i in range(n):
-                y = ev(xp.reshape(xp.where(p.idx == i, shifted, cflat), p.shape))
-                if not xp.isdtype(y.dtype, "complex floating"):
-                    raise TypeError(
-                        f"jacobian({self.backend!r}, f, x): method='complex' needs f to compute in complex "
-                        f"arithmetic, but f returned {y.dtype} for a complex x; use method='central'"
-                    )
-                cols.append(xp.imag(y) / p.h[i])
+            points = _PointSet({"x": cflat, "x+ih": cflat + xp.astype(p.h, cdtype) * 1j}, p.idx, p.shape)
+            recipes = [("x", (i, "x+ih"), ()) for i in range(n)]
+            for i, y in enumerate(self._values(target, contexts, x, points, recipes, True, data.y_shape)):
+                cols.append(xp.imag(_complex_result(y, xp, target.call)) / p.h[i])
             if want_value and y0 is None:
                 y0 = self.evaluate(target, x, contexts)
         else:
-            ev = self._evaluator(target, contexts, x)
-            if method != "central" or want_value:
-                y0 = ev(private_copy(x)) if y0 is None else y0
+            points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, p.idx, p.shape)
+            first = (method != "central" or want_value) and y0 is None
+            steps = {"central": ("x+h", "x-h"), "forward": ("x+h",), "backward": ("x-h",)}[method]
+            recipes = [("x", None, ())] if first else []
+            recipes += [("x", (i, step), ()) for i in range(n) for step in steps]
+            values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
+            if first:
+                y0 = next(values)
             dx = p.divisor(method)
-            cols = []
             for i in range(n):
                 if method == "central":
-                    cols.append((ev(p.at(i, p.plus)) - ev(p.at(i, p.minus))) / dx[i])
+                    plus = next(values)
+                    cols.append((plus - next(values)) / dx[i])
                 elif method == "forward":
-                    cols.append((ev(p.at(i, p.plus)) - y0) / dx[i])
+                    cols.append((next(values) - y0) / dx[i])
                 else:
-                    cols.append((y0 - ev(p.at(i, p.minus))) / dx[i])
+                    cols.append((y0 - next(values)) / dx[i])
         y_shape, x_shape = data.y_shape, data.x_shape
         if n == 0:
             return y0, xp.zeros(y_shape + x_shape, dtype=x.dtype, device=p.dev)
@@ -316,31 +516,50 @@ class Adapter(_Base):
             data = _Along(data, x, self._exponent("first"))
         xp, r = data.namespace(x)
         y0 = data.info.take_value()
-        complex_step = self.method == "complex"
-        ev = self._evaluator(target, contexts, x, complex_step=complex_step, xp=xp)
-        if (want_value or self.method in ("forward", "backward")) and y0 is None:
-            y0 = self.evaluate(target, x, contexts)
+        method = self.method
+        complex_step = method == "complex"
+        cdtype = (xp.complex64 if x.dtype == xp.float32 else xp.complex128) if complex_step else None
+        vectors = {"x": xp.astype(x, cdtype) if complex_step else x}  # shaped like x: no reshape per point
+        # f(x), where needed, joins the points (a complex step evaluates it apart: at a real point)
+        first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
+        recipes: list[Any] = [("x", None, ())] if first else []
         abs_h = None
-        results = []
-        for t in tangents:
+        steps = []
+        for j, t in enumerate(tangents):
             k = _step_along(xp, x, t, r) if self.rel_step is None else None
             if k is None:  # rel_step, or a NaN coordinate: every step as _Points takes it
                 if abs_h is None:
                     abs_h = xp.abs(_Points(x, self._exponent("first"), self.rel_step).h)
                 k = _along(xp, abs_h, t)
+            steps.append(k)
             if k == 0.0:
-                results.append(xp.zeros(data.info.y_shape, dtype=x.dtype, device=device(x)))
                 continue
             # k is a Python float: x's dtype is kept (NEP 50 in numpy >= 2, weak scalars in JAX and torch)
-            if complex_step:
-                cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
-                results.append(xp.imag(ev(xp.astype(x, cdtype) + (1j * k) * xp.astype(t, cdtype))) / k)
-            elif self.method == "central":
-                results.append((ev(x + k * t) - ev(x - k * t)) / (2 * k))
-            elif self.method == "forward":
-                results.append((ev(x + k * t) - y0) / k)
+            name = f"k t_{j}"
+            vectors[name] = (1j * k) * xp.astype(t, cdtype) if complex_step else k * t
+            if method != "backward":
+                recipes.append(("x", None, ((1, "v", name),)))
+            if method in ("central", "backward"):
+                recipes.append(("x", None, ((-1, "v", name),)))
+        if want_value and y0 is None and complex_step:
+            y0 = self.evaluate(target, x, contexts)
+        points = _PointSet(vectors, None, None)
+        values = self._values(target, contexts, x, points, recipes, complex_step, data.info.y_shape)
+        if first:
+            y0 = next(values)
+        results = []
+        for k in steps:
+            if k == 0.0:
+                results.append(xp.zeros(data.info.y_shape, dtype=x.dtype, device=device(x)))
+            elif complex_step:
+                results.append(xp.imag(_complex_result(next(values), xp, target.call)) / k)
+            elif method == "central":
+                plus = next(values)
+                results.append((plus - next(values)) / (2 * k))
+            elif method == "forward":
+                results.append((next(values) - y0) / k)
             else:
-                results.append((y0 - ev(x - k * t)) / k)
+                results.append((y0 - next(values)) / k)
         return y0, tuple(results)
 
     def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
@@ -362,65 +581,67 @@ class Adapter(_Base):
     def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         return info
 
-    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> tuple[Any, Any]:
+        """``(f(x), H)``; ``f(x)`` joins the points where ``y0`` is None."""
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
-        ev = self._evaluator(target, contexts, x)
-        flat = p.flat
-        rows = [[None] * n for _ in range(n)]
+        first = y0 is None
+        recipes: list[Any] = [("x", None, ())] if first else []
         for i in range(n):
-            ei = xp.where(p.idx == i, h, xp.zeros_like(h))
-            for j in range(i, n):
-                ej = xp.where(p.idx == j, h, xp.zeros_like(h))
-                if i == j:
-                    value = (ev(p.point(flat + 2 * ei)) - 2 * y0 + ev(p.point(flat - 2 * ei))) / (4 * h[i] * h[i])
-                else:
-                    value = (
-                        ev(p.point(flat + ei + ej))
-                        - ev(p.point(flat + ei - ej))
-                        - ev(p.point(flat - ei + ej))
-                        + ev(p.point(flat - ei - ej))
-                    ) / (4 * h[i] * h[j])
+            recipes += [("x", None, ((2, "e", i),)), ("x", None, ((-2, "e", i),))]
+            for j in range(i + 1, n):
+                recipes += [("x", None, ((a, "e", i), (b, "e", j))) for a in (1, -1) for b in (1, -1)]
+        points = _PointSet({"x": p.flat, "h": h}, p.idx, p.shape)
+        values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
+        if first:
+            y0 = next(values)
+        rows: list[list[Any]] = [[None] * n for _ in range(n)]
+        for i in range(n):
+            plus = next(values)
+            value = (plus - 2 * y0 + next(values)) / (4 * h[i] * h[i])
+            rows[i][i] = xp.reshape(xp.asarray(value), ())
+            for j in range(i + 1, n):
+                pp, pm, mp, mm = next(values), next(values), next(values), next(values)
+                value = (pp - pm - mp + mm) / (4 * h[i] * h[j])
                 rows[i][j] = rows[j][i] = xp.reshape(xp.asarray(value), ())
         if n == 0:
-            return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
-        return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
+            return y0, xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
+        return y0, xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
     def _hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
-        xp, n, h, flat = p.xp, p.n, p.h, p.flat
-        ev = self._evaluator(target, contexts, x)
-        results = []
-        for t in tangents:
+        xp, n, h = p.xp, p.n, p.h
+        vectors = {"x": p.flat, "h": h}
+        recipes: list[Any] = []
+        steps = []
+        for j, t in enumerate(tangents):
             k = p.along(t) if n else 0.0
+            steps.append(k)
+            if k == 0.0:
+                continue
+            name = f"k t_{j}"
+            vectors[name] = k * xp.reshape(t, (-1,))
+            for i in range(n):
+                recipes += [("x", None, ((a, "e", i), (b, "v", name))) for a in (1, -1) for b in (1, -1)]
+        values = self._values(target, contexts, x, _PointSet(vectors, p.idx, p.shape), recipes, False, data.y_shape)
+        results = []
+        for k in steps:
             if k == 0.0:
                 results.append(xp.zeros(p.shape, dtype=x.dtype, device=p.dev))
                 continue
-            tk = k * xp.reshape(t, (-1,))
             out = []
             for i in range(n):
-                ei = xp.where(p.idx == i, h, xp.zeros_like(h))
-                value = (
-                    ev(p.point(flat + ei + tk))
-                    - ev(p.point(flat + ei - tk))
-                    - ev(p.point(flat - ei + tk))
-                    + ev(p.point(flat - ei - tk))
-                ) / (4 * h[i] * k)
-                out.append(xp.reshape(xp.asarray(value), ()))
+                pp, pm, mp, mm = next(values), next(values), next(values), next(values)
+                out.append(xp.reshape(xp.asarray((pp - pm - mp + mm) / (4 * h[i] * k)), ()))
             results.append(xp.reshape(xp.stack(out), p.shape))
         return tuple(results)
 
-    def _value(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        y0 = data.take_value()
-        return self.evaluate(target, x, contexts) if y0 is None else y0
-
     def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        return self._hessian(data, target, x, contexts, self._value(data, target, x, contexts))
+        return self._hessian(data, target, x, contexts, data.take_value())[1]
 
     def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        y0 = self._value(data, target, x, contexts)
-        grad = self._jacobian(data, target, x, contexts, False)[1]
-        return y0, grad, self._hessian(data, target, x, contexts, y0)
+        y0, grad = self._jacobian(data, target, x, contexts, True)
+        return y0, grad, self._hessian(data, target, x, contexts, y0)[1]
 
     def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
@@ -429,20 +650,36 @@ class Adapter(_Base):
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
 
-    def _second_derivative(self, x: Any, y0: Any, ev: Any) -> Any:
+    def _second_derivative(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
+        first = y0 is None
+        recipes: list[Any] = ([("x", None, ())] if first else []) + [("x+h", None, ()), ("x-h", None, ())]
+        points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, None, p.shape)
+        values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
+        if first:
+            y0 = next(values)
         step = xp.reshape(p.divisor("central"), ()) / 2
-        return (ev(xp.reshape(p.plus, ())) - 2 * y0 + ev(xp.reshape(p.minus, ()))) / (step * step)
+        plus = next(values)
+        return (plus - 2 * y0 + next(values)) / (step * step)
 
     def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        ev = self._evaluator(target, contexts, x)
-        return self._second_derivative(x, self._value(data, target, x, contexts), ev)
+        return self._second_derivative(data, target, x, contexts, data.take_value())
 
     def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        y0 = self._value(data, target, x, contexts)
-        der = self._jacobian(data, target, x, contexts, False)[1]
-        return y0, der, self._second_derivative(x, y0, self._evaluator(target, contexts, x))
+        y0, der = self._jacobian(data, target, x, contexts, True)
+        return y0, der, self._second_derivative(data, target, x, contexts, y0)
+
+
+def _complex_result(y: Any, xp: Any, call: str) -> Any:
+    """``f``'s value at a complex point, which must be complex: the imaginary part of a real one is
+    zero, a derivative that would be silently wrong."""
+    if not xp.isdtype(y.dtype, "complex floating"):
+        raise TypeError(
+            f"{call}: method='complex' needs f to compute in complex arithmetic, but f returned {y.dtype} "
+            f"for a complex x; use method='central'"
+        )
+    return y
 
 
 # -- the bench record: the direct calls AutoFiniteDiff is compared with ---------------------------

@@ -17,6 +17,7 @@ from ._contexts import Cache as Cache
 from ._contexts import Constant as Constant
 from ._differentiate_with import DifferentiateWith as DifferentiateWith
 from ._errors import BackendNotAvailableError as BackendNotAvailableError
+from ._errors import EvaluationError as EvaluationError
 from ._errors import LostDerivativeError as LostDerivativeError
 from ._errors import PreparationMismatchError as PreparationMismatchError
 from ._prep import Prep as Prep
@@ -74,6 +75,7 @@ __all__ = [
     "declare_modules",
     "DifferentiateWith",
     "BackendNotAvailableError",
+    "EvaluationError",
     "LostDerivativeError",
     "PreparationMismatchError",
     "Prep",

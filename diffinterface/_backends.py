@@ -6,6 +6,7 @@ construction, and show only the fields that differ from the defaults.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import importlib.util
@@ -75,11 +76,25 @@ class AutoFiniteDiff(AbstractBackend):
     Steps are scaled to ``x`` as in ``scipy.optimize.approx_derivative``: a relative step of
     ``eps**(1/2)`` (forward, backward, complex) or ``eps**(1/3)`` (central) times ``max(1, |x_i|)``,
     with ``eps`` that of ``x``'s dtype. ``rel_step`` replaces the relative step.
+
+    For an expensive ``f``, the evaluations of one call can run elsewhere (``diffinterface._executor``):
+
+    - ``executor``: a ``concurrent.futures.Executor`` (``distributed.Client(...).get_executor()``
+      for Dask, ``ProcessPoolExecutor``, ``ThreadPoolExecutor``) to which the points are submitted,
+      ``batch_size`` points per task (default 1); the results are those of the serial call to the
+      bit. The executor is compared by identity.
+    - ``vectorized=True``: ``f`` takes a batch of points stacked along a new first axis,
+      ``(k, *x.shape)``, and returns its values stacked the same way; it is called once per batch
+      of ``batch_size`` points (default: all the points of a call; with an executor, one batch per
+      task).
     """
 
     method: str = "central"
     rel_step: float | None = None
     closure: str = "duplicated"
+    executor: Any = None
+    batch_size: int | None = None
+    vectorized: bool = False
     name: ClassVar[str] = "finitediff"
     adapter: ClassVar[str] = "diffinterface.backends.finitediff:Adapter"
     bench: ClassVar[str | None] = "diffinterface.backends.finitediff:Bench"
@@ -92,6 +107,23 @@ class AutoFiniteDiff(AbstractBackend):
         ):
             raise ValueError(f"AutoFiniteDiff(rel_step={self.rel_step!r}): rel_step must be a positive float or None")
         self._check_closure()
+        if self.executor is not None and not isinstance(self.executor, concurrent.futures.Executor):
+            hint = (
+                "; pass client.get_executor()"
+                if hasattr(self.executor, "get_executor")
+                else " such as distributed.Client(...).get_executor() or ProcessPoolExecutor()"
+            )
+            raise TypeError(
+                f"AutoFiniteDiff(executor=...): expected a concurrent.futures.Executor{hint}, "
+                f"got {type(self.executor).__module__}.{type(self.executor).__qualname__}"
+            )
+        if self.batch_size is not None and not (
+            isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size > 0
+        ):
+            raise ValueError(
+                f"AutoFiniteDiff(batch_size={self.batch_size!r}): batch_size must be a positive int or None"
+            )
+        _choice(self, "vectorized", self.vectorized, (False, True))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

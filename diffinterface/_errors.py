@@ -18,6 +18,21 @@ def call_repr(operator: str, backend: object, args: str = "f, x") -> str:
     return f"{operator}({backend!r}, {args})"
 
 
+class EvaluationError(RuntimeError):
+    """``f`` failed at one of the points that ``AutoFiniteDiff(executor=...)`` sent to an executor, or
+    the executor failed the task: no result is returned. ``index`` is the point's position among the
+    call's points, ``point`` the point itself (``f(error.point)`` reproduces the failure here), and
+    ``remote_traceback`` the worker's traceback where ``f`` raised; ``__cause__`` is ``f``'s exception
+    where it could be sent back."""
+
+    def __init__(self, message: str, index: int, point: Any, remote_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.index, self.point, self.remote_traceback = index, point, remote_traceback
+
+    def __reduce__(self) -> Any:
+        return (type(self), (str(self), self.index, self.point, self.remote_traceback))
+
+
 class LostDerivativeError(ValueError):
     """``f(x)`` depends on ``x`` through a step the engine cannot differentiate (``.detach()``,
     ``.item()``, a conversion to numpy, a write under ``torch.no_grad()``): every derivative would
