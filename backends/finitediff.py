@@ -464,6 +464,7 @@ class Adapter(_Base):
         xp, n = p.xp, p.n
         y0 = data.take_value()
         cols = []
+        recipes: list[Any]
         if method == "complex":
             cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
             cflat = xp.astype(p.flat, cdtype)

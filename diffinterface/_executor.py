@@ -50,9 +50,8 @@ class Job(Protocol):
 
     def batch(self, recipes: list[Any]) -> list[Any]: ...  # a vectorized f at several points, one call
 
-    # A picklable callable that returns the context in which x's library keeps x's dtype. A worker
-    # enters it before it unpickles the job: JAX unpickles a float64 array as float32 where x64 is off.
-    environment: Any
+    @property
+    def environment(self) -> Any: ...  # see _task
 
     def point(self, recipe: Any) -> Any: ...  # the point itself (for an error)
 
@@ -93,8 +92,11 @@ class _Failure:
         self.index, self.count, self.kind, self.message, self.remote, self.cause = state
 
 
-def _task(payload: Any, environment: Any, token: str, start: int, recipes: list[Any]) -> list[Any] | _Failure:
-    """One task, run by a worker: the values at ``recipes`` (the points ``start``, ``start + 1``, ...)."""
+def _task(payload: Any, environment: Any, token: str, start: int, recipes: list[Any]) -> list[Any] | bytes | _Failure:
+    """One task, run by a worker: the values at ``recipes`` (the points ``start``, ``start + 1``, ...).
+
+    ``environment()`` is the context in which x's library keeps x's dtype (a picklable callable): the
+    worker unpickles the job inside it, as JAX unpickles a float64 array as float32 where x64 is off."""
     with environment():
         job = _load(token, payload)
         if job.vectorized:
