@@ -16,6 +16,9 @@ The same job code evaluates a recipe here and on a worker, so a result is the se
   not take the only copy with it (Dask reschedules the dead worker's tasks). Other executors carry
   the pickled bytes in every task (``batch_size`` amortises that). A ``ThreadPoolExecutor`` runs in
   this process: the job is passed as it is, unpickled.
+- Arrays cross processes in the dtype they have: a worker unpickles the job, and the caller the
+  values, inside the context in which x's library keeps x's dtype (``job.environment``; JAX
+  unpickles a float64 array as float32 where x64 is off, which made a float64 gradient 5% wrong).
 - The caller receives every value or none: an exception in ``f`` at a point comes back as a
   :class:`EvaluationError` naming the point (its index, how it is made, the point itself in
   ``error.point``), with ``f``'s exception as its cause; a task the executor itself failed (a
