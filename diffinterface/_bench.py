@@ -55,12 +55,14 @@ declare_modules(__name__, walk=True)
 @dataclass(frozen=True)
 class Timing:
     """How long to time: ``rounds`` interleaved rounds of batches of about ``seconds``, after
-    ``warmup`` seconds of both calls; the preparation ``prep_repeat`` times."""
+    ``warmup`` seconds of both calls; the preparation ``prep_repeat`` times; ``slow_f``: how long
+    the expensive ``f`` of the distributed table takes per evaluation."""
 
     rounds: int = 21
     seconds: float = 0.03
     warmup: float = 0.5
     prep_repeat: int = 3
+    slow_f: float = 0.05
 
 
 QUICK = Timing(rounds=9, seconds=0.01, warmup=0.2, prep_repeat=1)
@@ -128,7 +130,7 @@ def once(fn: Callable[[], Any], repeat: int, single_over: float | None = None) -
 
 
 def machine(
-    packages: tuple[Any, ...] = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools"),
+    packages: tuple[Any, ...] = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools", "distributed"),
 ) -> dict[Any, Any]:
     """The machine, Python, library versions and date a table was measured with."""
     cpu = platform.processor() or ""
@@ -812,6 +814,7 @@ TABLES = (
     "rules",
     "sparse",
     "structured",
+    "distributed",
     "catalogue",
 )
 
@@ -853,6 +856,7 @@ _COLUMNS = {
     "rules": ["backend", "rule", "inputs", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
     "sparse": [],  # diffinterface.sparse._bench.COLUMNS, filled below
     "structured": [],  # diffinterface._bench_structured.COLUMNS, filled below
+    "distributed": [],  # diffinterface._bench_distributed.COLUMNS, filled below
     "catalogue": [
         "backend",
         "scenario",
@@ -875,6 +879,7 @@ _TITLES = {
     "rules": "Rules: a prepared gradient through a custom_rule / through the engine's registration written by hand",
     "sparse": "Sparse Jacobians and Hessians: AutoSparse on the issue 16 problems",
     "structured": "Structured x: a prepared gradient of a dict of arrays / of one flat array, and the flattening",
+    "distributed": "Distributed finite differences: a Jacobian of an expensive f, serial and on executors",
     "catalogue": "The scenario catalogue, through benchmark_differentiation",
 }
 
@@ -911,6 +916,7 @@ def _notes(table: str, timing: Timing) -> str:
         "(issue 15): at most 1.1 at n = 1e4.",
         "sparse": how + " " + _sparse_bench().NOTES,
         "structured": how + " " + _structured_bench().NOTES,
+        "distributed": _distributed_bench().NOTES,
         "catalogue": "Median of the timed batches (`time_call`); `*_calls`: evaluations of f by each call.",
     }[table]
 
@@ -925,6 +931,12 @@ def _structured_bench() -> Any:
     from . import _bench_structured
 
     return _bench_structured
+
+
+def _distributed_bench() -> Any:
+    from . import _bench_distributed
+
+    return _bench_distributed
 
 
 def run(
@@ -967,6 +979,9 @@ def run(
         elif table == "structured":
             rows = _structured_bench().structured(engines, full, timing, progress, sys.modules[__name__])
             _COLUMNS["structured"] = _structured_bench().COLUMNS
+        elif table == "distributed":  # finite differences on numpy: no engine needed
+            rows = _distributed_bench().distributed(full, timing, progress) if "finitediff" in engines else []
+            _COLUMNS["distributed"] = _distributed_bench().COLUMNS
         elif table == "catalogue":
             rows = catalogue(engines, full, progress)
         else:

@@ -12,7 +12,7 @@ import pytest
 from diffinterface import _bench
 from diffinterface.__main__ import main
 
-TINY = _bench.Timing(rounds=2, seconds=0.001, warmup=0.0, prep_repeat=1)
+TINY = _bench.Timing(rounds=2, seconds=0.001, warmup=0.0, prep_repeat=1, slow_f=0.005)
 
 
 def _numpy(value):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -504,3 +506,35 @@ def test_importing_diffinterface_imports_no_dask():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_guide_s_example_runs_as_a_script(tmp_path):
+    """docs/distributed.md's example, run as the user runs it (a script with a __main__ guard), then
+    checked against the serial Jacobian and central differences of its own simulator."""
+    pytest.importorskip("distributed", reason='Dask is not installed: pip install "diffinterface[dask]"')
+    guide = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "distributed.md").read_text()
+    example = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
+    check = (
+        "        serial = di.jacobian(di.AutoFiniteDiff(), simulate, np.linspace(0.5, 1.0, 6))\n"
+        "        assert J.shape == (3, 6) and np.array_equal(J, serial), (J, serial)\n"
+        "        print('ok')\n"
+    )
+    script = tmp_path / "example.py"
+    script.write_text(example + check)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+def test_finite_differences_of_an_engine_s_gradient_on_a_thread_pool(threads):
+    """SecondOrder(AutoFiniteDiff(executor=...), AutoJAX()): the outer differences of JAX's gradient run
+    on the threads (JAX's float64 context entered in each), equal to the serial ones to the bit."""
+    import jax.numpy as jnp
+
+    def f(x: Any) -> Any:
+        return jnp.sum(jnp.cos(x) * x**3)
+
+    on_threads = di.hessian(di.SecondOrder(di.AutoFiniteDiff(executor=threads), di.AutoJAX()), f, X)
+    serial = di.hessian(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()), f, X)
+    assert on_threads.dtype == np.float64 and _same(on_threads, serial)
+    np.testing.assert_allclose(on_threads, hess_num(X), rtol=1e-6, atol=1e-6)
