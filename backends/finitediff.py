@@ -163,13 +163,6 @@ class _Points:
             return xp.where(self.finite, self.plus - self.flat, self.h)
         return xp.where(self.finite, self.flat - self.minus, self.h)
 
-    def at(self, i: int, values: Any) -> Any:
-        """The point with coordinate ``i`` taken from ``values`` (a perturbed copy of the flat point)."""
-        return self.xp.reshape(self.xp.where(self.idx == i, values, self.flat), self.shape)
-
-    def point(self, flat: Any) -> Any:
-        return self.xp.reshape(flat, self.shape)
-
 
 def _computing(x: Any) -> Any:
     """The context in which x's library keeps x's dtype (a no-op for NumPy)."""
@@ -189,10 +182,9 @@ def _computing_for(fam: str | None, dtype: Any) -> Any:
     return record.computing(dtype)
 
 
-def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False, xp: Any = None) -> Any:
-    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state
-    (``xp``: ``x``'s namespace, when the caller has it)."""
-    xp = xp or array_namespace(x)
+def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
+    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
+    xp = array_namespace(x)
     dtype, dev = x.dtype, device(x)
     leaf = _complex_leaf if complex_step else copy_leaf
     const = target.closure == "const"
@@ -253,21 +245,24 @@ class _PointSet:
     def __init__(self, vectors: dict[str, Any], idx: Any, shape: tuple[int, ...] | None) -> None:
         self.vectors, self.idx, self.shape = vectors, idx, shape
         self._xp: Any = None
-        self._steps: dict[int, Any] = {}  # the last few steps along a coordinate (a Hessian reuses h_i e_i)
+        self._steps: list[tuple[int, Any]] = [(-1, None), (-1, None)]  # see _step
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.vectors, self.idx, self.shape)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.vectors, self.idx, self.shape = state
-        self._xp, self._steps = None, {}
+        self._xp, self._steps = None, [(-1, None), (-1, None)]
 
-    def _step(self, xp: Any, i: int) -> Any:
+    def _step(self, xp: Any, i: int, position: int) -> Any:
+        """The step along coordinate ``i``, kept for the next points that have it at the same position
+        of their ``adds``: a Hessian's row keeps ``h_i e_i`` first while ``h_j e_j`` changes second, an
+        hvp's ``h_i e_i`` serves 4 points. One slot per position, replaced whole: threads of a thread
+        pool build points of one set at once."""
         h = self.vectors["h"]
         step = xp.where(self.idx == i, h, xp.zeros_like(h))
-        if len(self._steps) >= 4:
-            self._steps.pop(next(iter(self._steps)))
-        self._steps[i] = step
+        if position < len(self._steps):
+            self._steps[position] = (i, step)
         return step
 
     def build(self, recipe: tuple[Any, ...]) -> Any:
@@ -277,18 +272,18 @@ class _PointSet:
         xp = self._xp
         if xp is None:
             xp = self._xp = array_namespace(v)
-        if replace is None and not adds:
-            v = private_copy(v)
-            return v if self.shape is None else xp.reshape(v, self.shape)
-        if replace is not None:
+        if replace is not None:  # a Jacobian's column: one coordinate replaced
             v = xp.where(self.idx == replace[0], vectors[replace[1]], v)
+        elif not adds:  # the base itself: a copy, f may write into it
+            v = private_copy(v)
+        position = 0
         for c, kind, arg in adds:
             if kind == "e":
-                term = self._steps.get(arg)
-                if term is None:
-                    term = self._step(xp, arg)
+                kept = self._steps[position] if position < 2 else (-1, None)
+                term = kept[1] if kept[0] == arg else self._step(xp, arg, position)
             else:
                 term = vectors[arg]
+            position += 1
             if c == 1:
                 v = v + term
             elif c == -1:

@@ -43,9 +43,10 @@ OPERATORS = {  # operator: (f, takes a tangent)
 
 # The most calls into diffinterface's functions that one prepared call makes (measured 2026-11-23;
 # finite differences again after their points became recipes that an executor's workers build
-# (issue 18): a few calls per call, and one per coordinate for the steps of an hvp or a Hessian).
+# (issue 18): a few calls per call, and one per coordinate and tangent or pair for the steps of an
+# hvp or a Hessian).
 BUDGET = {
-    "finitediff": {"gradient": 58, "pushforward": 25, "pullback": 65, "jacobian": 58, "hvp": 104, "hessian": 193},
+    "finitediff": {"gradient": 58, "pushforward": 25, "pullback": 65, "jacobian": 58, "hvp": 104, "hessian": 198},
     "jax": {"gradient": 4, "pushforward": 4, "pullback": 4, "jacobian": 4, "hvp": 4, "hessian": 4},
     "torch": {"gradient": 8, "pushforward": 13, "pullback": 10, "jacobian": 14, "hvp": 12, "hessian": 10},
     "autograd": {"gradient": 17, "pushforward": 23, "pullback": 21, "jacobian": 39, "hvp": 21, "hessian": 20},
