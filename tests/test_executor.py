@@ -167,40 +167,33 @@ def test_the_catalogue_on_a_thread_pool_passes_and_equals_the_serial_calls(threa
     backend = di.AutoFiniteDiff(executor=threads, batch_size=2)
     outcomes = di.testing.test_differentiation([backend], scenarios)
     assert len(outcomes) == len(scenarios) > 400
-    compared = 0
-    for s in scenarios:
-        if s.sparse:
-            continue
-        args = (s.x, s.tangent) if s.operator in ("pushforward", "pullback", "hvp") else (s.x,)
-        kwargs: dict[str, Any] = {"y": s.y} if s.y is not None else {}
-        if s.holomorphic:
-            kwargs["holomorphic"] = True
-        run = getattr(di, s.operator)
-        assert _same(
-            run(backend, s.f, *args, *s.contexts, **kwargs), run(di.AutoFiniteDiff(), s.f, *args, *s.contexts, **kwargs)
-        ), s.name
-        compared += 1
-    assert compared > 400
+    assert _compare_with_serial(backend, [s for s in scenarios if not s.sparse]) > 400
 
 
 def test_the_catalogue_on_a_dask_cluster_equals_the_serial_calls(dask_client):
     """The first-order numpy float64 scenarios on the cluster's worker processes (f, its captured state
     and contexts pickled by cloudpickle): to the bit."""
     backend = di.AutoFiniteDiff(executor=dask_client.get_executor(), batch_size=4)
-    compared = 0
-    for s in default_scenarios("numpy", np.float64):
-        if s.sparse or s.operator in ("hvp", "hessian", "second_derivative"):
-            continue
-        args = (s.x, s.tangent) if s.operator in ("pushforward", "pullback") else (s.x,)
+    first_order = [
+        s
+        for s in default_scenarios("numpy", np.float64)
+        if not s.sparse and s.operator not in ("hvp", "hessian", "second_derivative")
+    ]
+    assert _compare_with_serial(backend, first_order) > 200
+
+
+def _compare_with_serial(backend: Any, scenarios: list[Any]) -> int:
+    """Each scenario's operator through ``backend`` and through the serial ``AutoFiniteDiff()``: equal
+    to the bit. Returns how many were compared."""
+    for s in scenarios:
+        args = (s.x, s.tangent) if s.operator in ("pushforward", "pullback", "hvp") else (s.x,)
         kwargs: dict[str, Any] = {"y": s.y} if s.y is not None else {}
         if s.holomorphic:
             kwargs["holomorphic"] = True
         run = getattr(di, s.operator)
-        assert _same(
-            run(backend, s.f, *args, *s.contexts, **kwargs), run(di.AutoFiniteDiff(), s.f, *args, *s.contexts, **kwargs)
-        ), s.name
-        compared += 1
-    assert compared > 200
+        serial = run(di.AutoFiniteDiff(), s.f, *args, *s.contexts, **kwargs)
+        assert _same(run(backend, s.f, *args, *s.contexts, **kwargs), serial), s.name
+    return len(scenarios)
 
 
 # -- vectorized f -----------------------------------------------------------------------------------

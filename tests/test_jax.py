@@ -26,13 +26,15 @@ def test_catalogue_float64_numpy_inputs(scenario, mode):
 
 @pytest.mark.parametrize(
     "family, dtype",
-    family_dtype_params([("jax", np.float32), ("torch", np.float64), ("torch", np.float32), ("numpy", np.float32)]),
+    family_dtype_params([("jax", np.float32), ("torch", np.float64), ("numpy", np.float32)]),
 )
 def test_catalogue_on_each_family(family, dtype):
     # numpy float64 runs every scenario in every mode above; the other families and dtypes check
     # what they add (conversion in and out, dtype kept: jax arrays are float32 here, x64 is off) on
     # each operator with each function kind and each closure/context variant once (one compiled
-    # program per scenario: the whole catalogue took 85 s per family on the 2-core machine)
+    # program per scenario: the whole catalogue took 85 s per family on the 2-core machine). Each
+    # family and each dtype once: torch float32 (39 s) takes the conversion that torch float64 takes,
+    # with the dtype kept as numpy float32's is; dropped to keep the suite near 15 minutes
     test_differentiation([di.AutoJAX()], _covering(default_scenarios(family, dtype)))
 
 
@@ -73,7 +75,7 @@ def test_jax_arrays_in_jax_arrays_out_and_float64_with_x64_enabled():
         "from diffinterface.testing import default_scenarios, test_differentiation\n"
         "sc = default_scenarios('jax', np.float64)\n"
         "assert sc[0].x.dtype == jnp.float64\n"
-        "print(len(test_differentiation([di.AutoJAX(mode='reverse')], sc[::5])))\n"
+        "print(len(test_differentiation([di.AutoJAX(mode='reverse')], sc[::10])))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
