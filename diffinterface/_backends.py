@@ -1,7 +1,8 @@
 """Backend configs: small frozen values that name an engine and how to use it.
 
-They hold plain values only, compare and hash by value, validate their fields on
-construction, and show only the fields that differ from the defaults.
+They hold plain values, compare and hash by value, validate their fields on construction, and
+show only the fields that differ from the defaults. One field holds an object: the executor of
+``AutoFiniteDiff(executor=...)``, compared and hashed by identity (an executor has no value).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ X = np.array([0.3, -1.2, 0.8, 2.1])
 
 
 def f_vec(x: Any) -> Any:
-    """sin(A x) * sum(x^2): R^4 -> R^3, Jacobian diag(cos(A x)) A s + sin(A x) (2x)^T."""
+    """sin(A x) * sum(x^2): R^4 -> R^3, Jacobian diag(cos(A x)) A sum(x^2) + sin(A x) (2x)^T."""
     return np.sin(A @ x) * np.sum(x**2)
 
 
@@ -104,9 +104,7 @@ def _same(a: Any, b: Any) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if type(a) is not type(b):
         return False
-    if hasattr(a, "to_dense"):  # a torch tensor
-        return a.dtype == b.dtype and a.device == b.device and bool((a == b).all()) and a.shape == b.shape
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = np.asarray(a), np.asarray(b)  # numpy, CPU torch tensors and jax arrays alike
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
@@ -137,6 +135,54 @@ def test_every_operator_equals_the_serial_call_to_the_bit(executor, name, method
     for batch_size in (None, 3):
         backend = di.AutoFiniteDiff(method=method, executor=executor, batch_size=batch_size)
         assert _same(run(backend, f, *args), serial), (name, method, batch_size)
+
+
+class _CountingThreads(ThreadPoolExecutor):
+    """A thread pool that counts the points it is sent (the recipes of each task)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.points = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.points += len(args[-1])  # _task(payload, environment, token, start, recipes)
+        return super().submit(fn, *args, **kwargs)
+
+
+PREPARED = {  # the prepare_ function of each call
+    "value_and_jacobian": "jacobian",
+    "value_and_gradient": "gradient",
+    "value_and_pushforward": "pushforward",
+    "value_gradient_and_hessian": "hessian",
+    "gradient_and_hvp": "hvp",
+    "value_derivative_and_second_derivative": "second_derivative",
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_every_evaluation_of_a_prepared_call_runs_on_the_executor(name):
+    """The executor gets as many points as the serial call evaluates f (the counts the README states:
+    2n for a central Jacobian, 2n^2 + 1 for a Hessian, ...), and f runs on its threads only."""
+    operator, f, args = CALLS[name]
+    where: list[int] = []
+
+    def counted(x: Any) -> Any:
+        where.append(threading.get_ident())
+        return f(x)
+
+    prepare = getattr(di, "prepare_" + PREPARED.get(operator, operator))
+    serial = di.AutoFiniteDiff(closure="const")  # const: the list is the caller's, on every thread
+    prep = prepare(serial, counted, *args)
+    where.clear()
+    getattr(di, operator)(serial, counted, *args, prep=prep)
+    evaluations = len(where)
+    with _CountingThreads(2) as pool:
+        backend = di.AutoFiniteDiff(executor=pool, closure="const")
+        prep = prepare(backend, counted, *args)
+        where.clear()
+        getattr(di, operator)(backend, counted, *args, prep=prep)
+    assert pool.points == len(where) == evaluations > 0
+    assert threading.get_ident() not in where
 
 
 @pytest.mark.parametrize("operator", ["jacobian", "gradient", "hessian", "hvp"])
