@@ -178,9 +178,17 @@ def _on_executor(job: Job, recipes: list[Any], executor: Any, size: int, call: s
             payload = client.scatter(payload, broadcast=True, hash=False)
     token = uuid.uuid4().hex
     environment = job.environment
-    futures = {executor.submit(_task, payload, environment, token, s, recipes[s : s + size]): s for s in starts}
+    futures: dict[Any, int] = {}
     done: dict[int, list[Any]] = {}
     try:
+        for s in starts:
+            try:
+                futures[executor.submit(_task, payload, environment, token, s, recipes[s : s + size])] = s
+            except RuntimeError as error:  # an executor that was shut down
+                raise RuntimeError(
+                    f"{call}: the executor refused the task of points {s} to {min(s + size, len(recipes)) - 1} "
+                    f"({error}); pass an executor that is running (not shut down, not broken)"
+                ) from error
         for future in concurrent.futures.as_completed(futures):
             start = futures[future]
             try:

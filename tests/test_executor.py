@@ -433,6 +433,13 @@ def test_an_exception_in_f_names_the_point_and_no_result_is_returned(executor):
     assert "ValueError" in error.remote_traceback
 
 
+def test_an_executor_that_was_shut_down_is_an_error_that_names_the_call():
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match=r"^gradient\(AutoFiniteDiff\(executor=.*the executor refused the task"):
+        di.gradient(di.AutoFiniteDiff(executor=pool), f_num, X)
+
+
 def test_serially_f_raises_its_own_exception():
     def f(x: Any) -> Any:
         raise ZeroDivisionError("f's own")
