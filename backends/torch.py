@@ -4,7 +4,7 @@ Measured on this project's machine (2-core VM, torch 2.13 CPU, float64, see ``be
 ``torch.autograd.grad`` takes 32 us for the gradient of ``sum(sin(x)**2)`` at n = 10 against 95 us
 for ``torch.func.grad``, and 3.4 ms against 3.8 ms at n = 1e6; a Hessian-vector product by double
 backward takes 69 us against 469 us for ``torch.func``'s forward over reverse; a 10 x 10 Hessian 132
-us against 810 us. So the adapter uses, with the direction given by ``mode`` (SPEC section 2):
+us against 810 us. So the adapter uses, with the direction given by ``mode`` (contract section 2):
 
 - reverse: ``torch.autograd.grad``; a batch of cotangents in one backward pass with
   ``is_grads_batched=True`` (a loop of backward passes over one forward pass where torch cannot
@@ -167,7 +167,7 @@ def _constant(value: Any, device: Any) -> Any:
 
 class _Function:
     """``f`` as the adapter calls it: ``fn(x, contexts) -> tensor``, over fresh duplicates of its
-    captured state and caches (SPEC section 7). ``simple`` when there are none: ``f`` is called as is.
+    captured state and caches (contract section 7). ``simple`` when there are none: ``f`` is called as is.
 
     With ``compile=True``, ``run`` calls ``torch.compile(f)`` (its cache is keyed on the user's code,
     as if the user had compiled ``f``) with the context values as arguments. A function whose

@@ -64,7 +64,7 @@ def notes(runs: int) -> str:
     return (
         f"Each run: median of 21 interleaved rounds after 0.5 s of warm-up; ratio = ours / native. "
         f"The table: median over {runs} runs, and the smallest and largest run. "
-        "Budget (SPEC section 11): 1.05 at sizes >= 1e4, 1.25 at 10."
+        "Budget (contract section 11): 1.05 at sizes >= 1e4, 1.25 at 10."
     )
 
 

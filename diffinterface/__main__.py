@@ -155,7 +155,7 @@ def bench(argv: list[str]) -> int:
         print(f"  wrote {path}")
     if overhead:
         print(
-            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of SPEC section 11"
+            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of contract section 11"
         )
         for r in misses:
             print(

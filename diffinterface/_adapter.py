@@ -11,7 +11,7 @@ converts what they return once, for every operator (``_frontend.run``).
 
 - An engine that compiles or traces per operator (JAX, torch, autograd) overrides :meth:`Adapter.prepare`
   and builds both runners itself; :meth:`Adapter.forward` gives the direction of each first-order
-  operator (SPEC section 2) and :meth:`Adapter.direction_fallback` switches a ``mode=None`` operator
+  operator (contract section 2) and :meth:`Adapter.direction_fallback` switches a ``mode=None`` operator
   to reverse mode where the engine lacks forward rules.
 - Any other adapter implements at least ``value_and_pushforward`` or ``value_and_pullback`` (the
   methods below, with ``data`` what its ``prepare_<operator>`` returned); overriding a method is
@@ -220,7 +220,7 @@ class Adapter:
         return Runners(lambda x, ts, cs: plain(data, target, x, cs), lambda x, ts, cs: value(data, target, x, cs), data)
 
     def forward(self, operator: str, info: Info) -> bool:
-        """The direction of a first-order operator (SPEC section 2): the backend's ``mode``, else
+        """The direction of a first-order operator (contract section 2): the backend's ``mode``, else
         forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
         mode = getattr(self.backend, "mode", None)
         if operator == "jacobian":

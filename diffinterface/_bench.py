@@ -337,7 +337,7 @@ SIZES = {
 
 
 def budget(size: int) -> float:
-    """SPEC section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
+    """contract section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
     return 1.05 if size >= 10_000 else 1.25
 
 
@@ -559,7 +559,7 @@ def finite_differences(progress: Callable[..., Any]) -> list[dict]:
                     (f"numdifftools {cls.__name__}({method!r})", lambda g, c=cls, m=method: c(g, method=m)(x))
                 )
         for label, run in methods:
-            count = _Count()  # not state (a list would be duplicated for each evaluation, as SPEC section 7 says)
+            count = _Count()  # not state (a list would be duplicated for each evaluation, as contract section 7 says)
 
             def counted(z, f=f, count=count):
                 count.calls += 1
@@ -896,7 +896,7 @@ def _notes(table: str, timing: Timing) -> str:
         "`autograd.functional.jacobian/hessian(vectorize=True)`); autograd `grad`, `make_jvp(grad)`, `hessian`, "
         "`make_jvp`, `make_vjp`, one `make_jvp` per column (tall) and `jacobian` (wide); finite differences "
         "`scipy.optimize.approx_derivative('3-point')` and a central difference along t. The preparation is "
-        "compared with the native's first call (a fresh `jax.jit`, compiled). Budget (SPEC section 11): the prepared "
+        "compared with the native's first call (a fresh `jax.jit`, compiled). Budget (contract section 11): the prepared "
         "ratio at most 1.05 at sizes >= 1e4, 1.25 below. f: `sum(sin(x)**2)` (gradient, hvp, hessian), "
         "`sin(x) * sum(x)` (pushforward, pullback), `sin(A @ x)` with A captured (jacobians). For a row over budget, "
         "two more interleaved measurements split the difference: `frontend_us`, the public call over the adapter's "

@@ -1,4 +1,4 @@
-"""The state a function captures, found once and rebuilt over duplicates for every call (SPEC section 7).
+"""The state a function captures, found once and rebuilt over duplicates for every call (contract section 7).
 
 ``StatePlan(f)`` walks what ``f`` captures: closure cells (following captured user functions and
 nested closures), default argument values, ``functools.partial`` arguments, attributes of a
@@ -85,7 +85,7 @@ _walk_cache: dict[str | None, bool] = {}
 
 
 def declare_modules(*names: str, walk: bool) -> None:
-    """Declare module namespaces for the closure walker (SPEC section 7).
+    """Declare module namespaces for the closure walker (contract section 7).
 
     ``walk=False``: a library -- functions and callable objects defined in ``name`` or its
     submodules are called as they are, never looked into for captured state to duplicate.
@@ -603,7 +603,7 @@ def const_write_error(
     kind: type | None = None,
 ) -> Exception | None:
     """Under ``closure="const"``, the error for ``f`` writing a value that depends on ``x`` into its
-    own captured state (SPEC section 7): it names the captured arrays, lists and dicts and points to
+    own captured state (contract section 7): it names the captured arrays, lists and dicts and points to
     ``closure="duplicated"``. None when the closure is duplicated, when ``leaked(error)`` (the
     engine's recogniser: its error types, see each adapter) says the error is something else, or when
     ``f`` captures no such state. A ``str`` ``error`` is the adapter's own finding (no recogniser).
@@ -681,7 +681,7 @@ def const_trace_checked(target: Any, run: Callable[[], Any], traced: Callable[[A
     """``run()`` (an engine's first trace of ``f``, at preparation) under ``closure="const"``, with
     the lists and dicts ``f`` captures checked afterwards: a traced value (a JAX tracer, an autograd
     box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
-    their contents are put back and the error names them (SPEC section 7). Also put back when
+    their contents are put back and the error names them (contract section 7). Also put back when
     ``run`` raises. Discovery runs at preparation only; prepared calls pay nothing."""
     plan = StatePlan(target.user_f)
     containers = [(where, v) for where, v in zip(plan.where(), plan.read()) if isinstance(v, (list, dict))]

@@ -1,7 +1,7 @@
 """The function as adapters call it: ``g(x, *context values) -> y``.
 
 It hides two things every adapter would otherwise repeat: the closure setting (a fresh duplicate of
-the captured state for each call, SPEC section 7) and two-argument functions ``f(y, x, *contexts)``
+the captured state for each call, contract section 7) and two-argument functions ``f(y, x, *contexts)``
 that write their output into a buffer ``y`` (each call writes into a duplicate of the buffer and
 returns it; the user's ``y`` is only a template and is never modified).
 """

@@ -1,4 +1,4 @@
-"""``WritableArray``: what ``f`` writes into when its engine's arrays cannot be written (SPEC section 7).
+"""``WritableArray``: what ``f`` writes into when its engine's arrays cannot be written (contract section 7).
 
 JAX arrays are immutable, and autograd traces through numpy arrays that must not be written in
 place (a boxed value written into a numpy array loses its derivative). An adapter for such an

@@ -1,4 +1,4 @@
-"""Custom derivative rules written once, for every engine (SPEC section 8).
+"""Custom derivative rules written once, for every engine (contract section 8).
 
 ```python
 from diffinterface.rules import custom_rule, Const, Active, Duplicated

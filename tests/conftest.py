@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-MODES = [None, "forward", "reverse"]  # the modes of the AD backends (SPEC section 2)
+MODES = [None, "forward", "reverse"]  # the modes of the AD backends (contract section 2)
 MODE_IDS = ["mode=None", "forward", "reverse"]
 
 

@@ -1,4 +1,4 @@
-"""Closures duplicated by default (SPEC section 7), on the finite-difference backend.
+"""Closures duplicated by default (contract section 7), on the finite-difference backend.
 
 The mechanism lives in the frontend; these tests pin down what any adapter inherits from it:
 captured state is found in closure cells, partial arguments, callable objects, bound methods,

@@ -1,4 +1,4 @@
-"""Closures duplicated by default (SPEC section 7), on every installed backend.
+"""Closures duplicated by default (contract section 7), on every installed backend.
 
 tests/test_closure.py pins the discovery mechanism down on finite differences; here the same user
 patterns run on every engine: the captured-buffer example, work buffers kept as module globals,

@@ -1,4 +1,4 @@
-"""The errors of SPEC section 9: each names the call, shows what was found and says how to fix it."""
+"""The errors of contract section 9: each names the call, shows what was found and says how to fix it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Preparation (SPEC section 5): prepared calls at new points, strict checks, per-argument reports."""
+"""Preparation (contract section 5): prepared calls at new points, strict checks, per-argument reports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Custom rules written once (SPEC section 8), DifferentiateWith, diffinterface.scipy, SecondOrder.
+"""Custom rules written once (contract section 8), DifferentiateWith, diffinterface.scipy, SecondOrder.
 
 References are independent: central finite differences of the plain SciPy/NumPy computation (no
 rule involved), or closed forms.

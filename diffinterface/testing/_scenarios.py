@@ -244,7 +244,7 @@ def _closure_over_buffer(f: Any, buffer: Any) -> Any:
 
 
 def _closure_scalar(buffer: Any) -> Any:
-    # The example of SPEC section 7: derivative 2 (1 + x) on every call, with the buffer unchanged.
+    # The example of contract section 7: derivative 2 (1 + x) on every call, with the buffer unchanged.
     def accumulate(x: Any) -> Any:
         buffer[0] = 1.0
         buffer[0] += x
@@ -311,7 +311,7 @@ def default_scenarios(
 
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
     into a captured buffer, and a two-argument ``f(y, x)``; for one reference function per operator,
-    the closure variants of SPEC section 7 (a buffer written through ``functools.partial``, a callable
+    the closure variants of contract section 7 (a buffer written through ``functools.partial``, a callable
     object and a nested closure, and a captured array only read). Arrays are of ``family`` ("numpy", "jax"
     or "torch") and ``dtype``; references are numpy. jax arrays are float32 unless the user enabled
     ``jax_enable_x64``, so the jax family is float32 then, as a jax user's arrays would be.
@@ -510,7 +510,7 @@ def _scenarios_of(
                     **base,
                 )
             )
-            # the closure variants of SPEC section 7, once per operator: a buffer passed by
+            # the closure variants of contract section 7, once per operator: a buffer passed by
             # functools.partial, held by a callable object, captured through a nested closure, and
             # a captured array that f only reads (the alias path of _closure.py)
             wanted = {

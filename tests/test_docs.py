@@ -1,0 +1,52 @@
+"""The documentation in docs/ (built by ``nox -s docs`` and in CI with ``mkdocs build --strict``): the
+API reference lists every exported name, the front page's example runs, every local link resolves,
+and nothing in the repository points outside it."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+
+import diffinterface as di
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def test_the_api_reference_lists_every_exported_name():
+    reference = (DOCS / "reference.md").read_text()
+    documented = [path.rsplit(".", 1)[-1] for path in re.findall(r"^::: (\S+)$", reference, re.M)]
+    assert sorted(documented) == sorted(di.__all__)
+    for path in re.findall(r"^::: (\S+)$", reference, re.M):  # each path names the object itself
+        module, _, name = path.rpartition(".")
+        assert getattr(__import__(module, fromlist=[name]), name) is getattr(di, name), path
+
+
+def test_the_front_page_example_runs():
+    code = re.search(r"```python\n(.*?)```", (DOCS / "index.md").read_text(), re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "docs/index.md", "exec"), namespace)
+    x = namespace["x"]
+    np.testing.assert_allclose(namespace["g"], np.sin(2 * x), rtol=1e-6, atol=1e-9)  # d/dx sin^2 = sin 2x
+
+
+def test_every_page_is_in_the_site_and_every_local_link_resolves():
+    site = (ROOT / "mkdocs.yml").read_text()
+    for page in DOCS.glob("*.md"):
+        assert f": {page.name}" in site, f"{page.name} is not in mkdocs.yml's nav"
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+        for target in re.findall(r"\]\(([^)#:]+?)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    outside = ("../" + "shared", "SPEC" + ".md")  # written in two parts: this file names them too
+    files = [ROOT / name for name in ("README.md", "pyproject.toml", "noxfile.py", "mkdocs.yml", ".ci/run")]
+    for folder in ("diffinterface", "backends", "tests", "benchmarks", "docs"):
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md", ".csv", ".toml", ".yml")]
+    for path in files:
+        text = path.read_text(errors="replace")
+        for needle in outside:
+            assert needle not in text, f"{path.relative_to(ROOT)} refers to {needle}, outside the repository"
