@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -50,3 +52,18 @@ def test_nothing_in_the_repository_points_outside_it():
         text = path.read_text(errors="replace")
         for needle in outside:
             assert needle not in text, f"{path.relative_to(ROOT)} refers to {needle}, outside the repository"
+
+
+def test_the_backend_of_adding_a_backend_passes_the_catalogue(tmp_path):
+    """docs/adding-a-backend.md's module, saved as mypackage/central.py: in a fresh process (its
+    registration stays there), the catalogue passes on it, as the page says."""
+    page = (DOCS / "adding-a-backend.md").read_text()
+    module, proof = re.findall(r"```python\n(.*?)```", page, re.S)[:2]
+    (tmp_path / "mypackage").mkdir()
+    (tmp_path / "mypackage" / "__init__.py").write_text("")
+    (tmp_path / "mypackage" / "central.py").write_text(module)
+    script = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nfrom mypackage.central import AutoCentral\n{proof}"
+    script += "print(len(outcomes))\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) > 400
