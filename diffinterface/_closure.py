@@ -94,6 +94,10 @@ def declare_modules(*names: str, walk: bool) -> None:
 
         diffinterface.declare_modules("mylib", walk=False)      # a library f calls into
         diffinterface.declare_modules("mylib.models", walk=True)  # but this part is model code
+
+    Example:
+
+        >>> di.declare_modules("mylib", walk=False)  # functions of mylib are called as they are
     """
     for name in names:
         if not isinstance(name, str) or not name or name.startswith(".") or name.endswith("."):

@@ -23,6 +23,12 @@ class Constant(Context[T]):
 
     A prep made with ``Constant(a)`` runs correctly with ``Constant(b)`` of the same shape.
     ``value`` may be an array, a Python scalar, or a tuple, list or dict of them.
+
+    Example:
+
+        >>> f = lambda x, c: c * (x ** 2).sum()
+        >>> print(di.gradient(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), di.Constant(3.0)).round(6))
+        [ 6. 12.]
     """
 
     __slots__ = ()
@@ -33,6 +39,14 @@ class Cache(Context[T]):
 
     Every call (and, for finite differences, every evaluation of ``f``) gets a fresh working copy,
     so the object passed in is never modified and nothing leaks from one call into the next.
+
+    Example:
+
+        >>> def f(x, work):  # work: a buffer f writes into; each call gets a fresh copy
+        ...     work[:] = x ** 2
+        ...     return work.sum()
+        >>> print(di.gradient(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), di.Cache(np.zeros(2))).round(6))
+        [2. 4.]
     """
 
     __slots__ = ()

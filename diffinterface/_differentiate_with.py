@@ -28,7 +28,16 @@ from .rules import Rule
 
 
 class DifferentiateWith(Rule):
-    """``f`` differentiated by ``backend`` inside any engine; see the module docstring."""
+    """``f`` differentiated by ``backend`` inside any engine; see the module docstring.
+
+    Example:
+
+        >>> import autograd.numpy as anp
+        >>> simulate = di.DifferentiateWith(np.sin, di.AutoFiniteDiff())  # NumPy code, finite differences
+        >>> loss = lambda x: anp.sum(simulate(x) * x)  # differentiated by autograd around it
+        >>> print(di.gradient(di.AutoAutograd(), loss, np.array([0.0, 1.0])).round(6))
+        [0.       1.381773]
+    """
 
     def __init__(
         self, f: Callable[..., Any], backend: AbstractBackend, out_shape: Callable[..., Any] | None = None

@@ -6,11 +6,28 @@ from typing import Any
 
 
 class BackendNotAvailableError(ImportError):
-    """The engine behind a backend config is not installed."""
+    """The engine behind a backend config is not installed.
+
+    Example:
+
+        >>> issubclass(di.BackendNotAvailableError, ImportError)  # its message names the pip install line
+        True
+    """
 
 
 class PreparationMismatchError(ValueError):
-    """A prepared call received arguments that differ from the ones the prep was made for."""
+    """A prepared call received arguments that differ from the ones the prep was made for.
+
+    Example:
+
+        >>> f = lambda x: (x ** 2).sum()
+        >>> prep = di.prepare_gradient(di.AutoFiniteDiff(), f, np.zeros(3))
+        >>> try:
+        ...     di.gradient(di.AutoFiniteDiff(), f, np.zeros(4), prep=prep)
+        ... except di.PreparationMismatchError as error:
+        ...     print(str(error).splitlines()[1])
+          x: prepared for numpy float64 (3,); got numpy float64 (4,)   <- differs
+    """
 
 
 def call_repr(operator: str, backend: object, args: str = "f, x") -> str:
@@ -19,11 +36,27 @@ def call_repr(operator: str, backend: object, args: str = "f, x") -> str:
 
 
 class EvaluationError(RuntimeError):
-    """``f`` failed at one of the points that ``AutoFiniteDiff(executor=...)`` sent to an executor, or
-    the executor failed the task: no result is returned. ``index`` is the point's position among the
+    """``f`` failed at a point sent to an executor, or the executor failed the task: no result.
+
+    The points are those of ``AutoFiniteDiff(executor=...)``. ``index`` is the point's position among the
     call's points, ``point`` the point itself (``f(error.point)`` reproduces the failure here), and
     ``remote_traceback`` the worker's traceback where ``f`` raised; ``__cause__`` is ``f``'s exception
-    where it could be sent back."""
+    where it could be sent back.
+
+    Example:
+
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> def f(x):
+        ...     if x[1] > 1.0:
+        ...         raise ValueError("the solver diverged")
+        ...     return x ** 2
+        >>> with ThreadPoolExecutor(2) as pool:
+        ...     try:
+        ...         di.jacobian(di.AutoFiniteDiff(executor=pool), f, np.array([0.5, 1.0]))
+        ...     except di.EvaluationError as error:
+        ...         print(error.index, error.point.round(3), type(error.__cause__).__name__)
+        2 [0.5 1. ] ValueError
+    """
 
     def __init__(self, message: str, index: int, point: Any, remote_traceback: str | None = None) -> None:
         super().__init__(message)
@@ -34,9 +67,19 @@ class EvaluationError(RuntimeError):
 
 
 class LostDerivativeError(ValueError):
-    """``f(x)`` depends on ``x`` through a step the engine cannot differentiate (``.detach()``,
-    ``.item()``, a conversion to numpy, a write under ``torch.no_grad()``): every derivative would
-    come out zero, so the call raises instead."""
+    """``f(x)`` depends on ``x`` through a step the engine cannot differentiate.
+
+    ``.detach()``, ``.item()``, a conversion to numpy, a write under ``torch.no_grad()``: every
+    derivative would come out zero, so the call raises instead.
+
+    Example:
+
+        >>> try:
+        ...     di.gradient(di.AutoTorch(), lambda x: (x.detach() ** 2).sum(), np.ones(2))
+        ... except di.LostDerivativeError as error:
+        ...     print(type(error).__name__)
+        LostDerivativeError
+    """
 
 
 LOST_CAUSES = (

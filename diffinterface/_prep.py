@@ -48,6 +48,15 @@ class Prep:
 
     Valid for the same ``f`` and backend and for arguments of the same family, shape and dtype;
     with ``strict=True`` a call whose arguments differ raises :class:`PreparationMismatchError`.
+
+    Example:
+
+        >>> f = lambda x: (x ** 2).sum()
+        >>> prep = di.prepare_gradient(di.AutoFiniteDiff(), f, np.zeros(3))  # once
+        >>> for k in (1.0, 2.0):  # then only the fast path
+        ...     print(di.gradient(di.AutoFiniteDiff(), f, np.full(3, k), prep=prep).round(6))
+        [2. 2. 2.]
+        [4. 4. 4.]
     """
 
     __slots__ = (

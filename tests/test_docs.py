@@ -4,14 +4,17 @@ and nothing in the repository points outside it."""
 
 from __future__ import annotations
 
+import doctest
 import pathlib
 import re
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import diffinterface as di
+from conftest import installed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -67,3 +70,36 @@ def test_the_backend_of_adding_a_backend_passes_the_catalogue(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) > 400
+
+
+# what each example needs beyond numpy (the examples of everything else run with numpy alone)
+NEEDS = {
+    "AutoJAX": "jax",
+    "JaxprSparsityDetector": "jax",
+    "AutoTorch": "torch",
+    "LostDerivativeError": "torch",
+    "AutoAutograd": "autograd",
+    "DifferentiateWith": "autograd",
+    "AutoSparse": "scipy",
+    "TracerSparsityDetector": "scipy",
+    "KnownSparsity": "scipy",
+    "LocalSparsityDetector": "scipy",
+}
+# a type alias (a union of classes) has no docstring of its own: the reference shows its comment
+NO_DOCSTRING = {"Backend"}
+
+
+@pytest.mark.parametrize("name", sorted(set(di.__all__) - NO_DOCSTRING))
+def test_every_exported_name_has_an_example_that_runs(name):
+    """Each docstring starts with a one-line summary and has an example (``np`` and ``di`` imported),
+    run here as a doctest: the API reference shows what runs."""
+    if name in NEEDS and not installed(NEEDS[name]):
+        pytest.skip(f'the example of {name} needs {NEEDS[name]}: pip install -e ".[all]"')
+    obj = getattr(di, name)
+    summary = (obj.__doc__ or "").strip().split("\n")[0]
+    assert summary.endswith((".", ":")) and len(summary) > 10, f"{name}: no one-line summary"
+    (test,) = doctest.DocTestFinder(recurse=False).find(obj, name, globs={"np": np, "di": di})
+    assert test.examples, f"{name}: its docstring has no example"
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = runner.run(test, out=lambda text: print(text, end=""))
+    assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} example lines failed (printed above)"

@@ -19,7 +19,15 @@ def prepare_derivative(
     strict: bool = True,
     holomorphic: bool = False,
 ) -> Prep:
-    """Prepare :func:`derivative` and :func:`value_and_derivative` for arguments shaped like these."""
+    """Prepare :func:`derivative` and :func:`value_and_derivative` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: x ** 3
+        >>> prep = di.prepare_derivative(di.AutoFiniteDiff(), f, 0.0)
+        >>> print(di.derivative(di.AutoFiniteDiff(), f, 2.0, prep=prep).round(6))
+        12.0
+    """
     return prepare("derivative", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
 
 
@@ -32,7 +40,14 @@ def value_and_derivative(
     prep: Prep | None = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
-    """``(f(x), df/dx)`` for a scalar ``x`` (a float or a 0-d array)."""
+    """``(f(x), df/dx)`` for a scalar ``x`` (a float or a 0-d array).
+
+    Example:
+
+        >>> y, der = di.value_and_derivative(di.AutoFiniteDiff(), lambda x: x ** 3, 2.0)
+        >>> print(y, der.round(6))
+        8.0 12.0
+    """
     return run("derivative", backend, f, x, None, contexts, y, prep, value=True, holomorphic=holomorphic)
 
 
@@ -45,8 +60,16 @@ def derivative(
     prep: Prep | None = None,
     holomorphic: bool = False,
 ) -> Any:
-    """``df/dx`` for a scalar ``x``, shaped like ``f(x)``; for a complex ``x``, ``holomorphic=True``
-    says that ``f`` is complex-differentiable and gives ``df/dz``."""
+    """``df/dx`` for a scalar ``x``, shaped like ``f(x)``.
+
+    For a complex ``x``, ``holomorphic=True`` says that ``f`` is complex-differentiable and gives
+    ``df/dz``.
+
+    Example:
+
+        >>> print(di.derivative(di.AutoFiniteDiff(), lambda x: x ** 3, 2.0).round(6))
+        12.0
+    """
     if type(prep) is Prep and y is None and not holomorphic:
         return run_prepared("derivative", prep, backend, f, x, contexts)
     return run("derivative", backend, f, x, None, contexts, y, prep, holomorphic=holomorphic)

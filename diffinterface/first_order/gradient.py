@@ -11,21 +11,42 @@ from .._prep import Prep
 
 
 def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
-    """Prepare :func:`gradient` and :func:`value_and_gradient` for arguments shaped like these."""
+    """Prepare :func:`gradient` and :func:`value_and_gradient` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: (x ** 2).sum()
+        >>> prep = di.prepare_gradient(di.AutoFiniteDiff(), f, np.zeros(3))
+        >>> print(di.gradient(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), prep=prep).round(6))
+        [2. 4. 6.]
+    """
     return prepare("gradient", backend, f, x, None, contexts, None, strict)
 
 
 def value_and_gradient(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
 ) -> tuple[Any, ...]:
-    """``(f(x), grad)``; ``out=`` receives the gradient."""
+    """``(f(x), grad)``; ``out=`` receives the gradient.
+
+    Example:
+
+        >>> y, grad = di.value_and_gradient(di.AutoFiniteDiff(), lambda x: (x ** 2).sum(), np.array([1.0, 2.0, 3.0]))
+        >>> print(y, grad.round(6))
+        14.0 [2. 4. 6.]
+    """
     return run("gradient", backend, f, x, None, contexts, None, prep, out, value=True)
 
 
 def gradient(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
 ) -> Any:
-    """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given."""
+    """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given.
+
+    Example:
+
+        >>> print(di.gradient(di.AutoFiniteDiff(), lambda x: (x ** 2).sum(), np.array([1.0, 2.0, 3.0])).round(6))
+        [2. 4. 6.]
+    """
     if type(prep) is Prep:
         return run_prepared("gradient", prep, backend, f, x, contexts, out)
     return run("gradient", backend, f, x, None, contexts, None, prep, out)

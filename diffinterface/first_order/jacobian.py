@@ -19,7 +19,16 @@ def prepare_jacobian(
     strict: bool = True,
     holomorphic: bool = False,
 ) -> Prep:
-    """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these."""
+    """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: x[1:] * x[:-1]
+        >>> prep = di.prepare_jacobian(di.AutoFiniteDiff(), f, np.zeros(3))
+        >>> print(di.jacobian(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), prep=prep).round(6))
+        [[2. 1. 0.]
+         [0. 3. 2.]]
+    """
     return prepare("jacobian", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
 
 
@@ -33,7 +42,14 @@ def value_and_jacobian(
     out: Any = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
-    """``(f(x), J)``; ``out=`` receives the Jacobian."""
+    """``(f(x), J)``; ``out=`` receives the Jacobian.
+
+    Example:
+
+        >>> y, J = di.value_and_jacobian(di.AutoFiniteDiff(), lambda x: x[1:] * x[:-1], np.array([1.0, 2.0, 3.0]))
+        >>> print(y, J.shape)
+        [2. 6.] (2, 3)
+    """
     return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True, holomorphic=holomorphic)
 
 
@@ -52,6 +68,13 @@ def jacobian(
     With ``mode=None`` the adapter builds it in the cheaper direction: forward when
     ``x.size <= f(x).size``, reverse otherwise. For a complex ``x``, ``holomorphic=True`` says that
     ``f`` is complex-differentiable: the result is ``dy/dz`` (as ``jax.jacfwd(f, holomorphic=True)``).
+
+    Example:
+
+        >>> J = di.jacobian(di.AutoFiniteDiff(), lambda x: x[1:] * x[:-1], np.array([1.0, 2.0, 3.0]))
+        >>> print(J.round(6))  # shape f(x).shape + x.shape
+        [[2. 1. 0.]
+         [0. 3. 2.]]
     """
     if type(prep) is Prep and y is None and not holomorphic:
         return run_prepared("jacobian", prep, backend, f, x, contexts, out)

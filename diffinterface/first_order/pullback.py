@@ -13,21 +13,44 @@ from .._prep import Prep
 def prepare_pullback(
     backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, strict: bool = True
 ) -> Prep:
-    """Prepare :func:`pullback` and :func:`value_and_pullback` for arguments shaped like these."""
+    """Prepare :func:`pullback` and :func:`value_and_pullback` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: x ** 2
+        >>> prep = di.prepare_pullback(di.AutoFiniteDiff(), f, np.zeros(3), np.zeros(3))
+        >>> print(di.pullback(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), np.ones(3), prep=prep).round(6))
+        [2. 4. 6.]
+    """
     return prepare("pullback", backend, f, x, ty, contexts, y, strict)
 
 
 def value_and_pullback(
     backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> tuple[Any, ...]:
-    """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can."""
+    """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can.
+
+    Example:
+
+        >>> x, ty = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 1.0])
+        >>> y, vjp = di.value_and_pullback(di.AutoFiniteDiff(), lambda x: x ** 2, x, ty)
+        >>> print(y, vjp.round(6))
+        [1. 4. 9.] [2. 4. 6.]
+    """
     return run("pullback", backend, f, x, ty, contexts, y, prep, value=True)
 
 
 def pullback(
     backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> Any:
-    """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple."""
+    """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple.
+
+    Example:
+
+        >>> x, ty = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 1.0])
+        >>> print(di.pullback(di.AutoFiniteDiff(), lambda x: x ** 2, x, ty).round(6))  # ty @ J
+        [2. 4. 6.]
+    """
     if type(prep) is Prep and y is None and type(ty) is type(x) is not float:
         return run_prepared_tangent("pullback", prep, backend, f, x, ty, contexts)
     return run("pullback", backend, f, x, ty, contexts, y, prep)

@@ -13,7 +13,16 @@ from .._prep import Prep
 def prepare_pushforward(
     backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
 ) -> Prep:
-    """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these."""
+    """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: x ** 2
+        >>> prep = di.prepare_pushforward(di.AutoFiniteDiff(), f, np.zeros(3), (np.zeros(3), np.zeros(3)))
+        >>> jvps = di.pushforward(di.AutoFiniteDiff(), f, np.ones(3), (np.eye(3)[0], np.eye(3)[1]), prep=prep)
+        >>> print(len(jvps))  # a tuple of tangents: a tuple of results
+        2
+    """
     return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
 
 
@@ -23,6 +32,13 @@ def value_and_pushforward(
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
     ``f(x, *contexts)`` returns its output, or with ``y=`` is ``f(y, x, *contexts)`` writing it into ``y``.
+
+    Example:
+
+        >>> x, t = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 0.0])
+        >>> y, jvp = di.value_and_pushforward(di.AutoFiniteDiff(), lambda x: x ** 2, x, t)
+        >>> print(y, jvp.round(6) + 0.0)
+        [1. 4. 9.] [2. 4. 0.]
     """
     return run("pushforward", backend, f, x, tx, contexts, y, prep, value=True)
 
@@ -30,7 +46,14 @@ def value_and_pushforward(
 def pushforward(
     backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
 ) -> Any:
-    """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple."""
+    """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple.
+
+    Example:
+
+        >>> x, t = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 0.0])
+        >>> print(di.pushforward(di.AutoFiniteDiff(), lambda x: x ** 2, x, t).round(6) + 0.0)  # J @ t
+        [2. 4. 0.]
+    """
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
         return run_prepared_tangent("pushforward", prep, backend, f, x, tx, contexts)
     return run("pushforward", backend, f, x, tx, contexts, y, prep)

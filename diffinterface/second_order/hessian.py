@@ -11,21 +11,44 @@ from .._prep import Prep
 
 
 def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
-    """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these."""
+    """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: (x ** 3).sum()
+        >>> prep = di.prepare_hessian(di.AutoFiniteDiff(), f, np.zeros(2))
+        >>> print(di.hessian(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), prep=prep).round(4) + 0.0)
+        [[ 6.  0.]
+         [ 0. 12.]]
+    """
     return prepare("hessian", backend, f, x, None, contexts, None, strict)
 
 
 def value_gradient_and_hessian(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
 ) -> tuple[Any, ...]:
-    """``(f(x), grad, H)``; ``out=`` receives the Hessian."""
+    """``(f(x), grad, H)``; ``out=`` receives the Hessian.
+
+    Example:
+
+        >>> y, grad, H = di.value_gradient_and_hessian(di.AutoFiniteDiff(), lambda x: (x ** 3).sum(), np.array([1.0, 2.0]))
+        >>> print(y, grad.round(6), H.shape)
+        9.0 [ 3. 12.] (2, 2)
+    """
     return run("hessian", backend, f, x, None, contexts, None, prep, out, value=True)
 
 
 def hessian(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
 ) -> Any:
-    """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``."""
+    """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
+
+    Example:
+
+        >>> print(di.hessian(di.AutoFiniteDiff(), lambda x: (x ** 3).sum(), np.array([1.0, 2.0])).round(4) + 0.0)
+        [[ 6.  0.]
+         [ 0. 12.]]
+    """
     if type(prep) is Prep:
         return run_prepared("hessian", prep, backend, f, x, contexts, out)
     return run("hessian", backend, f, x, None, contexts, None, prep, out)

@@ -11,19 +11,42 @@ from .._prep import Prep
 
 
 def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, strict: bool = True) -> Prep:
-    """Prepare :func:`hvp` and :func:`gradient_and_hvp` for arguments shaped like these."""
+    """Prepare :func:`hvp` and :func:`gradient_and_hvp` for arguments shaped like these.
+
+    Example:
+
+        >>> f = lambda x: (x ** 3).sum()
+        >>> prep = di.prepare_hvp(di.AutoFiniteDiff(), f, np.zeros(2), np.zeros(2))
+        >>> print(di.hvp(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), np.ones(2), prep=prep).round(4))
+        [ 6. 12.]
+    """
     return prepare("hvp", backend, f, x, tx, contexts, None, strict)
 
 
 def gradient_and_hvp(
     backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None
 ) -> tuple[Any, ...]:
-    """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products."""
+    """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products.
+
+    Example:
+
+        >>> x, t = np.array([1.0, 2.0]), np.array([1.0, 1.0])
+        >>> grad, hvp = di.gradient_and_hvp(di.AutoFiniteDiff(), lambda x: (x ** 3).sum(), x, t)
+        >>> print(grad.round(6), hvp.round(4))
+        [ 3. 12.] [ 6. 12.]
+    """
     return run("hvp", backend, f, x, tx, contexts, None, prep, value=True)
 
 
 def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
-    """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple."""
+    """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple.
+
+    Example:
+
+        >>> x, t = np.array([1.0, 2.0]), np.array([1.0, 1.0])
+        >>> print(di.hvp(di.AutoFiniteDiff(), lambda x: (x ** 3).sum(), x, t).round(4))  # H @ t
+        [ 6. 12.]
+    """
     if type(prep) is Prep and type(tx) is type(x) is not float:
         return run_prepared_tangent("hvp", prep, backend, f, x, tx, contexts)
     return run("hvp", backend, f, x, tx, contexts, None, prep)

@@ -13,19 +13,40 @@ from .._prep import Prep
 def prepare_second_derivative(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True
 ) -> Prep:
-    """Prepare :func:`second_derivative` and :func:`value_derivative_and_second_derivative`."""
+    """Prepare :func:`second_derivative` and :func:`value_derivative_and_second_derivative`.
+
+    Example:
+
+        >>> f = lambda x: x ** 3
+        >>> prep = di.prepare_second_derivative(di.AutoFiniteDiff(), f, 0.0)
+        >>> print(di.second_derivative(di.AutoFiniteDiff(), f, 2.0, prep=prep).round(4))
+        12.0
+    """
     return prepare("second_derivative", backend, f, x, None, contexts, None, strict)
 
 
 def value_derivative_and_second_derivative(
     backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None
 ) -> tuple[Any, ...]:
-    """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``."""
+    """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``.
+
+    Example:
+
+        >>> y, der, der2 = di.value_derivative_and_second_derivative(di.AutoFiniteDiff(), lambda x: x ** 3, 2.0)
+        >>> print(y, der.round(6), der2.round(4))
+        8.0 12.0 12.0
+    """
     return run("second_derivative", backend, f, x, None, contexts, None, prep, value=True)
 
 
 def second_derivative(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
-    """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``."""
+    """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``.
+
+    Example:
+
+        >>> print(di.second_derivative(di.AutoFiniteDiff(), lambda x: x ** 3, 2.0).round(4))
+        12.0
+    """
     if type(prep) is Prep:
         return run_prepared("second_derivative", prep, backend, f, x, contexts)
     return run("second_derivative", backend, f, x, None, contexts, None, prep)

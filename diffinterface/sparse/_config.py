@@ -12,9 +12,10 @@ from ._detectors import TracerSparsityDetector
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class AutoSparse(AbstractBackend):
-    """Sparse Jacobians and Hessians through ``dense``: detect the pattern (once, at preparation),
-    color it, and evaluate one compressed derivative with as many pushforwards, pullbacks or
-    Hessian-vector products as there are colors.
+    """Sparse Jacobians and Hessians through ``dense``, at the cost of one derivative per color.
+
+    Detect the pattern (once, at preparation), color it, and evaluate one compressed derivative
+    with as many pushforwards, pullbacks or Hessian-vector products as there are colors.
 
     - ``dense``: any backend config (``AutoFiniteDiff()``, ``AutoJAX()``, ``AutoTorch()``,
       ``AutoAutograd()``); its ``mode`` fixes the direction of a Jacobian (columns for "forward",
@@ -27,6 +28,15 @@ class AutoSparse(AbstractBackend):
     the family of ``x`` (a ``scipy.sparse.csr_array`` for NumPy, a ``jax.experimental.sparse.BCOO``
     for JAX, a sparse CSR tensor for torch) of shape ``(f(x).size, x.size)`` (elements in row-major
     order); the other operators are the dense backend's.
+
+    Example:
+
+        >>> J = di.jacobian(di.AutoSparse(di.AutoFiniteDiff()), lambda x: x[1:] * x[:-1], np.array([1.0, 2.0, 3.0]))
+        >>> print(type(J).__name__, J.shape, J.nnz)
+        csr_array (2, 3) 4
+        >>> print(J.toarray().round(6))
+        [[2. 1. 0.]
+         [0. 3. 2.]]
     """
 
     dense: AbstractBackend

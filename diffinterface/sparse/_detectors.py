@@ -53,7 +53,17 @@ class TracerSparsityDetector:
 
     ``f`` must use the array API through ``array_namespace(x)`` (or NumPy functions and operators,
     which the tracer also follows); code it cannot follow (a conversion to NumPy, SciPy, an ``if`` on
-    a value) raises a ``TracerError`` naming :class:`LocalSparsityDetector` and :class:`KnownSparsity`."""
+    a value) raises a ``TracerError`` naming :class:`LocalSparsityDetector` and :class:`KnownSparsity`.
+
+    Example:
+
+        >>> backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity_detector=di.TracerSparsityDetector())
+        >>> prep = di.prepare_jacobian(backend, lambda x: x[1:] * x[:-1], np.ones(4))
+        >>> print(prep.sparsity.toarray().astype(int))
+        [[1 1 0 0]
+         [0 1 1 0]
+         [0 0 1 1]]
+    """
 
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
@@ -92,9 +102,19 @@ class TracerSparsityDetector:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class KnownSparsity:
-    """A pattern given by the user: ``pattern`` (any ``scipy.sparse`` matrix or array-like whose
-    nonzeros are the structural nonzeros) for whichever of the Jacobian or the Hessian is asked, or
-    ``jacobian=`` and ``hessian=`` separately. Compared and hashed by identity."""
+    """A sparsity pattern given by the user.
+
+    ``pattern`` (any ``scipy.sparse`` matrix or array-like whose nonzeros are the structural
+    nonzeros) for whichever of the Jacobian or the Hessian is asked, or ``jacobian=`` and
+    ``hessian=`` separately. Compared and hashed by identity.
+
+    Example:
+
+        >>> backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity_detector=di.KnownSparsity(np.eye(3)))
+        >>> prep = di.prepare_jacobian(backend, lambda x: np.exp(x), np.zeros(3))
+        >>> print(prep.colors)  # one color: the diagonal in one pushforward
+        [0 0 0]
+    """
 
     pattern: Any = None
     jacobian: Any = None
@@ -127,11 +147,23 @@ class KnownSparsity:
 
 @dataclasses.dataclass(frozen=True)
 class LocalSparsityDetector:
-    """The nonzeros of the dense Jacobian (or Hessian) computed by the dense backend at ``x`` and at
+    """The nonzeros of the dense derivative at ``x`` and at random points around it.
+
+    The dense Jacobian (or Hessian) is computed by the dense backend at ``x`` and at
     ``points - 1`` random points around it (``x + scale * (1 + |x|) * N(0, 1)``, seeded). *Local*:
     an entry that happens to be zero at all of them is taken as structurally zero, so the sparse
     result would miss it wherever it is not; use it for code the tracer cannot follow, and prefer a
-    known or traced pattern when one exists."""
+    known or traced pattern when one exists.
+
+    Example:
+
+        >>> backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity_detector=di.LocalSparsityDetector())
+        >>> prep = di.prepare_jacobian(backend, lambda x: x * x[0], np.array([1.0, 2.0, 3.0]))
+        >>> print(prep.sparsity.toarray().astype(int))  # the nonzeros at this point
+        [[1 0 0]
+         [1 1 0]
+         [1 0 1]]
+    """
 
     points: int = 3
     scale: float = 0.1

@@ -96,9 +96,21 @@ _CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 
 @dataclasses.dataclass(frozen=True)
 class JaxprSparsityDetector:
-    """The global pattern read from the jaxpr of ``f`` (JAX must be installed; see the module
-    docstring). For functions written with ``jax.numpy`` rather than the array API, and for
-    module-global work buffers, which the JAX adapter turns into writable stand-ins."""
+    """The global sparsity pattern read from the jaxpr of ``f`` (JAX must be installed).
+
+    See the module docstring. For functions written with ``jax.numpy`` rather than the array API, and for
+    module-global work buffers, which the JAX adapter turns into writable stand-ins.
+
+    Example:
+
+        >>> import jax.numpy as jnp
+        >>> backend = di.AutoSparse(di.AutoJAX(), sparsity_detector=di.JaxprSparsityDetector())
+        >>> prep = di.prepare_jacobian(backend, lambda x: jnp.sin(x[1:]) * x[:-1], np.ones(4))
+        >>> print(prep.sparsity.toarray().astype(int))
+        [[1 1 0 0]
+         [0 1 1 0]
+         [0 0 1 1]]
+    """
 
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
