@@ -25,6 +25,9 @@ Captured arrays, caches and output buffers reach ``f`` as :class:`WritableArray`
 read-only view of the user's array (nothing is copied until ``f`` writes): writing a traced value into a numpy array would drop its derivative (or
 fail: "setting an array element with a sequence"), so item assignment is a functional update, a
 primitive with its own VJP and JVP.
+
+Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoAutograd.adapter``
+names one module, imported at first use), its bench record included.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from autograd.tracer import Box, getval
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, basis, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
-from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import (
     LearntErrors,
     const_write_error,
@@ -58,6 +60,7 @@ from diffinterface._contexts import context_values
 from diffinterface._errors import LostDerivativeError, structured_output
 from diffinterface._writable import StandInConversionError, unwrap
 from diffinterface._writable import WritableArray as _Writable
+from diffinterface.bench import Engine as BenchEngine
 
 # -- the functional update and the stand-in ---------------------------------------------------
 

@@ -22,6 +22,10 @@ Second order uses central second differences with ``r = eps**(1/4)`` whatever th
 
 With ``method="complex"`` (``Im f(x + i h) / h``) ``f`` must be complex-analytic; the duplicates of its
 captured state, caches and output buffer are complex so that what ``f`` writes keeps its imaginary part.
+
+Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoFiniteDiff.adapter``
+names one module, imported at first use), its bench record included; the points of a call and the
+job that evaluates them are this adapter's alone.
 """
 
 from __future__ import annotations
@@ -39,13 +43,13 @@ from array_api_compat import array_namespace, device
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Runners
 from diffinterface._arrays import NUMPY, dtype_name, families, family, is_array, private_copy, to_family
-from diffinterface._bench import Engine as BenchEngine
-from diffinterface._bench import approx_derivative as _approx_derivative
 from diffinterface._closure import copy_leaf, duplicate, read_only_alias
 from diffinterface._contexts import context_values
 from diffinterface._errors import structured_output
 from diffinterface._executor import evaluations
 from diffinterface._target import Target
+from diffinterface.bench import Engine as BenchEngine
+from diffinterface.bench import approx_derivative as _approx_derivative
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 

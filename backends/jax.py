@@ -20,6 +20,9 @@
 - numpy inputs are passed to the compiled function as they are (JAX converts them on the way in);
   results come back as jax arrays, which the frontend turns into numpy without copying (read-only
   arrays, as ``np.asarray`` of a jax array gives).
+
+Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoJAX.adapter`` names
+one module, imported at first use), its bench record included.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ import numpy as np
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, contract_all
 from diffinterface._arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
-from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
 from diffinterface._contexts import Cache
 from diffinterface._errors import structured_output
 from diffinterface._writable import WritableArray as _Writable
 from diffinterface._writable import note_conversion, take_conversion
 from diffinterface._writable import unwrap as _unwrap
+from diffinterface.bench import Engine as BenchEngine
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 

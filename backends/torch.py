@@ -33,6 +33,9 @@ Captured state and ``Cache`` contexts reach ``f`` as fresh tensors with no graph
 every call from the user's arrays (numpy ones become tensors on the device of ``x``), so that
 ``buf[...] = x * 2`` records a derivative and nothing carries over between calls. ``Constant``
 arrays are converted without copying.
+
+Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoTorch.adapter``
+names one module, imported at first use), its bench record included.
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 from diffinterface._adapter import Adapter as _Base
 from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
 from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
-from diffinterface._bench import Engine as BenchEngine
 from diffinterface._closure import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
 from diffinterface._contexts import context_values
 from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
+from diffinterface.bench import Engine as BenchEngine
 
 _Tensor = torch.Tensor
 

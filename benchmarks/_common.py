@@ -1,7 +1,7 @@
 """Shared by the engine-specific benchmark scripts (``*_overhead.py``): the run loop over cases.
 
 The timing, the machine record and the table writer are those of ``python -m diffinterface bench``
-(``diffinterface/_bench.py``)."""
+(``diffinterface/bench/``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from diffinterface import _bench
+from diffinterface import bench as _bench
 
 
 def ratio(
     ours: Callable[[], Any], native: Callable[[], Any], rounds: int = 21, seconds: float = 0.03, warmup: float = 0.5
 ) -> dict:
-    """:func:`diffinterface._bench.ratio` (interleaved batches), with its rounds as arguments."""
+    """:func:`diffinterface.bench.ratio` (interleaved batches), with its rounds as arguments."""
     return _bench.ratio(ours, native, _bench.Timing(rounds=rounds, seconds=seconds, warmup=warmup))
 
 

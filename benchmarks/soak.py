@@ -19,7 +19,8 @@ import tracemalloc
 import numpy as np
 
 import diffinterface as di
-from diffinterface import _arrays, _backends, _bench, rules
+from diffinterface import _arrays, _backends, rules
+from diffinterface import bench as _bench
 
 BACKENDS = {
     "finitediff": lambda: di.AutoFiniteDiff(),

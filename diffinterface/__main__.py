@@ -1,5 +1,5 @@
 """``python -m diffinterface check``: the scenario catalogue on every installed backend.
-``python -m diffinterface bench``: the benchmarks (see ``diffinterface/_bench.py``).
+``python -m diffinterface bench``: the benchmarks (see ``diffinterface/bench/``).
 
 ``check`` prints a table (scenario x backend and array family: pass, or FAIL with the error listed
 below) and exits with status 1 if anything failed. ``bench`` writes its tables (CSV, markdown) and
@@ -112,7 +112,7 @@ def check(argv: list[str]) -> int:
 
 
 def bench(argv: list[str]) -> int:
-    from . import _bench
+    from . import bench as _bench
 
     parser = argparse.ArgumentParser(
         prog="python -m diffinterface bench",

@@ -29,6 +29,10 @@ Conventions at this boundary:
 - tangents are always a tuple (a batch), results of tangent operators a tuple of the same length.
 - ``info`` (:class:`Info`) carries what the frontend learnt at preparation: the output's shape and
   dtype, and for one-shot (unprepared) calls the value of ``f`` at ``x`` if it was computed.
+
+Size: over 400 lines in one module, because the contract and its fallbacks are one base class whose
+methods derive each operator from the core ones; a fallback read apart from the others hides which
+it calls.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 A value's family decides the type results come back in: numpy in, numpy out, whichever engine
 computed them. Python floats count as numpy.
+
+Size: over 400 lines in one module, because the families' registry, their recognition and the conversions
+between them read one table; apart, a family's description and the code that reads it would drift.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from ._adapter import Adapter, Info, basis, contract_all, ones, stack_jacobian
 from ._arrays import ArrayFamily, families, family, register_family, to_family
 from ._backends import ENTRY_POINTS, register_backend, registered_backends
 from ._backends import AbstractBackend as BackendConfig
-from ._bench import Engine as BenchEngine
 from ._closure import declare_modules
+from .bench import Engine as BenchEngine
 from .rules import register_rules
 
 __all__ = [

@@ -34,6 +34,10 @@ reach every body unchanged and are never differentiated. ``f`` returns one array
 
 The rule holds no closures: a rule defined at module level pickles by reference, and so does a tape
 of plain data (NumPy arrays, numbers, tuples), so the reverse pass can run on an unpickled tape.
+
+Size: over 400 lines in one module, because ``diffinterface.rules`` is a public module: the rule types
+and their activity wrappers import from one place; each engine's registration of a rule lives in
+``backends/<engine>_rules.py``.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ import os
 import numpy as np
 import pytest
 
-from diffinterface import _bench
+from diffinterface import bench
 from diffinterface.__main__ import main
+from diffinterface.bench import finite_differences as finite_differences_table
+from diffinterface.bench import overhead as overhead_table
 
-TINY = _bench.Timing(rounds=2, seconds=0.001, warmup=0.0, prep_repeat=1, slow_f=0.005)
+TINY = bench.Timing(rounds=2, seconds=0.001, warmup=0.0, prep_repeat=1, slow_f=0.005)
 
 
 def _numpy(value):
@@ -21,21 +23,21 @@ def _numpy(value):
     return np.asarray(value)
 
 
-BUILT_IN = [e for e in _bench.installed_engines() if _bench.config_class(e).__module__ == "diffinterface._backends"]
+BUILT_IN = [e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface._backends"]
 
 
 @pytest.mark.parametrize("engine", BUILT_IN)
 def test_each_native_computes_what_ours_computes(engine):
     """The overhead table compares like with like: for every operator the engine's native call
     returns the same derivative as our prepared call (float32 for JAX)."""
-    eng = _bench.engine(engine)
+    eng = bench.engine(engine)
     tol = 1e-4 if engine == "jax" else 1e-6
     checked = 0
-    for operator in _bench.OPERATORS:
+    for operator in overhead_table.OPERATORS:
         for size in (10, 200):
             if not eng.allows(operator, size):
                 continue
-            case = _bench._case(engine, eng, operator, size)
+            case = overhead_table._case(engine, eng, operator, size)
             if case is None:
                 continue
             ours, native = _numpy(case["prepared"]()), _numpy(case["native"]())
@@ -49,9 +51,9 @@ def test_each_native_computes_what_ours_computes(engine):
 
 
 def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):
-    engines = [e for e in ("finitediff", "torch") if e in _bench.installed_engines()]
-    done = _bench.run(engines, out=str(tmp_path), timing=TINY)
-    for table in _bench.TABLES:
+    engines = [e for e in ("finitediff", "torch") if e in bench.installed_engines()]
+    done = bench.run(engines, out=str(tmp_path), timing=TINY)
+    for table in bench.TABLES:
         if table == "mode_choice" and engines == ["finitediff"]:
             continue  # finite differences have no modes
         assert os.path.exists(tmp_path / f"{table}.csv") and os.path.exists(tmp_path / f"{table}.md"), table
@@ -60,7 +62,7 @@ def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):
     assert any(p.endswith(".png") for p in done["written"]) and os.path.exists(tmp_path / "overhead_gradient.png")
     with open(tmp_path / "overhead.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert {r["backend"] for r in rows} == {repr(_bench.config(e)) for e in engines}
+    assert {r["backend"] for r in rows} == {repr(bench.config(e)) for e in engines}
     for r in rows:
         for key in ("prepared_ratio", "unprepared_ratio", "prepare_ratio"):
             assert 0 < float(r[key]) < math.inf
@@ -68,7 +70,7 @@ def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):
 
 
 def test_finite_differences_table_counts_evaluations_and_errors():
-    rows = _bench.finite_differences(lambda *a: None)
+    rows = finite_differences_table.finite_differences(lambda *a: None)
     by = {(r["function"], r["method"]): r for r in rows}
     n = 20
     for function in ("gradient of sum(sin(x)^2)", "jacobian of sin(x)*sum(x)"):

@@ -86,16 +86,16 @@ def test_an_outside_backend_is_a_backend_like_the_others():
 
 
 def test_an_outside_backend_is_benchmarked_through_its_bench_record(tmp_path):
-    from diffinterface import _bench
+    from diffinterface import bench
 
-    assert "central-example" in _bench.installed_engines()
-    done = _bench.run(
+    assert "central-example" in bench.installed_engines()
+    done = bench.run(
         ["central-example"],
         full=True,
         out=str(tmp_path),
         tables=["overhead"],
         plots=False,
-        timing=_bench.Timing(rounds=1, seconds=0.001, warmup=0.0, prep_repeat=1),
+        timing=bench.Timing(rounds=1, seconds=0.001, warmup=0.0, prep_repeat=1),
     )
     rows = done["results"]["overhead"]
     assert [(r["backend"], r["operator"], r["size"]) for r in rows] == [

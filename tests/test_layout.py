@@ -80,3 +80,12 @@ def test_no_import_circle():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_module_over_400_lines_says_why_at_its_top():
+    """Issue 19: a long module states, in its docstring, why it is one module ("Size: ...")."""
+    for module, path in _modules().items():
+        text = path.read_text()
+        if text.count("\n") > 400:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            assert "\nSize: over 400 lines in one module, because" in docstring, f"{module}: say why at its top"

@@ -19,6 +19,9 @@ The patterns are *global*: both branches of ``where`` count, comparisons carry n
 Python control flow on a traced value (``if x[0] > 0``) raises, naming the other detectors. Code
 that leaves the array API for NumPy (``np.asarray(x)``, a SciPy call, a write into a NumPy buffer)
 raises too: such code is opaque to a tracer.
+
+Size: over 400 lines in one module, because one array type and its array-API operations: each operation's
+rule for index sets is a method of the tracer.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Each reference function is written once with the array API (``xp = array_namespa
 with its value and its Jacobian (and, for scalar outputs, its Hessian) in closed form. The scenarios
 derive every reference result from those by linear algebra: a pushforward is ``J @ t``, a pullback
 ``t @ J``, an hvp ``H @ t``.
+
+Size: over 400 lines in one module, because catalogue data: one builder per function kind, each beside
+its analytic derivatives.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ here; the expected results are cut from them into the structures ``jax.jacobian`
 Jacobian: ``f(x)``'s structure holding ``x``'s structures of blocks ``y_leaf.shape + x_leaf.shape``;
 the Hessian: ``x``'s holding ``x``'s). The cutting below walks the structures itself, independently
 of ``diffinterface._structure``.
+
+Size: over 400 lines in one module, because catalogue data: one builder per function kind, each beside
+its analytic derivatives.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def distributed(full: bool, timing: Any, progress: Callable[..., Any]) -> list[d
     turn (the machine's speed drifts: a speed-up is the median of the per-round ratios)."""
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-    from . import AutoFiniteDiff, jacobian
+    from .. import AutoFiniteDiff, jacobian
 
     columns, rounds = (64, 3) if full else (16, 1)
     cost = timing.slow_f

@@ -96,7 +96,7 @@ def _native(name: str, f: Callable[[Any], Any], p: Any) -> Callable[[], Any] | N
 
 
 def flatten_rows() -> list[dict[str, Any]]:
-    from ._structure import Structure
+    from .._structure import Structure
 
     p = {f"layer{i}": np.ones(1000) for i in range(10)}
     structure = Structure.of(p, "x")
@@ -127,8 +127,8 @@ def flatten_rows() -> list[dict[str, Any]]:
 
 
 def structured(engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any) -> list[dict]:
-    """The rows of the table (``bench`` is ``diffinterface._bench``: its engines, configs and timing)."""
-    from . import gradient, prepare_gradient
+    """The rows of the table (``bench`` is ``diffinterface.bench``: its engines, configs and timing)."""
+    from .. import gradient, prepare_gradient
 
     sizes = (100, 10_000, 1_000_000) if full else (10_000,)
     plan = [(name, n) for name in engines for n in sizes if bench.engine(name).allows("gradient", n)]

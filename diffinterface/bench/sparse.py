@@ -94,9 +94,9 @@ def _rel_error(got: Any, reference: Any) -> float:
 
 def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list[dict]:
     """Tracer detection and coloring of the banded diffusion Jacobian alone."""
+    from ..sparse._coloring import GreedyColoring
+    from ..sparse._detectors import Problem, TracerSparsityDetector
     from ..testing._sparse_problems import diffusion
-    from ._coloring import GreedyColoring
-    from ._detectors import Problem, TracerSparsityDetector
 
     rows = []
     for i, n in enumerate(sizes):
@@ -123,7 +123,7 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
             row["scipy_colors"] = int(group_columns(pattern).max()) + 1
         if _installed("jax"):  # the jaxpr detector on the same function
             from .._target import Target
-            from ._jaxpr import JaxprSparsityDetector
+            from ..sparse._jaxpr import JaxprSparsityDetector
 
             target = Target(diffusion, None, "duplicated")
             start = time.perf_counter()
@@ -134,14 +134,14 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
 
 
 def sparse(engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any) -> list[dict]:
-    """The sparse table (see the module docstring); ``bench`` is ``diffinterface._bench`` (its engine
+    """The sparse table (see the module docstring); ``bench`` is ``diffinterface.bench`` (its engine
     records, configs, ``ratio`` and SciPy's ``approx_derivative``), passed in by its ``run``."""
     config, engine, ratio = bench.config, bench.engine, bench.ratio
     from ..first_order import jacobian, prepare_jacobian
     from ..second_order import hessian, prepare_hessian
+    from ..sparse._config import AutoSparse
+    from ..sparse._detectors import Problem, TracerSparsityDetector
     from ..testing._sparse_problems import sparse_problems
-    from ._config import AutoSparse
-    from ._detectors import Problem, TracerSparsityDetector
 
     rows = detection_rows((1_000, 10_000, 100_000) if full else (1_000, 100_000), progress)
     problems = sparse_problems("bench" if full else "test")
@@ -183,7 +183,7 @@ def sparse(engines: list[str], full: bool, timing: Any, progress: Callable[..., 
             row = dict(common, n=x_np.size, backend=repr(backend), inputs=eng.inputs, mode=prep.sparse_mode)
             row["colors"] = int(prep.colors.max()) + 1
             row["prepare_s"] = time.perf_counter() - start
-            from ._coloring import GreedyColoring
+            from ..sparse._coloring import GreedyColoring
 
             start = time.perf_counter()
             coloring = GreedyColoring()

@@ -1,0 +1,172 @@
+"""The overhead table: prepared, unprepared and preparation times against the engine's own best call, and its plots."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from ._engines import Engine, config, engine, sin_times_sum, sum_sin2
+from ._timing import Timing, once, ratio
+
+# -- the overhead table --------------------------------------------------------------------------
+
+OPERATORS = ("gradient", "hvp", "hessian", "pushforward", "pullback", "jacobian tall", "jacobian wide")
+# sizes "where they make sense": the length of x (the long side of a jacobian, whose short side is 10)
+SIZES = {
+    "quick": {
+        "gradient": (10, 100_000),
+        "hvp": (10, 100_000),
+        "hessian": (10,),
+        "pushforward": (100_000,),
+        "pullback": (100_000,),
+        "jacobian tall": (1_000,),
+        "jacobian wide": (1_000,),
+    },
+    "full": {
+        "gradient": (10, 1_000, 100_000, 1_000_000),
+        "hvp": (10, 1_000, 100_000, 1_000_000),
+        "hessian": (10, 1_000),
+        "pushforward": (10, 1_000, 100_000, 1_000_000),
+        "pullback": (10, 1_000, 100_000, 1_000_000),
+        "jacobian tall": (10, 1_000, 100_000),
+        "jacobian wide": (10, 1_000, 100_000),
+    },
+}
+
+
+def budget(size: int) -> float:
+    """contract section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
+    return 1.05 if size >= 10_000 else 1.25
+
+
+def _case(name: str, eng: Engine, operator: str, size: int) -> dict[Any, Any] | None:
+    """The arrays, f and our three calls for one row; None where the engine has no native."""
+    import diffinterface as di
+
+    rng = np.random.default_rng(size)
+    backend = config(name)
+    A = None
+    f: Callable[..., Any]
+    if operator.startswith("jacobian"):
+        shape = (size, 10) if operator.endswith("tall") else (10, size)
+        A = eng.array(rng.normal(size=shape) / np.sqrt(shape[1]))
+        x = eng.array(rng.normal(size=shape[1]))
+
+        def f(z: Any, A: Any = A) -> Any:
+            return array_namespace(z).sin(A @ z)
+    else:
+        x = eng.array(rng.normal(size=size))
+        f = sin_times_sum if operator in ("pushforward", "pullback") else sum_sin2
+    t = eng.array(rng.normal(size=size)) if operator in ("hvp", "pushforward", "pullback") else None
+    native = eng.native(operator, f, x, t, A)
+    if native is None:
+        return None
+    name_ = "jacobian" if operator.startswith("jacobian") else operator
+    plain, prepare = getattr(di, name_), getattr(di, f"prepare_{name_}")
+    args = (x, t) if t is not None else (x,)
+    prep = prepare(backend, f, *args)
+    ready = eng.ready
+    runner, tangents = prep.plain, ((t,) if t is not None else ())
+    return {
+        "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
+        "runner": lambda: ready(runner(x, tangents, ())),  # the adapter's runner, without the frontend
+        "unprepared": lambda: ready(plain(backend, f, *args)),
+        "prepare": lambda: prepare(backend, f, *args),
+        "native": native,
+        "native_first": eng.native_first(operator, f, x, t, A),
+        "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
+    }
+
+
+def overhead(engines: list[str], sizes: dict[Any, Any], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+    records = {name: engine(name) for name in engines}
+    plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op] if records[name].allows(op, n)]
+    rows = []
+    for i, (name, operator, size) in enumerate(plan):
+        progress(i, len(plan), f"overhead {name} {operator} {size}")
+        eng = records[name]
+        case = _case(name, eng, operator, size)
+        if case is None:
+            continue
+        prepared = ratio(case["prepared"], case["native"], timing)
+        unprepared = ratio(case["unprepared"], case["native"], timing)
+        prep_s = once(case["prepare"], timing.prep_repeat)
+        first_s = once(case["native_first"], timing.prep_repeat)
+        within = prepared["ratio"] <= budget(size)
+        split = {"frontend_us": "", "adapter_us": "", "reason": ""}
+        if not within:  # where the time goes: the frontend (check, dispatch) and the adapter's runner
+            frontend = ratio(case["prepared"], case["runner"], timing)
+            adapter = ratio(case["runner"], case["native"], timing)
+            split = {
+                "frontend_us": (frontend["ours_s"] - frontend["native_s"]) * 1e6,
+                "adapter_us": (adapter["ours_s"] - adapter["native_s"]) * 1e6,
+                "reason": eng.costs.get(operator, ""),
+            }
+        rows.append(
+            {
+                "backend": repr(config(name)),
+                "operator": operator,
+                "size": size,
+                "shape": case["shape"],
+                "inputs": eng.inputs,
+                "prepared_s": prepared["ours_s"],
+                "native_s": prepared["native_s"],
+                "prepared_ratio": prepared["ratio"],
+                "prepared_min": prepared["ratio_min"],
+                "prepared_max": prepared["ratio_max"],
+                "unprepared_s": unprepared["ours_s"],
+                "unprepared_ratio": unprepared["ratio"],
+                "unprepared_min": unprepared["ratio_min"],
+                "unprepared_max": unprepared["ratio_max"],
+                "prepare_s": prep_s,
+                "native_first_s": first_s,
+                "prepare_ratio": prep_s / first_s,
+                "budget": budget(size),
+                "within_budget": "yes" if within else "NO",
+                **split,
+            }
+        )
+    progress(len(plan), len(plan), "overhead")
+    return rows
+
+
+# -- plots ---------------------------------------------------------------------------------------
+
+
+def plot_overhead(rows: list[dict], out: str) -> list[str]:
+    """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    paths = []
+    for operator in dict.fromkeys(r["operator"] for r in rows):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for k, backend in enumerate(dict.fromkeys(r["backend"] for r in rows if r["operator"] == operator)):
+            sel = sorted(
+                (r for r in rows if r["operator"] == operator and r["backend"] == backend), key=lambda r: r["size"]
+            )
+            sizes = [r["size"] for r in sel]
+            color = f"C{k}"
+            ax.plot(sizes, [r["prepared_s"] for r in sel], "o-", color=color, label=f"{backend} prepared")
+            ax.plot(sizes, [r["native_s"] for r in sel], "x--", color=color, label=f"{backend}: native")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (length of x; of the long side for a jacobian)")
+        ax.set_ylabel("seconds per call")
+        ax.set_title(f"{operator}: diffinterface (solid) and the engine's own call (dashed)")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, f"overhead_{operator.replace(' ', '_')}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
