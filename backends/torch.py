@@ -109,7 +109,7 @@ def _alias(value: Any, device: Any) -> Any:
     Variable that requires grad is being used in an in-place operation") and ``f`` reruns over
     copies. The backward passes go to ``x`` only. None where no such alias exists (another device, integers, a read-only
     or strided numpy array): the array is copied. Not guarded: writes inside ``torch.no_grad()`` or
-    through ``.detach()`` or ``.data`` in ``f`` (documented in the README)."""
+    through ``.detach()`` or ``.data`` in ``f`` (documented in docs/backends.md)."""
     if isinstance(value, _Tensor):
         if value.device == device and (value.is_floating_point() or value.is_complex()) and not value.is_inference():
             return value.detach().requires_grad_()

@@ -82,7 +82,7 @@ def test_work_buffers_kept_as_module_globals(backend):
 @pytest.mark.parametrize("closure", ["duplicated", "const"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_captured_array_updated_between_prepared_calls_is_seen(backend, closure):
-    baked = closure == "const" and isinstance(backend, di.AutoJAX)  # jax.jit bakes it in (README)
+    baked = closure == "const" and isinstance(backend, di.AutoJAX)  # jax.jit bakes it in (docs/closures.md)
     backend = type(backend)(closure=closure)  # const: read-only state is no error
     a = np.array([1.0, 2.0, 3.0])
 
@@ -420,7 +420,7 @@ def f(x):
 
 @pytest.fixture
 def installed_package(tmp_path, monkeypatch):
-    """The README's buffer example as a module of a package in a site-packages directory, imported
+    """docs/closures.md's buffer example as a module of a package in a site-packages directory, imported
     the way an installed package is (``site.addsitedir``): model code usually is one."""
     import importlib
     import site
@@ -440,7 +440,7 @@ def installed_package(tmp_path, monkeypatch):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_buffer_example_in_an_installed_package_is_walked(backend, installed_package):
     """Which functions are walked depends on the module's name, not on where it is installed: the
-    README's example from a package under site-packages gives 3.0 and leaves the package's ``a``
+    docs/closures.md's example from a package under site-packages gives 3.0 and leaves the package's ``a``
     alone on every backend (it gave 0.0 on torch and mutated ``a`` before)."""
     pkg, _ = installed_package
     for _ in range(2):

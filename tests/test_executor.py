@@ -161,7 +161,7 @@ PREPARED = {  # the prepare_ function of each call
 
 @pytest.mark.parametrize("name", list(CALLS))
 def test_every_evaluation_of_a_prepared_call_runs_on_the_executor(name):
-    """The executor gets as many points as the serial call evaluates f (the counts the README states:
+    """The executor gets as many points as the serial call evaluates f (the counts docs/backends.md states:
     2n for a central Jacobian, 2n^2 + 1 for a Hessian, ...), and f runs on its threads only."""
     operator, f, args = CALLS[name]
     where: list[int] = []

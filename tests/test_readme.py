@@ -1,4 +1,5 @@
-"""The README's example runs as written, on every installed backend its comment names."""
+"""The README's examples run as written, on every installed backend their comments name; so do the
+first examples of the rules and structured guides (docs/rules.md, docs/structured.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from conftest import installed
 
-README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
 EXAMPLE = re.search(r"## Example\n\n```python\n(.*?)```", README, re.S).group(1)
 
 
@@ -32,7 +34,7 @@ def test_the_example_runs_on_every_backend(backend, engine):
     assert np.isclose(y, 3.0 * np.sum(np.sin(x + 2) ** 2), rtol=1e-12)
 
 
-RULES = re.search(r"## Custom rules: written once, for every engine\n\n```python\n(.*?)```", README, re.S).group(1)
+RULES = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "rules.md").read_text(), re.S).group(1)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +47,7 @@ def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine
     import diffinterface as di
 
     namespace: dict = {}
-    exec(compile(RULES, "README.md", "exec"), namespace)
+    exec(compile(RULES, "docs/rules.md", "exec"), namespace)
     solve = namespace["solve"]
     rng = np.random.default_rng(1)
     A, b = rng.standard_normal((3, 3)) + 3 * np.eye(3), rng.standard_normal(3)
@@ -58,13 +60,13 @@ def test_the_custom_rule_example_differentiates_on_every_backend(backend, engine
         np.testing.assert_allclose(dA, -np.einsum("ij,k->ijk", np.linalg.inv(A), y), atol=1e-6)
 
 
-STRUCTURED = re.search(r"## Structured inputs and outputs\n\n.*?```python\n(.*?)```", README, re.S).group(1)
+STRUCTURED = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "structured.md").read_text(), re.S).group(1)
 
 
 @pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
 def test_the_structured_example_gives_each_parameters_gradient():
     namespace: dict = {}
-    exec(compile(STRUCTURED, "README.md", "exec"), namespace)
+    exec(compile(STRUCTURED, "docs/structured.md", "exec"), namespace)
     net, grads = namespace["net"], namespace["grads"]
     data, labels = namespace["data"], namespace["labels"]
     net.zero_grad()
@@ -72,3 +74,20 @@ def test_the_structured_example_gives_each_parameters_gradient():
     assert list(grads) == [name for name, _ in net.named_parameters()]
     for name, parameter in net.named_parameters():
         np.testing.assert_allclose(grads[name].numpy(), parameter.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+ENGINES = re.search(r"## One example per engine\n\n.*?```python\n(.*?)```", README, re.S).group(1)
+
+
+@pytest.mark.skipif(
+    not all(installed(e) for e in ("jax", "torch", "autograd")),
+    reason='the example uses every engine: pip install -e ".[all]"',
+)
+def test_one_example_per_engine():
+    namespace: dict = {}
+    exec(compile(ENGINES, "README.md", "exec"), namespace)
+    expected = np.sin(2 * np.linspace(0.0, 1.0, 5))
+    for name in ("g_jax", "g_torch", "g_autograd"):
+        np.testing.assert_allclose(np.asarray(namespace[name]), expected, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(namespace["g_fd"], expected, rtol=1e-8, atol=1e-10)
+    assert str(namespace["g_torch"].dtype) == "torch.float64" and namespace["g_jax"].dtype == np.float64

@@ -378,7 +378,7 @@ def _split(v: np.ndarray, template: Any) -> list[np.ndarray]:
 
 
 # -- complex inputs ------------------------------------------------------------------------------
-# Conventions (README "Complex numbers"): the gradient of a real f of z = a + ib is df/da + i df/db
+# Conventions (docs/complex.md): the gradient of a real f of z = a + ib is df/da + i df/db
 # (torch's, the steepest-ascent direction; JAX's grad is its conjugate); a pushforward is the
 # derivative along a complex tangent; a pullback its adjoint for the real inner product Re<u, v>
 # (J^H ty for a holomorphic f); an hvp the pushforward of the gradient; jacobian and derivative of a
