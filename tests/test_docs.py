@@ -133,3 +133,10 @@ def test_each_tutorial_runs_as_a_script(page, tmp_path):
     script.write_text("\n".join(blocks))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_harness_guide_counts_the_catalogue_as_it_is():
+    from diffinterface.testing import default_scenarios
+
+    stated = re.search(r"(\d+) scenarios in all", (DOCS / "testing.md").read_text())
+    assert stated and int(stated.group(1)) == len(default_scenarios())
