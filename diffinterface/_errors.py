@@ -60,9 +60,11 @@ class EvaluationError(RuntimeError):
 
     def __init__(self, message: str, index: int, point: Any, remote_traceback: str | None = None) -> None:
         super().__init__(message)
-        self.index, self.point, self.remote_traceback = index, point, remote_traceback
+        self.index: int = index
+        self.point: Any = point
+        self.remote_traceback: str | None = remote_traceback
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[type[EvaluationError], tuple[str, int, Any, str | None]]:
         return (type(self), (str(self), self.index, self.point, self.remote_traceback))
 
 

@@ -131,7 +131,7 @@ def _cell(column: str, value: Any) -> str:
 
 
 def write_table(
-    path: str, title: str, info: dict[Any, Any], rows: list[dict], columns: list[str], notes: str = ""
+    path: str, title: str, info: dict[Any, Any], rows: list[dict[str, Any]], columns: list[str], notes: str = ""
 ) -> None:
     """``path.csv`` (every field of ``rows``) and ``path.md`` (``columns``, with the machine record)."""
     if not rows:

@@ -10,7 +10,7 @@ import numpy as np
 from ._engines import config
 
 
-def catalogue(engines: list[str], full: bool, progress: Callable[..., Any]) -> list[dict]:
+def catalogue(engines: list[str], full: bool, progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """``benchmark_differentiation`` over the catalogue (numpy float64 inputs); quick: one scenario
     per operator."""
     from ..testing import benchmark_differentiation, default_scenarios

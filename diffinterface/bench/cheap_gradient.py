@@ -13,7 +13,7 @@ from ._timing import Timing, ratio
 
 def cheap_gradient(
     engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The prepared gradient over ``f`` itself (JAX: ``jax.jit(f)``), per backend and size."""
     from .. import gradient, prepare_gradient
 

@@ -12,7 +12,9 @@ from ._engines import config, engine
 from ._timing import Timing, ratio
 
 
-def closures(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+def closures(
+    engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]
+) -> list[dict[str, Any]]:
     """``closure="duplicated"`` against ``"const"``: a prepared gradient (reverse mode; the
     pushforward too: forward mode) of a function capturing a float, one reading a captured
     array, and one writing a captured buffer (against the same arithmetic without the buffer)."""

@@ -103,7 +103,7 @@ def _same(a: Any, b: Any) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
 
 
-def distributed(full: bool, timing: Any, progress: Callable[..., Any]) -> list[dict]:
+def distributed(full: bool, timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """The rows of the table; ``timing.slow_f`` is how long the expensive ``f`` takes. The executors
     are started and warmed up first; then each round times the serial call and every executor in
     turn (the machine's speed drifts: a speed-up is the median of the per-round ratios)."""

@@ -19,7 +19,7 @@ class _Count:
         self.calls = 0
 
 
-def finite_differences(progress: Callable[..., Any]) -> list[dict]:
+def finite_differences(progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """Evaluation counts and errors on smooth functions with analytic derivatives: AutoFiniteDiff
     (its three real methods) against ``scipy.optimize.approx_derivative`` and ``numdifftools``."""
     from .. import AutoFiniteDiff, gradient, jacobian

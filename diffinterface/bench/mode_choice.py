@@ -12,7 +12,9 @@ from ._engines import config, engine, has_modes
 from ._timing import Timing, ratio
 
 
-def mode_choice(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+def mode_choice(
+    engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]
+) -> list[dict[str, Any]]:
     """Jacobians of ``sin(A @ x)``, tall (size x 10) and wide (10 x size): ``mode=None`` against the
     better of forward and reverse."""
     from .. import jacobian, prepare_jacobian

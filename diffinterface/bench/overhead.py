@@ -16,7 +16,7 @@ from ._timing import Timing, once, ratio
 
 OPERATORS = ("gradient", "hvp", "hessian", "pushforward", "pullback", "jacobian tall", "jacobian wide")
 # sizes "where they make sense": the length of x (the long side of a jacobian, whose short side is 10)
-SIZES = {
+SIZES: dict[str, dict[str, tuple[int, ...]]] = {
     "quick": {
         "gradient": (10, 100_000),
         "hvp": (10, 100_000),
@@ -39,7 +39,7 @@ SIZES = {
 
 
 def budget(size: int) -> float:
-    """contract section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
+    """Contract section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
     return 1.05 if size >= 10_000 else 1.25
 
 
@@ -82,7 +82,9 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict[Any, Any] | 
     }
 
 
-def overhead(engines: list[str], sizes: dict[Any, Any], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+def overhead(
+    engines: list[str], sizes: dict[Any, Any], timing: Timing, progress: Callable[..., Any]
+) -> list[dict[str, Any]]:
     records = {name: engine(name) for name in engines}
     plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op] if records[name].allows(op, n)]
     rows = []
@@ -137,7 +139,7 @@ def overhead(engines: list[str], sizes: dict[Any, Any], timing: Timing, progress
 # -- plots ---------------------------------------------------------------------------------------
 
 
-def plot_overhead(rows: list[dict], out: str) -> list[str]:
+def plot_overhead(rows: list[dict[str, Any]], out: str) -> list[str]:
     """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend."""
     try:
         import matplotlib

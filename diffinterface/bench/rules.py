@@ -29,7 +29,9 @@ def _one_argument_rule(b: Any) -> Any:
     return cumsum_scaled
 
 
-def rules(engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]) -> list[dict]:
+def rules(
+    engines: list[str], sizes: tuple[Any, ...], timing: Timing, progress: Callable[..., Any]
+) -> list[dict[str, Any]]:
     """A prepared gradient through a ``custom_rule`` against the same through the engine's own
     registration written by hand (``rule_by_hand``), both through the engine's backend: the price of
     writing the rule once. The function is opaque NumPy code, ``cumsum(x * b**2)`` with ``b``

@@ -92,7 +92,7 @@ def _rel_error(got: Any, reference: Any) -> float:
     return float(np.abs(_dense(got) - ref).max() / max(np.abs(ref).max(), 1e-300))
 
 
-def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list[dict]:
+def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """Tracer detection and coloring of the banded diffusion Jacobian alone."""
     from ..sparse._coloring import GreedyColoring
     from ..sparse._detectors import Problem, TracerSparsityDetector
@@ -133,7 +133,9 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
     return rows
 
 
-def sparse(engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any) -> list[dict]:
+def sparse(
+    engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any
+) -> list[dict[str, Any]]:
     """The sparse table (see the module docstring); ``bench`` is ``diffinterface.bench`` (its engine
     records, configs, ``ratio`` and SciPy's ``approx_derivative``), passed in by its ``run``."""
     config, engine, ratio = bench.config, bench.engine, bench.ratio
@@ -220,7 +222,7 @@ def sparse(engines: list[str], full: bool, timing: Any, progress: Callable[..., 
 
 
 def _against_jax_packages(
-    row: dict,
+    row: dict[str, Any],
     problem: Any,
     x: Any,
     backend: Any,

@@ -126,7 +126,9 @@ def flatten_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def structured(engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any) -> list[dict]:
+def structured(
+    engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any
+) -> list[dict[str, Any]]:
     """The rows of the table (``bench`` is ``diffinterface.bench``: its engines, configs and timing)."""
     from .. import gradient, prepare_gradient
 

@@ -52,13 +52,13 @@ def benchmark_differentiation(
     *,
     repeat: int = 5,
     progress: Callable[[int, int, dict], None] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One row per (backend, scenario): the prepared call, the unprepared call and the preparation
     (median seconds and spread), and how many times each evaluated ``f``."""
     if not isinstance(backends, (list, tuple)):
         backends = [backends]
     scenarios = list(default_scenarios() if scenarios is None else scenarios)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     total = len(backends) * len(scenarios)
     for backend in backends:
         for s in scenarios:
