@@ -34,7 +34,7 @@ import contextlib
 import functools
 import importlib
 import math
-from collections.abc import Iterator
+import sys
 from typing import Any
 
 import numpy as np
@@ -170,19 +170,18 @@ class _Points:
 
 def _computing(x: Any) -> Any:
     """The context in which x's library keeps x's dtype (a no-op for NumPy)."""
-    record = families().get(family(x) or NUMPY)
-    if record is None or record.name == NUMPY:
-        return contextlib.nullcontext()
-    return record.computing(x.dtype)
+    return _computing_for(family(x), x.dtype)
 
 
 def _computing_for(fam: str | None, dtype: Any) -> Any:
-    """:func:`_computing` from the family's name and the dtype, in a process that may not have imported
+    """:func:`_computing` from the family's name and the dtype, also in a process that has not imported
     the family's library yet (an executor's worker, before it unpickles the arrays)."""
     record = families().get(fam or NUMPY)
     if record is None or record.name == NUMPY:
         return contextlib.nullcontext()
-    importlib.import_module(record.array_type.partition(".")[0])
+    library = record.array_type.partition(".")[0]
+    if library not in sys.modules:
+        importlib.import_module(library)
     return record.computing(dtype)
 
 
@@ -356,9 +355,6 @@ class _Job:
     def one(self, recipe: tuple[Any, ...]) -> Any:
         return self._evaluate()(self.points.build(recipe))
 
-    def serial(self, recipes: list[Any]) -> Iterator[Any]:
-        return map(self._evaluate(), map(self.points.build, recipes))
-
     def batch(self, recipes: list[Any]) -> list[Any]:
         points = [self.points.build(r) for r in recipes]
         stacked = array_namespace(points[0]).stack(points)
@@ -411,7 +407,7 @@ class Adapter(_Base):
         y_shape: tuple[int, ...] | None = None,
     ) -> Any:
         """The values of ``f`` at ``recipes``'s points, in their order: lazily, or from the executor."""
-        if self.executor is None and not self.vectorized:  # here, one point at a time: _Job.serial inlined
+        if self.executor is None and not self.vectorized:  # here, one point at a time, lazily
             return map(_evaluator(target, contexts, x, complex_step), map(points.build, recipes))
         if self.vectorized:
             self._vectorizable(target)
@@ -581,8 +577,8 @@ class Adapter(_Base):
     def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
         return info
 
-    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> tuple[Any, Any]:
-        """``(f(x), H)``; ``f(x)`` joins the points where ``y0`` is None."""
+    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+        """The Hessian; ``f(x)``, which its diagonal needs, joins the points where ``y0`` is None."""
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         first = y0 is None
@@ -605,8 +601,8 @@ class Adapter(_Base):
                 value = (pp - pm - mp + mm) / (4 * h[i] * h[j])
                 rows[i][j] = rows[j][i] = xp.reshape(xp.asarray(value), ())
         if n == 0:
-            return y0, xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
-        return y0, xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
+            return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
+        return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
     def _hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
@@ -637,11 +633,11 @@ class Adapter(_Base):
         return tuple(results)
 
     def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
-        return self._hessian(data, target, x, contexts, data.take_value())[1]
+        return self._hessian(data, target, x, contexts, data.take_value())
 
     def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         y0, grad = self._jacobian(data, target, x, contexts, True)
-        return y0, grad, self._hessian(data, target, x, contexts, y0)[1]
+        return y0, grad, self._hessian(data, target, x, contexts, y0)
 
     def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return self._hvp(data, target, x, tangents, contexts)

@@ -7,8 +7,9 @@ a recipe says how one point is made from them (``backends/finitediff.py``: ``_Jo
 The same job code evaluates a recipe here and on a worker, so a result is the serial one to the bit
 (same points, built by the same code, combined by the caller in the same order).
 
-- No executor: the values come lazily, one evaluation at a time as the caller combines them (or one
-  call of a vectorized ``f`` per batch); ``f``'s exceptions are raised as they are.
+- No executor: a vectorized ``f`` is called once per batch, lazily as the caller combines the values
+  (a plain ``f`` never comes here: the adapter maps it over the points it builds with the same
+  builder); ``f``'s exceptions are raised as they are.
 - An executor: the recipes go out in tasks of ``batch_size``. The job is pickled once per call
   (``cloudpickle`` where installed, so closures and lambdas travel; else ``pickle``) and loaded once per
   worker process (a small cache keyed by the call's token). Dask's ``ClientExecutor`` gets it by
@@ -35,7 +36,7 @@ import sys
 import threading
 import traceback
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from itertools import chain
 from typing import Any, Protocol
 
@@ -49,8 +50,6 @@ class Job(Protocol):
 
     def one(self, recipe: Any) -> Any: ...  # f at one point
 
-    def serial(self, recipes: list[Any]) -> Iterator[Any]: ...  # f at each point, lazily, here
-
     def batch(self, recipes: list[Any]) -> list[Any]: ...  # a vectorized f at several points, one call
 
     @property
@@ -62,10 +61,9 @@ class Job(Protocol):
 
 
 def evaluations(job: Job, recipes: list[Any], executor: Any, batch_size: int | None, call: str) -> Iterable[Any]:
-    """The values of ``f`` at the points of ``recipes``, in their order."""
+    """The values of ``f`` at the points of ``recipes``, in their order: on ``executor``, or without
+    one for a vectorized ``f`` (``job.vectorized``)."""
     if executor is None:
-        if not job.vectorized:
-            return job.serial(recipes)
         size = batch_size or max(len(recipes), 1)
         return chain.from_iterable(job.batch(recipes[s : s + size]) for s in range(0, len(recipes), size))
     if not recipes:
