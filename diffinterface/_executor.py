@@ -86,12 +86,6 @@ class _Failure:
         except Exception:  # noqa: BLE001 - an exception that does not pickle still reaches the caller as text
             self.cause = None
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return (self.index, self.count, self.kind, self.message, self.remote, self.cause)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.index, self.count, self.kind, self.message, self.remote, self.cause = state
-
 
 def _task(payload: Any, environment: Any, token: str, start: int, recipes: list[Any]) -> list[Any] | bytes | _Failure:
     """One task, run by a worker: the values at ``recipes`` (the points ``start``, ``start + 1``, ...).
