@@ -752,6 +752,7 @@ class Bench(BenchEngine):
     vectorized ``hessian`` and ``jacobian``, on float64 tensors."""
 
     inputs = "torch float64"
+    numpy_dtype = "float64"
     costs = {
         "pushforward": "f's primal is a copy of x (a dual tensor shares its primal's memory, and f may write into "
         "its input, which must not change the user's x): one more pass over x; at n = 10, the Python layers of the "

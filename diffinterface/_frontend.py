@@ -15,6 +15,7 @@ import numpy as np
 
 from ._adapter import VALUE_METHOD, SecondOrderAdapter
 from ._arrays import (
+    NUMPY,
     as_input,
     complex_dtype,
     describe,
@@ -407,8 +408,13 @@ def run_prepared(
     if prep.structured:
         return _structured(prep, False, x, None, contexts, out, operator, backend)
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
-    if out is None and type(result) is type(x):
-        return result
+    if out is None:
+        kind = type(result)
+        if kind is type(x):
+            return result
+        if kind is prep.result_type and type(x) is np.ndarray:
+            return prep.to_numpy(result)  # type: ignore[misc]
+        _remember_conversion(prep, result, x)
     return finish(result, x, out, operator, backend)
 
 
@@ -420,7 +426,25 @@ def run_prepared_tangent(
     if prep.structured:
         return _structured(prep, False, x, tangent, contexts, None, operator, backend)
     (result,) = prep.plain(x, (tangent,), contexts)
-    return result if type(result) is type(x) else output_like(result, x)
+    kind = type(result)
+    if kind is type(x):
+        return result
+    if kind is prep.result_type and type(x) is np.ndarray:
+        return prep.to_numpy(result)  # type: ignore[misc]
+    _remember_conversion(prep, result, x)
+    return output_like(result, x)
+
+
+def _remember_conversion(prep: Prep, result: Any, x: Any) -> None:
+    """At a prepared call that converts a dense result of another family to the user's numpy ``x``:
+    remember its type and the family's ``to_numpy`` (all that :func:`output_like` does for it), so
+    that later calls make one call instead of the family lookups (JAX on numpy inputs: 1.3 us)."""
+    if prep.result_type is not None or type(x) is not np.ndarray or prep.sparse or is_sparse(result):
+        return
+    fam = family(result)
+    record = families().get(fam) if fam is not None and fam != NUMPY else None
+    if record is not None:
+        prep.result_type, prep.to_numpy = type(result), record.to_numpy
 
 
 def _structured(

@@ -74,6 +74,9 @@ class Prep:
         "structured",
         "holomorphic",
         "_arrays",
+        "sparse",
+        "result_type",
+        "to_numpy",
     )
     operator: str  # "gradient", "hvp", ...
     backend: Any  # the config it was made for
@@ -89,6 +92,11 @@ class Prep:
     structured: bool  # x or f(x) a structure: data is a _structure runner, which checks x and the tangent
     holomorphic: bool  # made with holomorphic=True (jacobian, derivative of a complex x)
     _arrays: tuple[Any, ...] | None
+    sparse: bool  # an AutoSparse prep: its results are sparse matrices
+    # a numpy x's results, when the engine computes another dense array type: that type and the one
+    # function that converts it (what finish does for it), remembered at the first call
+    result_type: type | None
+    to_numpy: Callable[[Any], Any] | None
 
     def __init__(
         self,
@@ -122,6 +130,8 @@ class Prep:
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
         self._arrays = self.signature if arrays and self.signature else None
+        self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
+        self.result_type = self.to_numpy = None
 
     def _sparse(self, what: str) -> Any:
         plan = getattr(self.data, "data", None)

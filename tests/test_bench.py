@@ -33,21 +33,26 @@ def test_each_native_computes_what_ours_computes(engine):
     eng = bench.engine(engine)
     tol = 1e-4 if engine == "jax" else 1e-6
     checked = 0
-    for operator in overhead_table.OPERATORS:
-        for size in (10, 200):
-            if not eng.allows(operator, size):
-                continue
-            case = overhead_table._case(engine, eng, operator, size)
-            if case is None:
-                continue
-            ours, native = _numpy(case["prepared"]()), _numpy(case["native"]())
-            assert ours.shape == native.shape, (operator, size)
-            assert np.allclose(ours, native, rtol=tol, atol=tol), (operator, size)
-            assert np.allclose(_numpy(case["unprepared"]()), native, rtol=tol, atol=tol)
-            case["prepare"]()
-            case["native_first"]()
-            checked += 1
-    assert checked >= (4 if engine == "finitediff" else 14)
+    for numpy_inputs in (False, True) if eng.numpy_dtype else (False,):
+        for operator in overhead_table.OPERATORS:
+            for size in (10, 200):
+                if not eng.allows(operator, size):
+                    continue
+                case = overhead_table._case(engine, eng, operator, size, numpy_inputs)
+                if case is None:
+                    continue
+                ours, native = case["prepared"](), case["native"]()
+                if numpy_inputs:  # numpy in, numpy out, of the engine's numpy dtype: ours and the native
+                    assert type(ours) is np.ndarray and type(native) is np.ndarray, (operator, size)
+                    assert ours.dtype == native.dtype == np.dtype(eng.numpy_dtype), (operator, size)
+                ours, native = _numpy(ours), _numpy(native)
+                assert ours.shape == native.shape, (operator, size)
+                assert np.allclose(ours, native, rtol=tol, atol=tol), (operator, size)
+                assert np.allclose(_numpy(case["unprepared"]()), native, rtol=tol, atol=tol)
+                case["prepare"]()
+                case["native_first"]()
+                checked += 1
+    assert checked >= (4 if engine == "finitediff" else 28 if eng.numpy_dtype else 14)
 
 
 def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):

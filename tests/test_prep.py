@@ -110,3 +110,35 @@ def test_strict_false_skips_the_argument_check():
 def test_prep_repr_says_what_it_was_made_for():
     prep = di.prepare_pullback(FD, np.sin, np.zeros(3), np.ones(3))
     assert repr(prep) == "Prep(pullback, AutoFiniteDiff(), made for x: numpy float64 (3,), ty: numpy float64 (3,))"
+
+
+@pytest.mark.parametrize("engine", ["jax", "torch"])
+def test_numpy_inputs_get_numpy_results_at_every_prepared_call(engine):
+    """An engine that computes in its own arrays converts a numpy x's results back to numpy; the
+    prepared path remembers that conversion at its first call (one call instead of the family
+    lookups). Closed forms: d/dx sum(sin(x)^2) = sin(2x), along t: sin(2x) . t; AutoSparse's
+    Jacobian of sin(x) stays a scipy sparse matrix (the conversion is not remembered for it)."""
+    pytest.importorskip(engine)
+    from array_api_compat import array_namespace
+    from scipy import sparse
+
+    from diffinterface.bench._engines import sum_sin2
+
+    backend = di.AutoJAX() if engine == "jax" else di.AutoTorch()
+    x, t = np.linspace(0.1, 1.0, 5), np.linspace(-1.0, 1.0, 5)
+    grad = di.prepare_gradient(backend, sum_sin2, x)
+    push = di.prepare_pushforward(backend, sum_sin2, x, t)
+    sparse_backend = di.AutoSparse(backend)
+
+    def sine(z):
+        return array_namespace(z).sin(z)
+
+    jac = di.prepare_jacobian(sparse_backend, sine, x)
+    for k in range(3):
+        z = x + k
+        g = di.gradient(backend, sum_sin2, z, prep=grad)
+        assert type(g) is np.ndarray and g.dtype == np.float64 and np.allclose(g, np.sin(2 * z), rtol=1e-12)
+        p = di.pushforward(backend, sum_sin2, z, t, prep=push)
+        assert type(p) is np.ndarray and p.dtype == np.float64 and np.allclose(p, np.sin(2 * z) @ t, rtol=1e-12)
+        J = di.jacobian(sparse_backend, sine, z, prep=jac)
+        assert sparse.issparse(J) and np.allclose(J.toarray(), np.diag(np.cos(z)), rtol=1e-12)

@@ -14,7 +14,7 @@ from .cheap_gradient import cheap_gradient
 from .closures import closures
 from .finite_differences import finite_differences
 from .mode_choice import mode_choice
-from .overhead import SIZES, overhead, plot_overhead
+from .overhead import overhead, plot_overhead
 from .rules import rules
 
 # -- the command ----------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def run(
     written: list[str] = []
     for table in tables or TABLES:
         if table == "overhead":
-            rows = overhead(engines, SIZES[kind], timing, progress)
+            rows = overhead(engines, kind, timing, progress)
         elif table == "cheap_gradient":
             rows = cheap_gradient(
                 engines, (10, 1_000, 100_000, 1_000_000) if full else (1_000, 100_000), timing, progress

@@ -80,9 +80,13 @@ class Engine:
     - ``rule_by_hand(primal, vjp)``: an opaque NumPy function of one array (``primal(a)``, an array of
       a's shape; ``vjp(a, dy)``) registered with the engine's own mechanism as its users write it by
       hand, what the rules table compares a ``custom_rule`` with; None where the engine has none.
+    - ``numpy_dtype``: for an engine whose own arrays are not numpy's, the dtype of the overhead
+      table's rows with numpy inputs (JAX: float32, what it computes in by default; None: no such rows);
+      ``native_numpy(operator, f, x, t, A)``: the native call as a NumPy user writes it.
     """
 
     inputs = "numpy float64"
+    numpy_dtype: str | None = None
     limits: dict[str, int] | None = None
     costs: dict[str, str] = {}
 
@@ -99,6 +103,18 @@ class Engine:
 
     def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
         return self.native(operator, f, x, t, A)
+
+    def native_numpy(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
+        """The native call on numpy ``x``, ``t`` and ``A`` as a NumPy user writes it: each converted with
+        :meth:`array` at every call and the result brought back with ``np.asarray``. This default builds
+        :meth:`native` at every call, which suits an eager engine; one whose native compiles overrides it."""
+
+        def convert(value: Any) -> Any:
+            return None if value is None else self.array(value)
+
+        if self.native(operator, f, convert(x), convert(t), convert(A)) is None:
+            return None
+        return lambda: np.asarray(self.native(operator, f, convert(x), convert(t), convert(A))())  # type: ignore[misc]
 
     def compiled(self, f: Callable[..., Any]) -> Callable[..., Any]:
         return f

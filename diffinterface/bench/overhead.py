@@ -43,33 +43,43 @@ def budget(size: int) -> float:
     return 1.05 if size >= 10_000 else 1.25
 
 
-def _case(name: str, eng: Engine, operator: str, size: int) -> dict[Any, Any] | None:
-    """The arrays, f and our three calls for one row; None where the engine has no native."""
+def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool = False) -> dict[Any, Any] | None:
+    """The arrays, f and our three calls for one row; None where the engine has no native.
+
+    ``numpy_inputs``: x, the tangent and the captured A are numpy arrays of the engine's
+    ``numpy_dtype``, and the native is the engine's call as a NumPy user writes it (``native_numpy``)."""
     import diffinterface as di
 
     rng = np.random.default_rng(size)
     backend = config(name)
+    if numpy_inputs:
+        dtype = np.dtype(eng.numpy_dtype)
+
+        def array(a: Any) -> Any:
+            return np.ascontiguousarray(a, dtype=dtype)
+    else:
+        array = eng.array
     A = None
     f: Callable[..., Any]
     if operator.startswith("jacobian"):
         shape = (size, 10) if operator.endswith("tall") else (10, size)
-        A = eng.array(rng.normal(size=shape) / np.sqrt(shape[1]))
-        x = eng.array(rng.normal(size=shape[1]))
+        A = array(rng.normal(size=shape) / np.sqrt(shape[1]))
+        x = array(rng.normal(size=shape[1]))
 
         def f(z: Any, A: Any = A) -> Any:
             return array_namespace(z).sin(A @ z)
     else:
-        x = eng.array(rng.normal(size=size))
+        x = array(rng.normal(size=size))
         f = sin_times_sum if operator in ("pushforward", "pullback") else sum_sin2
-    t = eng.array(rng.normal(size=size)) if operator in ("hvp", "pushforward", "pullback") else None
-    native = eng.native(operator, f, x, t, A)
+    t = array(rng.normal(size=size)) if operator in ("hvp", "pushforward", "pullback") else None
+    native = (eng.native_numpy if numpy_inputs else eng.native)(operator, f, x, t, A)
     if native is None:
         return None
     name_ = "jacobian" if operator.startswith("jacobian") else operator
     plain, prepare = getattr(di, name_), getattr(di, f"prepare_{name_}")
     args = (x, t) if t is not None else (x,)
     prep = prepare(backend, f, *args)
-    ready = eng.ready
+    ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     return {
         "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
@@ -77,21 +87,46 @@ def _case(name: str, eng: Engine, operator: str, size: int) -> dict[Any, Any] | 
         "unprepared": lambda: ready(plain(backend, f, *args)),
         "prepare": lambda: prepare(backend, f, *args),
         "native": native,
-        "native_first": eng.native_first(operator, f, x, t, A),
+        # the cold call; with numpy inputs, the engine's own (its first call's cost is the trace)
+        "native_first": eng.native_first(operator, f, *(_engine_arrays(eng, x, t, A) if numpy_inputs else (x, t, A))),
         "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
+        "inputs": f"numpy {eng.numpy_dtype}" if numpy_inputs else eng.inputs,
     }
 
 
-def overhead(
-    engines: list[str], sizes: dict[Any, Any], timing: Timing, progress: Callable[..., Any]
-) -> list[dict[str, Any]]:
+def _computed(value: Any) -> Any:
+    return value
+
+
+def _engine_arrays(eng: Engine, *arrays: Any) -> tuple[Any, ...]:
+    return tuple(None if a is None else eng.array(a) for a in arrays)
+
+
+def _input_kinds(eng: Engine, operator: str, kind: str) -> tuple[bool, ...]:
+    """The ``numpy_inputs`` values of an engine's rows: its own arrays, and numpy ones where they
+    differ (every operator in the full run, the gradient in the quick one)."""
+    if eng.numpy_dtype is None or (kind == "quick" and operator != "gradient"):
+        return (False,)
+    return (False, True)
+
+
+def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The rows of the ``kind`` run ("quick" or "full": the sizes of :data:`SIZES`)."""
     records = {name: engine(name) for name in engines}
-    plan = [(name, op, n) for name in engines for op in OPERATORS for n in sizes[op] if records[name].allows(op, n)]
+    sizes = SIZES[kind]
+    plan = [
+        (name, op, n, numpy_inputs)
+        for name in engines
+        for op in OPERATORS
+        for numpy_inputs in _input_kinds(records[name], op, kind)
+        for n in sizes[op]
+        if records[name].allows(op, n)
+    ]
     rows = []
-    for i, (name, operator, size) in enumerate(plan):
-        progress(i, len(plan), f"overhead {name} {operator} {size}")
+    for i, (name, operator, size, numpy_inputs) in enumerate(plan):
+        progress(i, len(plan), f"overhead {name} {operator} {size}" + (" numpy" if numpy_inputs else ""))
         eng = records[name]
-        case = _case(name, eng, operator, size)
+        case = _case(name, eng, operator, size, numpy_inputs)
         if case is None:
             continue
         prepared = ratio(case["prepared"], case["native"], timing)
@@ -114,7 +149,7 @@ def overhead(
                 "operator": operator,
                 "size": size,
                 "shape": case["shape"],
-                "inputs": eng.inputs,
+                "inputs": case["inputs"],
                 "prepared_s": prepared["ours_s"],
                 "native_s": prepared["native_s"],
                 "prepared_ratio": prepared["ratio"],
@@ -140,7 +175,7 @@ def overhead(
 
 
 def plot_overhead(rows: list[dict[str, Any]], out: str) -> list[str]:
-    """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend."""
+    """One PNG per operator: prepared time (solid) and native time (dashed) against size, per backend and inputs."""
     try:
         import matplotlib
 
@@ -151,14 +186,17 @@ def plot_overhead(rows: list[dict[str, Any]], out: str) -> list[str]:
     paths = []
     for operator in dict.fromkeys(r["operator"] for r in rows):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for k, backend in enumerate(dict.fromkeys(r["backend"] for r in rows if r["operator"] == operator)):
+        lines = dict.fromkeys((r["backend"], r["inputs"]) for r in rows if r["operator"] == operator)
+        for k, (backend, inputs) in enumerate(lines):
             sel = sorted(
-                (r for r in rows if r["operator"] == operator and r["backend"] == backend), key=lambda r: r["size"]
+                (r for r in rows if r["operator"] == operator and (r["backend"], r["inputs"]) == (backend, inputs)),
+                key=lambda r: r["size"],
             )
             sizes = [r["size"] for r in sel]
             color = f"C{k}"
-            ax.plot(sizes, [r["prepared_s"] for r in sel], "o-", color=color, label=f"{backend} prepared")
-            ax.plot(sizes, [r["native_s"] for r in sel], "x--", color=color, label=f"{backend}: native")
+            label = f"{backend} on {inputs}"
+            ax.plot(sizes, [r["prepared_s"] for r in sel], "o-", color=color, label=f"{label}: prepared")
+            ax.plot(sizes, [r["native_s"] for r in sel], "x--", color=color, label=f"{label}: native")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("size (length of x; of the long side for a jacobian)")
