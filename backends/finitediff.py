@@ -104,7 +104,7 @@ def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
             np.maximum(scale, 1.0, out=scale)
             ratio = np.abs(ts)
             np.divide(ratio, scale, out=ratio)
-            block = float(np.max(ratio))
+            block = float(ratio.max())
             if not block <= top:  # a larger maximum, or NaN: the derivative along t is NaN
                 top = block
                 if block != block:
@@ -202,7 +202,6 @@ def _computing_for(fam: str | None, dtype: Any) -> Any:
 
 def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
-    xp = array_namespace(x)
     dtype, dev = x.dtype, device(x)
     leaf = _complex_leaf if complex_step else copy_leaf
     const = target.closure == "const"
@@ -213,6 +212,7 @@ def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: boo
         if not is_array(y):  # a Python number
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
+            xp = array_namespace(x)  # here only: the lookup costs a few microseconds a call
             return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
         if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
             return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
@@ -260,9 +260,9 @@ class _PointSet:
 
     __slots__ = ("vectors", "idx", "shape", "_xp", "_steps")
 
-    def __init__(self, vectors: dict[str, Any], idx: Any, shape: tuple[int, ...] | None) -> None:
+    def __init__(self, vectors: dict[str, Any], idx: Any, shape: tuple[int, ...] | None, xp: Any = None) -> None:
         self.vectors, self.idx, self.shape = vectors, idx, shape
-        self._xp: Any = None
+        self._xp: Any = xp  # the vectors' namespace where the caller has it (else looked up at the first point)
         self._steps: list[tuple[int, Any]] = [(-1, None), (-1, None)]  # see _step
 
     def __getstate__(self) -> tuple[Any, ...]:
@@ -478,14 +478,14 @@ class Adapter(_Base):
         if method == "complex":
             cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
             cflat = xp.astype(p.flat, cdtype)
-            points = _PointSet({"x": cflat, "x+ih": cflat + xp.astype(p.h, cdtype) * 1j}, p.idx, p.shape)
+            points = _PointSet({"x": cflat, "x+ih": cflat + xp.astype(p.h, cdtype) * 1j}, p.idx, p.shape, xp)
             recipes = [("x", (i, "x+ih"), ()) for i in range(n)]
             for i, y in enumerate(self._values(target, contexts, x, points, recipes, True, data.y_shape)):
                 cols.append(xp.imag(_complex_result(y, xp, target.call)) / p.h[i])
             if want_value and y0 is None:
                 y0 = self.evaluate(target, x, contexts)
         else:
-            points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, p.idx, p.shape)
+            points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, p.idx, p.shape, p.xp)
             first = (method != "central" or want_value) and y0 is None
             steps = {"central": ("x+h", "x-h"), "forward": ("x+h",), "backward": ("x-h",)}[method]
             recipes = [("x", None, ())] if first else []
@@ -554,7 +554,7 @@ class Adapter(_Base):
                 recipes.append(("x", None, ((-1, "v", name),)))
         if want_value and y0 is None and complex_step:
             y0 = self.evaluate(target, x, contexts)
-        points = _PointSet(vectors, None, None)
+        points = _PointSet(vectors, None, None, xp)
         values = self._values(target, contexts, x, points, recipes, complex_step, data.info.y_shape)
         if first:
             y0 = next(values)
@@ -602,7 +602,7 @@ class Adapter(_Base):
             recipes += [("x", None, ((2, "e", i),)), ("x", None, ((-2, "e", i),))]
             for j in range(i + 1, n):
                 recipes += [("x", None, ((a, "e", i), (b, "e", j))) for a in (1, -1) for b in (1, -1)]
-        points = _PointSet({"x": p.flat, "h": h}, p.idx, p.shape)
+        points = _PointSet({"x": p.flat, "h": h}, p.idx, p.shape, xp)
         values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
         if first:
             y0 = next(values)
@@ -634,7 +634,9 @@ class Adapter(_Base):
             vectors[name] = k * xp.reshape(t, (-1,))
             for i in range(n):
                 recipes += [("x", None, ((a, "e", i), (b, "v", name))) for a in (1, -1) for b in (1, -1)]
-        values = self._values(target, contexts, x, _PointSet(vectors, p.idx, p.shape), recipes, False, data.y_shape)
+        values = self._values(
+            target, contexts, x, _PointSet(vectors, p.idx, p.shape, p.xp), recipes, False, data.y_shape
+        )
         results = []
         for k in steps:
             if k == 0.0:
@@ -666,7 +668,7 @@ class Adapter(_Base):
         xp = p.xp
         first = y0 is None
         recipes: list[Any] = ([("x", None, ())] if first else []) + [("x+h", None, ()), ("x-h", None, ())]
-        points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, None, p.shape)
+        points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, None, p.shape, p.xp)
         values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
         if first:
             y0 = next(values)
