@@ -753,7 +753,14 @@ class Bench(BenchEngine):
 
     inputs = "torch float64"
     numpy_dtype = "float64"
+    _LEAF = (
+        "a leaf of x that requires grad, as the native call makes, and the result returned as it is (numpy x: "
+        "torch.from_numpy and .numpy(), both zero-copy on the CPU): no pass over x beyond the native's"
+    )
     costs = {
+        "gradient": _LEAF,
+        "hvp": _LEAF,
+        "pullback": _LEAF,
         "pushforward": "f's primal is a copy of x (a dual tensor shares its primal's memory, and f may write into "
         "its input, which must not change the user's x): one more pass over x; at n = 10, the Python layers of the "
         "prep check, the forward/reverse fallback and the dual-level lock",
