@@ -409,12 +409,7 @@ def run_prepared(
         return _structured(prep, False, x, None, contexts, out, operator, backend)
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
     if out is None:
-        kind = type(result)
-        if kind is type(x):
-            return result
-        if kind is prep.result_type and type(x) is np.ndarray:
-            return prep.to_numpy(result)  # type: ignore[misc]
-        _remember_conversion(prep, result, x)
+        return result if type(result) is type(x) else _like_x(prep, result, x)
     return finish(result, x, out, operator, backend)
 
 
@@ -426,25 +421,25 @@ def run_prepared_tangent(
     if prep.structured:
         return _structured(prep, False, x, tangent, contexts, None, operator, backend)
     (result,) = prep.plain(x, (tangent,), contexts)
+    return result if type(result) is type(x) else _like_x(prep, result, x)
+
+
+def _like_x(prep: Prep, result: Any, x: Any) -> Any:
+    """A prepared call's result in the family of the user's ``x`` (:func:`finish` without ``out=``).
+
+    A dense result of another family for a numpy ``x`` is converted by the family's ``to_numpy``
+    (all that :func:`output_like` does for it), remembered at the first call, so that later calls
+    make one call instead of the family lookups (JAX on numpy inputs: 1.3 -> 0.6 us). The callers
+    return a result of x's own type themselves (no call at all)."""
     kind = type(result)
-    if kind is type(x):
-        return result
     if kind is prep.result_type and type(x) is np.ndarray:
         return prep.to_numpy(result)  # type: ignore[misc]
-    _remember_conversion(prep, result, x)
-    return output_like(result, x)
-
-
-def _remember_conversion(prep: Prep, result: Any, x: Any) -> None:
-    """At a prepared call that converts a dense result of another family to the user's numpy ``x``:
-    remember its type and the family's ``to_numpy`` (all that :func:`output_like` does for it), so
-    that later calls make one call instead of the family lookups (JAX on numpy inputs: 1.3 us)."""
-    if prep.result_type is not None or type(x) is not np.ndarray or prep.sparse or is_sparse(result):
-        return
-    fam = family(result)
-    record = families().get(fam) if fam is not None and fam != NUMPY else None
-    if record is not None:
-        prep.result_type, prep.to_numpy = type(result), record.to_numpy
+    if prep.result_type is None and type(x) is np.ndarray and not prep.sparse and not is_sparse(result):
+        fam = family(result)
+        record = families().get(fam) if fam is not None and fam != NUMPY else None
+        if record is not None:
+            prep.result_type, prep.to_numpy = kind, record.to_numpy
+    return finish(result, x)
 
 
 def _structured(
