@@ -653,6 +653,7 @@ class Bench(BenchEngine):
     """Each operator as ``jax.jit`` of JAX's transform, on float32 JAX arrays (JAX's default)."""
 
     inputs = "jax float32"
+    numpy_dtype = "float32"
     _DISPATCH = "the public call's Python layers (the prep check, the runner) over JAX's own jit dispatch: about 1 us"
     costs = {
         "gradient": _DISPATCH,
@@ -719,8 +720,6 @@ class Bench(BenchEngine):
             return None
         args = self._arguments(operator, x, t, A)
         return lambda: jax.block_until_ready(g(*args))
-
-    numpy_dtype = "float32"
 
     def native_numpy(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         """The compiled transform called on the numpy arrays (jit transfers them), its result read
