@@ -134,13 +134,12 @@ class Prep:
         self.result_type = self.to_numpy = None
 
     def _sparse(self, what: str) -> Any:
-        plan = getattr(self.data, "data", None)
-        if not isinstance(plan, SparsePlan):
+        if not self.sparse:
             raise AttributeError(
                 f"prep.{what}: this prep is for {self.operator} with {self.backend!r}; the sparsity pattern and "
                 f"its coloring belong to jacobian and hessian preps of AutoSparse backends"
             )
-        return plan
+        return self.data.data
 
     @property
     def sparsity(self) -> Any:

@@ -108,13 +108,13 @@ class Engine:
         """The native call on numpy ``x``, ``t`` and ``A`` as a NumPy user writes it: each converted with
         :meth:`array` at every call and the result brought back with ``np.asarray``. This default builds
         :meth:`native` at every call, which suits an eager engine; one whose native compiles overrides it."""
-
-        def convert(value: Any) -> Any:
-            return None if value is None else self.array(value)
-
-        if self.native(operator, f, convert(x), convert(t), convert(A)) is None:
+        if self.native(operator, f, *self.arrays(x, t, A)) is None:
             return None
-        return lambda: np.asarray(self.native(operator, f, convert(x), convert(t), convert(A))())  # type: ignore[misc]
+        return lambda: np.asarray(self.native(operator, f, *self.arrays(x, t, A))())  # type: ignore[misc]
+
+    def arrays(self, *values: Any) -> tuple[Any, ...]:
+        """Each numpy array of ``values`` in the engine's type (:meth:`array`); None stays None."""
+        return tuple(None if v is None else self.array(v) for v in values)
 
     def compiled(self, f: Callable[..., Any]) -> Callable[..., Any]:
         return f

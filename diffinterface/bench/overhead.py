@@ -89,7 +89,7 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "prepare": lambda: prepare(backend, f, *args),
         "native": native,
         # the cold call; with numpy inputs, the engine's own (its first call's cost is the trace)
-        "native_first": eng.native_first(operator, f, *(_engine_arrays(eng, x, t, A) if numpy_inputs else (x, t, A))),
+        "native_first": eng.native_first(operator, f, *(eng.arrays(x, t, A) if numpy_inputs else (x, t, A))),
         "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
         "inputs": f"numpy {eng.numpy_dtype}" if numpy_inputs else eng.inputs,
     }
@@ -97,10 +97,6 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
 
 def _computed(value: Any) -> Any:
     return value
-
-
-def _engine_arrays(eng: Engine, *arrays: Any) -> tuple[Any, ...]:
-    return tuple(None if a is None else eng.array(a) for a in arrays)
 
 
 def _input_kinds(eng: Engine, operator: str, kind: str) -> tuple[bool, ...]:
