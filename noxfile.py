@@ -113,7 +113,7 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[all,lint]")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
-    session.run("mypy", "diffinterface", "backends")
+    session.run("mypy", "diffinterface")
 
 
 @nox.session

@@ -19,8 +19,10 @@ import tracemalloc
 import numpy as np
 
 import diffinterface as di
-from diffinterface import _arrays, _backends, rules
 from diffinterface import bench as _bench
+from diffinterface import rules
+from diffinterface._core import arrays as _arrays
+from diffinterface.backends import configs as _backends
 
 BACKENDS = {
     "finitediff": lambda: di.AutoFiniteDiff(),

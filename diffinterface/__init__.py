@@ -5,22 +5,21 @@
 Importing this package imports no engine: an adapter is loaded the first time its backend is used.
 """
 
-from ._backends import AutoAutograd as AutoAutograd
-from ._backends import AutoFiniteDiff as AutoFiniteDiff
-from ._backends import AutoJAX as AutoJAX
-from ._backends import AutoTorch as AutoTorch
-from ._backends import Backend as Backend
-from ._backends import SecondOrder as SecondOrder
-from ._backends import check_available as check_available
-from ._closure import declare_modules as declare_modules
-from ._contexts import Cache as Cache
-from ._contexts import Constant as Constant
-from ._differentiate_with import DifferentiateWith as DifferentiateWith
-from ._errors import BackendNotAvailableError as BackendNotAvailableError
-from ._errors import EvaluationError as EvaluationError
-from ._errors import LostDerivativeError as LostDerivativeError
-from ._errors import PreparationMismatchError as PreparationMismatchError
-from ._prep import Prep as Prep
+from ._closures.state import declare_modules as declare_modules
+from ._core.contexts import Cache as Cache
+from ._core.contexts import Constant as Constant
+from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
+from ._core.errors import EvaluationError as EvaluationError
+from ._core.errors import LostDerivativeError as LostDerivativeError
+from ._core.errors import PreparationMismatchError as PreparationMismatchError
+from ._frontend.prep import Prep as Prep
+from .backends.configs import AutoAutograd as AutoAutograd
+from .backends.configs import AutoFiniteDiff as AutoFiniteDiff
+from .backends.configs import AutoJAX as AutoJAX
+from .backends.configs import AutoTorch as AutoTorch
+from .backends.configs import Backend as Backend
+from .backends.configs import SecondOrder as SecondOrder
+from .backends.configs import check_available as check_available
 from .first_order import (
     derivative,
     gradient,
@@ -38,6 +37,7 @@ from .first_order import (
     value_and_pullback,
     value_and_pushforward,
 )
+from .rules.differentiate_with import DifferentiateWith as DifferentiateWith
 from .second_order import (
     gradient_and_hvp,
     hessian,

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from ._backends import check_available, has_adapter, registered_backends
+from .backends.configs import check_available, has_adapter, registered_backends
 
 
 def _progress(stream: Any) -> Any:

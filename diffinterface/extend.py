@@ -19,7 +19,7 @@ catalogue with ``diffinterface.testing.test_differentiation``. An engine with it
 also describes it once with :class:`ArrayFamily` and :func:`register_family`, and makes custom
 rules (``diffinterface.rules``) work inside it with :func:`register_rules`, and names a
 :class:`BenchEngine` (its own best calls) in ``bench`` for ``python -m diffinterface bench``. The worked example is
-``tests/test_extend.py``; the documented contract is ``diffinterface/_adapter.py``'s docstring.
+``tests/test_extend.py``; the documented contract is ``diffinterface/_adapters/contract.py``'s docstring.
 
 What an adapter method receives: ``target`` (the function as adapters call it: ``target.call`` is
 the user's call for messages; :meth:`Adapter.evaluate` runs ``f`` once over fresh duplicates of its
@@ -30,11 +30,11 @@ and dtype of ``f(x)``) at preparation.
 
 from __future__ import annotations
 
-from ._adapter import Adapter, Info, basis, contract_all, ones, stack_jacobian
-from ._arrays import ArrayFamily, families, family, register_family, to_family
-from ._backends import ENTRY_POINTS, register_backend, registered_backends
-from ._backends import AbstractBackend as BackendConfig
-from ._closure import declare_modules
+from ._adapters.contract import Adapter, Info, basis, contract_all, ones, stack_jacobian
+from ._closures.state import declare_modules
+from ._core.arrays import ArrayFamily, families, family, register_family, to_family
+from .backends.configs import ENTRY_POINTS, register_backend, registered_backends
+from .backends.configs import AbstractBackend as BackendConfig
 from .bench import Engine as BenchEngine
 from .rules import register_rules
 

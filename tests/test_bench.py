@@ -23,7 +23,9 @@ def _numpy(value):
     return np.asarray(value)
 
 
-BUILT_IN = [e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface._backends"]
+BUILT_IN = [
+    e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface.backends.configs"
+]
 
 
 @pytest.mark.parametrize("engine", BUILT_IN)

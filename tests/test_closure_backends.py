@@ -452,7 +452,7 @@ def test_the_buffer_example_in_an_installed_package_is_walked(backend, installed
 
 def test_declared_library_modules_are_not_walked_and_the_most_specific_declaration_wins(installed_package):
     pkg, models = installed_package
-    from diffinterface import _closure
+    from diffinterface._closures import state as _closure
 
     try:
         di.declare_modules("dimodelpkg", walk=False)
@@ -468,7 +468,8 @@ def test_declared_library_modules_are_not_walked_and_the_most_specific_declarati
         _closure._walk_cache.clear()
     assert _closure._is_user_module("dimodelpkg.models") and _closure._is_user_module("__main__")
     assert not any(
-        _closure._is_user_module(m) for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closure")
+        _closure._is_user_module(m)
+        for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closures.state")
     )
     import diffinterface.testing  # noqa: F401 - declares its scenario module user code on import
 

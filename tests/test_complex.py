@@ -49,7 +49,7 @@ def holo(z):  # holomorphic
 
 @pytest.fixture(autouse=True)
 def _x64():
-    with di._arrays.jax_enable_x64()(True):
+    with di._core.arrays.jax_enable_x64()(True):
         yield
 
 
@@ -124,7 +124,7 @@ def test_complex_tensors_and_jax_arrays_keep_their_family_and_precision():
     g = di.gradient(di.AutoTorch(), loss, zt)
     assert isinstance(g, torch.Tensor) and g.dtype == torch.complex128
     z64 = jnp.asarray(Z.astype(np.complex64))
-    with di._arrays.jax_enable_x64()(False):
+    with di._core.arrays.jax_enable_x64()(False):
         g = di.gradient(di.AutoJAX(), loss, z64)
     assert isinstance(g, jax.Array) and g.dtype == jnp.complex64
 

@@ -397,7 +397,7 @@ def test_torch_tensors_on_the_cluster(dask_client):
 def test_jax_float64_stays_float64_on_the_workers(dask_client):
     import jax.numpy as jnp
 
-    from diffinterface._arrays import jax_enable_x64
+    from diffinterface._core.arrays import jax_enable_x64
 
     with jax_enable_x64()(True):
         x = jnp.asarray(X)
@@ -502,7 +502,7 @@ def test_differentiate_with_a_cluster_inside_each_engine(dask_client, engine):
         import jax
         import jax.numpy as jnp
 
-        from diffinterface._arrays import jax_enable_x64
+        from diffinterface._core.arrays import jax_enable_x64
 
         with jax_enable_x64()(True):
             grads = [jax.jit(jax.grad(lambda z, r=r: jnp.sum(r(z) ** 2)))(jnp.asarray(x)) for r in (on_cluster, here)]

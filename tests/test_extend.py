@@ -123,7 +123,7 @@ def test_a_wrong_adapter_path_and_a_taken_name_are_errors_that_say_so():
         name: ClassVar[str] = "jax"
         adapter: ClassVar[str] = f"{__name__}:CentralAdapter"
 
-    with pytest.raises(ValueError, match="the name 'jax' is taken by diffinterface._backends.AutoJAX"):
+    with pytest.raises(ValueError, match="the name 'jax' is taken by diffinterface.backends.configs.AutoJAX"):
         extend.register_backend(Taken)
 
 
@@ -242,7 +242,8 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     import layerlib
 
-    from diffinterface import _arrays, _closure
+    from diffinterface._closures import state as _closure
+    from diffinterface._core import arrays as _arrays
 
     di.declare_modules("layerlib", walk=False)  # a library: its functions and objects are not entered
     try:

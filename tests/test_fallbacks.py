@@ -1,7 +1,7 @@
 """The adapter contract: an adapter with only a pushforward, or only a pullback, gets every operator.
 
 Both toy adapters below compute their one core operator with finite differences (so the catalogue's
-finite-difference tolerances apply); everything else comes from diffinterface._adapter's fallbacks,
+finite-difference tolerances apply); everything else comes from diffinterface._adapters.contract's fallbacks,
 second order included (the engine nested over itself), and SecondOrder(outer, inner) nests two.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from diffinterface import _backends
+from diffinterface.backends import configs as _backends
 from diffinterface.backends.finitediff import Adapter as FiniteDiffAdapter
 from diffinterface.extend import Adapter
 from diffinterface.testing import check_scenario, default_scenarios

@@ -10,12 +10,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _modules() -> dict:
     mods = {}
-    for base, package in ((ROOT / "diffinterface", "diffinterface"), (ROOT / "backends", "diffinterface.backends")):
-        for path in base.rglob("*.py"):
-            parts = [package, *path.relative_to(base).with_suffix("").parts]
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            mods[".".join(parts)] = path
+    for path in (ROOT / "diffinterface").rglob("*.py"):
+        parts = ["diffinterface", *path.relative_to(ROOT / "diffinterface").with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
     return mods
 
 
@@ -71,10 +70,11 @@ def _cycles(graph: dict) -> list:
 
 def test_no_import_circle():
     """The second-order fallback works at the adapter level; it no longer calls the public operators,
-    which made _adapter -> _second_order -> first_order -> _frontend -> _adapter a circle."""
+    which made _adapters.contract -> _adapters.second_order -> first_order -> _frontend -> _adapters a
+    circle (then flat modules: _adapter -> _second_order -> first_order -> _frontend -> _adapter)."""
     mods = _modules()
     graph = {m: _imports(m, p, mods) for m, p in mods.items()}
-    assert "diffinterface._backends" in graph["diffinterface._second_order"]  # the parser sees imports
+    assert "diffinterface.backends.configs" in graph["diffinterface._adapters.second_order"]  # the parser sees imports
     assert _cycles(graph) == []
 
 
@@ -89,3 +89,23 @@ def test_a_module_over_400_lines_says_why_at_its_top():
         if text.count("\n") > 400:
             docstring = ast.get_docstring(ast.parse(text)) or ""
             assert "\nSize: over 400 lines in one module, because" in docstring, f"{module}: say why at its top"
+
+
+def test_the_tree_reads_as_the_architecture():
+    """Issue 19: no flat private module beside the public ones; each private module sits in the group
+    it belongs to (_core, _closures, _adapters, _frontend), the adapters inside the package."""
+    flat = sorted(
+        p.name for p in (ROOT / "diffinterface").glob("_*.py") if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert flat == []
+    assert not (ROOT / "backends").exists()
+    groups = {p.name for p in (ROOT / "diffinterface").iterdir() if (p / "__init__.py").exists()}
+    assert {"_core", "_closures", "_adapters", "_frontend", "backends", "rules", "sparse", "testing", "bench"} <= groups
+    mods = _modules()
+    graph = {m: _imports(m, p, mods) for m, p in mods.items()}
+    # the layering: _core imports nothing above it, _closures only _core
+    for module, imported in graph.items():
+        if module.startswith("diffinterface._core"):
+            assert {m for m in imported if not m.startswith("diffinterface._core")} <= {"diffinterface"}, module
+        if module.startswith("diffinterface._closures"):
+            assert all(m.startswith(("diffinterface._core", "diffinterface._closures")) for m in imported), module

@@ -69,7 +69,7 @@ def point():
 
 @pytest.fixture(autouse=True)
 def _x64():
-    with di._arrays.jax_enable_x64()(True):  # the references in float64
+    with di._core.arrays.jax_enable_x64()(True):  # the references in float64
         yield
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._backends import AbstractBackend
+from ..backends.configs import AbstractBackend
 
 # -- the engines: inputs and native calls ------------------------------------------------------
 # Each backend config names its record (``bench = "package.module:Class"``, a subclass of Engine):
@@ -18,7 +18,7 @@ from .._backends import AbstractBackend
 
 
 def _benchable() -> dict[str, type[AbstractBackend]]:
-    from .._backends import registered_backends
+    from ..backends.configs import registered_backends
 
     return {name: cls for name, cls in registered_backends().items() if cls.bench}
 
@@ -29,7 +29,7 @@ def engine_names() -> list[str]:
 
 
 def installed_engines(names: list[str] | None = None) -> list[str]:
-    from .._backends import check_available
+    from ..backends.configs import check_available
 
     configs = _benchable()
     return [e for e in (names or list(configs)) if e in configs and check_available(configs[e]())]

@@ -73,8 +73,8 @@ def _installed(module: str) -> bool:
 
 
 def _dense(result: Any) -> np.ndarray:
-    from .._arrays import NUMPY, to_family
-    from .._sparse_results import densify, is_sparse
+    from .._core.arrays import NUMPY, to_family
+    from .._frontend.sparse_results import densify, is_sparse
 
     return np.asarray(to_family(densify(result) if is_sparse(result) else result, NUMPY))
 
@@ -122,7 +122,7 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
 
             row["scipy_colors"] = int(group_columns(pattern).max()) + 1
         if _installed("jax"):  # the jaxpr detector on the same function
-            from .._target import Target
+            from .._adapters.target import Target
             from ..sparse._jaxpr import JaxprSparsityDetector
 
             target = Target(diffusion, None, "duplicated")
@@ -236,7 +236,7 @@ def _against_jax_packages(
 ) -> None:
     import jax
 
-    from .._arrays import JAX, families
+    from .._core.arrays import JAX, families
 
     ours = lambda: _ready(eng, op(backend, problem.f, x, prep=prep))  # noqa: E731
     with families()[JAX].computing(np.dtype(str(x.dtype))):

@@ -96,7 +96,7 @@ def _native(name: str, f: Callable[[Any], Any], p: Any) -> Callable[[], Any] | N
 
 
 def flatten_rows() -> list[dict[str, Any]]:
-    from .._structure import Structure
+    from .._core.structure import Structure
 
     p = {f"layer{i}": np.ones(1000) for i in range(10)}
     structure = Structure.of(p, "x")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._backends import Backend
-from .._frontend import prepare, run, run_prepared_tangent
-from .._prep import Prep
+from .._frontend.pipeline import prepare, run, run_prepared_tangent
+from .._frontend.prep import Prep
+from ..backends.configs import Backend
 
 
 def prepare_pushforward(

@@ -42,7 +42,7 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _dtype(x: Any) -> Any:
-    from .._arrays import dtype_name
+    from .._core.arrays import dtype_name
 
     return np.dtype(dtype_name(x))  # a Python float: "float", numpy's float64
 
@@ -68,7 +68,7 @@ class TracerSparsityDetector:
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
-        from .._contexts import context_values
+        from .._core.contexts import context_values
         from ._tracer import Trace, Tracer, TracerError
 
         shape = _shape(x)
@@ -174,7 +174,7 @@ class LocalSparsityDetector:
             raise ValueError(f"LocalSparsityDetector(points={self.points!r}): points must be an integer >= 1")
 
     def _points(self, x: Any) -> list[Any]:
-        from .._arrays import family, to_family
+        from .._core.arrays import family, to_family
 
         base = np.asarray(to_family(x, "numpy"), dtype=float)
         rng = np.random.default_rng(self.seed)
@@ -185,7 +185,7 @@ class LocalSparsityDetector:
         return out
 
     def _union(self, mats: list[Any]) -> Any:
-        from .._arrays import to_family
+        from .._core.arrays import to_family
 
         total = None
         for m in mats:

@@ -115,8 +115,8 @@ class JaxprSparsityDetector:
     def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
-        from .._arrays import dtype_name, families
-        from .._backends import AutoJAX, adapter_for
+        from .._core.arrays import dtype_name, families
+        from ..backends.configs import AutoJAX, adapter_for
 
         target = problem.target
         if target is None:

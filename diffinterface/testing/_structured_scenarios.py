@@ -5,7 +5,7 @@ its Jacobian (and Hessian) in closed form as flat matrices over the leaves in th
 here; the expected results are cut from them into the structures ``jax.jacobian`` gives (the
 Jacobian: ``f(x)``'s structure holding ``x``'s structures of blocks ``y_leaf.shape + x_leaf.shape``;
 the Hessian: ``x``'s holding ``x``'s). The cutting below walks the structures itself, independently
-of ``diffinterface._structure``.
+of ``diffinterface._core.structure``.
 
 Size: over 400 lines in one module, because catalogue data: one builder per function kind, each beside
 its analytic derivatives.
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from .._closure import declare_modules
-from .._contexts import Constant
+from .._closures.state import declare_modules
+from .._core.contexts import Constant
 from ._reference import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
 
 declare_modules(__name__, walk=True)

@@ -15,7 +15,7 @@ import threading
 import warnings
 from typing import Any, ClassVar
 
-from ._errors import BackendNotAvailableError
+from .._core.errors import BackendNotAvailableError
 
 _CLOSURES = ("duplicated", "const")
 _MODES = (None, "forward", "reverse")
@@ -78,7 +78,7 @@ class AutoFiniteDiff(AbstractBackend):
     ``eps**(1/2)`` (forward, backward, complex) or ``eps**(1/3)`` (central) times ``max(1, |x_i|)``,
     with ``eps`` that of ``x``'s dtype. ``rel_step`` replaces the relative step.
 
-    For an expensive ``f``, the evaluations of one call can run elsewhere (``diffinterface._executor``):
+    For an expensive ``f``, the evaluations of one call can run elsewhere (``diffinterface.backends.finitediff_executor``):
 
     - ``executor``: a ``concurrent.futures.Executor`` (``distributed.Client(...).get_executor()``
       for Dask, ``ProcessPoolExecutor``, ``ThreadPoolExecutor``) to which the points are submitted,

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from diffinterface.backends.torch import as_tensor
-from diffinterface.rules import Active, Rule, annotate, cotangents
+from ..rules import Active, Rule, annotate, cotangents
+from .torch import as_tensor
 
 _Tensor = torch.Tensor
 

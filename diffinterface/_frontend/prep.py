@@ -6,10 +6,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ._arrays import as_input, describe, is_native
-from ._contexts import Context
-from ._errors import PreparationMismatchError
-from ._sparse_results import SparsePlan
+from .._core.arrays import as_input, describe, is_native
+from .._core.contexts import Context
+from .._core.errors import PreparationMismatchError
+from .sparse_results import SparsePlan
 
 
 def signature(value: Any) -> Any:
@@ -83,13 +83,13 @@ class Prep:
     f: Callable[..., Any]
     adapter: Any  # the backend's adapter
     data: Any  # what the adapter's prepare returned (its runners)
-    target: Any  # f as adapters call it (_target.Target)
+    target: Any  # f as adapters call it (_adapters.target.Target)
     names: tuple[str, ...]  # the argument names, for messages
     args: tuple[str, ...]  # a description of each argument, for messages
     signature: tuple[Any, ...]  # what a later call's arguments are compared with
     strict: bool
     plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
-    structured: bool  # x or f(x) a structure: data is a _structure runner, which checks x and the tangent
+    structured: bool  # x or f(x) a structure: data is a _core.structure runner, which checks x and the tangent
     holomorphic: bool  # made with holomorphic=True (jacobian, derivative of a complex x)
     _arrays: tuple[Any, ...] | None
     sparse: bool  # an AutoSparse prep: its results are sparse matrices

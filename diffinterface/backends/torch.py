@@ -50,13 +50,13 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from diffinterface._adapter import Adapter as _Base
-from diffinterface._adapter import Info, complex_dtype, contract_all, through_jacobian
-from diffinterface._arrays import NUMPY, TORCH, family, shape_size, to_family
-from diffinterface._closure import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
-from diffinterface._contexts import context_values
-from diffinterface._errors import LOST_CAUSES, LostDerivativeError, structured_output_error
-from diffinterface.bench import Engine as BenchEngine
+from .._adapters.contract import Adapter as _Base
+from .._adapters.contract import Info, complex_dtype, contract_all, through_jacobian
+from .._closures.state import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
+from .._core.arrays import NUMPY, TORCH, family, shape_size, to_family
+from .._core.contexts import context_values
+from .._core.errors import LOST_CAUSES, LostDerivativeError, structured_output_error
+from ..bench import Engine as BenchEngine
 
 _Tensor = torch.Tensor
 
@@ -141,7 +141,7 @@ _TORCH_WRITES = (
     lambda t: t.__setitem__(0, 1.0),
     lambda t: t.add_(1.0),
     lambda t: t[0:2].mul_(2.0),
-    lambda t: t.split([1, 2])[0].mul_(2.0),  # a leaf of a structured x (diffinterface._structure)
+    lambda t: t.split([1, 2])[0].mul_(2.0),  # a leaf of a structured x (diffinterface._core.structure)
     lambda t: t.copy_(torch.ones(3, dtype=t.dtype)),
     lambda t: t.numpy(),
     lambda t: torch.add(t, 1.0, out=t),

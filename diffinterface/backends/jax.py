@@ -33,16 +33,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffinterface._adapter import Adapter as _Base
-from diffinterface._adapter import Info, contract_all
-from diffinterface._arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
-from diffinterface._closure import const_write_error, duplicate, operand_error, raised_by, standin_error
-from diffinterface._contexts import Cache
-from diffinterface._errors import structured_output
-from diffinterface._writable import WritableArray as _Writable
-from diffinterface._writable import note_conversion, take_conversion
-from diffinterface._writable import unwrap as _unwrap
-from diffinterface.bench import Engine as BenchEngine
+from .._adapters.contract import Adapter as _Base
+from .._adapters.contract import Info, contract_all
+from .._closures.state import const_write_error, duplicate, operand_error, raised_by, standin_error
+from .._closures.writable import WritableArray as _Writable
+from .._closures.writable import note_conversion, take_conversion
+from .._closures.writable import unwrap as _unwrap
+from .._core.arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
+from .._core.contexts import Cache
+from .._core.errors import structured_output
+from ..bench import Engine as BenchEngine
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 
@@ -442,7 +442,7 @@ def _to_jax(value: Any) -> Any:
 
 def _structured(body: Any, layout: Any, operator_name: str, forward: bool, n_tangents: int) -> Any:
     """``body`` over the leaves of a structured x (and tangents), its results cut into leaves, all
-    inside the compiled program (``structures_inside``: see ``diffinterface._structure``).
+    inside the compiled program (``structures_inside``: see ``diffinterface._core.structure``).
 
     The gradient (reverse mode), one pullback, one pushforward (forward mode) and one hvp of a real
     x run JAX's own pytree transforms over the list of leaves instead (``f`` takes the list too):
@@ -503,7 +503,7 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
 def _preferring(mode: str, body: Any) -> Any:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
-    from diffinterface.rules import prefer
+    from ..rules import prefer
 
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
@@ -556,7 +556,7 @@ class Adapter(_Base):
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare(self, operator_name: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
-        """The adapter contract (``diffinterface._adapter``): the compiled value and plain forms of one
+        """The adapter contract (``diffinterface._adapters.contract``): the compiled value and plain forms of one
         operator (see _Prepared), ``plain`` one call into the compiled function."""
         forward = self.forward(operator_name, info)
         body = _builders(forward)[operator_name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._closure import StatePlan, copy_leaf, duplicate, numpy_write_refused, raised_by
+from .._closures.state import StatePlan, copy_leaf, duplicate, numpy_write_refused, raised_by
 
 
 class Target:
@@ -20,7 +20,7 @@ class Target:
     __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout")
 
     def __init__(self, f: Callable[..., Any], y: Any, closure: str, call: str = "f", layout: Any = None) -> None:
-        # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _structure.Layout) the
+        # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _core.structure.Layout) the
         # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``)
         self.user_f, self.y, self.closure, self.call, self.layout = f, y, closure, call, layout
         self.plan = StatePlan(f) if closure == "duplicated" else None

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import (
+from .arrays import (
     JAX,
     NUMPY,
     TORCH,
@@ -52,7 +52,7 @@ from ._arrays import (
     real_floating_dtype,
     to_family,
 )
-from ._errors import PreparationMismatchError, StructuredOutputError
+from .errors import PreparationMismatchError, StructuredOutputError
 
 LEAF, NONE, DICT, SEQ, JAX_NODE, TORCH_NODE = range(6)
 
@@ -398,7 +398,7 @@ class Layout:
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` as the flat problem's function: a vector in, a vector (or f's own array) out. It
-        also takes the list of x's leaves (JAX's pytree transforms pass that: see backends/jax.py)."""
+        also takes the list of x's leaves (JAX's pytree transforms pass that: see diffinterface/backends/jax.py)."""
         xs, ravel = self.xs, self.ravel_output
         if xs.trivial:
             return lambda v, *contexts: ravel(fn(v[0] if type(v) is list else v, *contexts))
@@ -534,7 +534,7 @@ def check_devices(leaves: list[Any], paths: list[str], what: str, call: str) -> 
 
 
 def _family_of(kind: type) -> Any:
-    from ._arrays import family_of_type
+    from .arrays import family_of_type
 
     return family_of_type(kind)
 

@@ -5,7 +5,7 @@
 has two callables ``(x, tangents, contexts) ->``: ``plain`` (the result: an array, or a tuple of
 arrays for the tangent operators) and ``value`` (the value form's tuple: ``(y, result)`` for the
 first order, ``(grad, hvps)``, ``(y, grad, hess)``, ``(y, der, der2)``). The frontend calls them and
-converts what they return once, for every operator (``_frontend.run``).
+converts what they return once, for every operator (``_frontend.pipeline.run``).
 
 **Two ways to meet it.**
 
@@ -20,7 +20,7 @@ converts what they return once, for every operator (``_frontend.run``).
   through the core operator, the Jacobian from batched pushforwards or pullbacks (the direction by
   :meth:`Adapter.jacobian_forward`), a pushforward or pullback through the Jacobian when only the
   other direction is native (:func:`through_jacobian` says which; engines use the same rule), and
-  the second order by nesting the adapter's first order over itself (``_second_order``).
+  the second order by nesting the adapter's first order over itself (``_adapters.second_order``).
 
 Conventions at this boundary:
 
@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from ._arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
-from ._backends import adapter_for
-from ._contexts import context_values
-from ._errors import structured_output_error
-from ._second_order import Nested
+from .._core.arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
+from .._core.contexts import context_values
+from .._core.errors import structured_output_error
+from ..backends.configs import adapter_for
+from .second_order import Nested
 
 
 class Info:
@@ -60,7 +60,7 @@ class Info:
     value: Any  # f(x) computed at preparation (one-shot calls only), else None
     x_shape: tuple[int, ...]
     oneshot: bool
-    layout: Any  # structured x or f(x) (_structure.Layout), given to adapters with ``structures_inside``
+    layout: Any  # structured x or f(x) (_core.structure.Layout), given to adapters with ``structures_inside``
 
     def __init__(
         self, y_shape: tuple[Any, ...], y_dtype: Any, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
@@ -171,13 +171,13 @@ class _Derived:
 class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
 
-    # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend): it only
+    # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend.pipeline): it only
     # evaluates what ``inner`` computes (finite differences: any inner engine), and the results of
     # its runners stay differentiable by an outer call of the same engine (JAX traces them). Neither:
     # a SecondOrder of the engine over itself runs the engine's own second order.
     evaluates_only: bool = False
     traceable_results: bool = False
-    # Structured x or f(x) (diffinterface._structure): by default the frontend hands the adapter the
+    # Structured x or f(x) (diffinterface._core.structure): by default the frontend hands the adapter the
     # flat problem (one vector in, one out) and cuts the results itself. An engine that can run the
     # ravel and the cut inside its own compiled program says ``structures_inside``: its ``prepare``
     # then gets ``x`` as the list of leaves, tangents as lists of leaves and ``info.layout``, and its
@@ -341,7 +341,7 @@ class Adapter:
     def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return self.value_and_jacobian(data, target, x, contexts)[1]
 
-    # -- second order: one first-order operator over another (see _second_order) ----------------
+    # -- second order: one first-order operator over another (see _adapters.second_order) ----------------
 
     def outer_inner(self) -> tuple[Any, Any]:
         """The backends that nest in the second-order fallbacks: the engine over itself."""
@@ -386,7 +386,7 @@ class SecondOrderAdapter(Adapter):
 
 
 def _copy_value(value: Any) -> Any:
-    from ._closure import copy_leaf, duplicate
+    from .._closures.state import copy_leaf, duplicate
 
     return duplicate(value, copy_leaf)
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ._adapter import VALUE_METHOD, SecondOrderAdapter
-from ._arrays import (
+from .._adapters.contract import VALUE_METHOD, SecondOrderAdapter
+from .._adapters.target import Target
+from .._closures.state import const_trace_checked
+from .._core.arrays import (
     NUMPY,
     as_input,
     complex_dtype,
@@ -27,14 +29,20 @@ from ._arrays import (
     shape,
     to_family,
 )
-from ._backends import SecondOrder, adapter_for
-from ._closure import const_trace_checked
-from ._contexts import check_contexts
-from ._errors import PreparationMismatchError, StructuredOutputError, call_repr
-from ._prep import Prep
-from ._sparse_results import fill_out, is_sparse
-from ._structure import Layout, Mismatch, Structure, StructuredRunners, check_devices, check_leaves, tangent_leaves
-from ._target import Target
+from .._core.contexts import check_contexts
+from .._core.errors import PreparationMismatchError, StructuredOutputError, call_repr
+from .._core.structure import (
+    Layout,
+    Mismatch,
+    Structure,
+    StructuredRunners,
+    check_devices,
+    check_leaves,
+    tangent_leaves,
+)
+from ..backends.configs import SecondOrder, adapter_for
+from .prep import Prep
+from .sparse_results import fill_out, is_sparse
 
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
 SCALAR_INPUT = ("derivative", "second_derivative")
@@ -229,11 +237,13 @@ def prepare(
         else:
             assert layout.ys is not None
             tangents, tangent_leaves = _structured_tangents(tangent, layout.ys, x_leaves[0], call, "ty")
-    if layout is not None and adapter.structures_inside:  # the adapter takes leaves (see _adapter.Adapter)
+    if layout is not None and adapter.structures_inside:  # the adapter takes leaves (see _adapters.contract.Adapter)
         info.layout = layout
         data = adapter.prepare(inner_operator, target, x_leaves, tangent_leaves, contexts, info)
     else:
-        data = adapter.prepare(inner_operator, target, x_in, tangents, contexts, info)  # the runners (see _adapter)
+        data = adapter.prepare(
+            inner_operator, target, x_in, tangents, contexts, info
+        )  # the runners (see _adapters.contract)
     if layout is not None:
         data = StructuredRunners(data, layout, inner_operator, adapter.structures_inside, call, strict)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
@@ -245,7 +255,7 @@ def prepare(
 
 
 def _complex_x(operator: str, adapter: Any, holomorphic: bool, call: str) -> str:
-    """What a complex x allows (its leaves are differentiated as real pairs, see _structure): the
+    """What a complex x allows (its leaves are differentiated as real pairs, see _core.structure): the
     operator the adapter runs (a complex scalar's derivative is its 1-column Jacobian)."""
     if getattr(adapter, "complex_step", False):
         raise TypeError(

@@ -93,7 +93,7 @@ LOST_CAUSES = (
 
 class StructuredOutputError(TypeError):
     """``f`` returned a tuple, list or dict where an engine needs one array. The frontend turns
-    such outputs into one vector (``diffinterface._structure``) and prepares again; the error reaches
+    such outputs into one vector (``diffinterface._core.structure``) and prepares again; the error reaches
     the user only where that cannot apply (AutoSparse, a rule's primal)."""
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import NUMPY, families, to_family
-from ._backends import AbstractBackend, adapter_for
-from .rules import Rule
+from .._core.arrays import NUMPY, families, to_family
+from ..backends.configs import AbstractBackend, adapter_for
+from . import Rule
 
 
 class DifferentiateWith(Rule):
@@ -72,14 +72,14 @@ class DifferentiateWith(Rule):
             return np.asarray(to_family(self.f(to_family(x, record.name)), NUMPY))
 
     def _forward(self, x: Any) -> tuple[Any, ...]:
-        from .first_order import value_and_pushforward
+        from ..first_order import value_and_pushforward
 
         if not hasattr(x, "dval"):  # Const: nothing to differentiate
             return self._primal(x.val), None
         return value_and_pushforward(self.backend, self.f, np.asarray(x.val), np.asarray(x.dval))
 
     def _reverse(self, tape: Any, dy: Any, x: Any) -> tuple[Any, ...]:
-        from .first_order import pullback
+        from ..first_order import pullback
 
         return (pullback(self.backend, self.f, np.asarray(x.val), np.asarray(dy)),)
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import is_array, stateful_object
+from .._core.arrays import is_array, stateful_object
 
 # Library namespaces whose functions are left as they are: the standard library, the engines, their
 # array libraries and the scientific stack. Extended, or overridden for a sub-namespace, with
@@ -638,7 +638,7 @@ def const_write_error(
 
 
 def _holds_standin(frame: Any) -> bool:
-    from ._writable import WritableArray
+    from .writable import WritableArray
 
     return any(isinstance(v, WritableArray) for v in frame.f_locals.values())
 
@@ -650,7 +650,7 @@ def standin_error(target: Any, error: BaseException, engine: str) -> Exception |
     Recognised by mechanism, not message: a stand-in's conversion hook ran (``take_conversion``), its
     own ``StandInConversionError`` was raised, or a frame of library code (not ``f``'s, not this
     package's stand-in methods) in the traceback holds a stand-in. None otherwise."""
-    from ._writable import StandInConversionError, take_conversion
+    from .writable import StandInConversionError, take_conversion
 
     converted = take_conversion()
     if not converted and not raised_by(error, lambda e: isinstance(e, StandInConversionError)):

@@ -44,7 +44,7 @@ def densify(result: Any) -> Any:
         return result.toarray()
     if hasattr(result, "to_dense"):  # torch
         return result.to_dense()
-    from ._arrays import JAX, families
+    from .._core.arrays import JAX, families
 
     with families()[JAX].computing(np.dtype(str(result.dtype))):  # BCOO
         return result.todense()

@@ -40,16 +40,16 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from diffinterface._adapter import Adapter as _Base
-from diffinterface._adapter import Runners
-from diffinterface._arrays import NUMPY, dtype_name, families, family, is_array, private_copy, to_family
-from diffinterface._closure import copy_leaf, duplicate, read_only_alias
-from diffinterface._contexts import context_values
-from diffinterface._errors import structured_output
-from diffinterface._executor import evaluations
-from diffinterface._target import Target
-from diffinterface.bench import Engine as BenchEngine
-from diffinterface.bench import approx_derivative as _approx_derivative
+from .._adapters.contract import Adapter as _Base
+from .._adapters.contract import Runners
+from .._adapters.target import Target
+from .._closures.state import copy_leaf, duplicate, read_only_alias
+from .._core.arrays import NUMPY, dtype_name, families, family, is_array, private_copy, to_family
+from .._core.contexts import context_values
+from .._core.errors import structured_output
+from ..bench import Engine as BenchEngine
+from ..bench import approx_derivative as _approx_derivative
+from .finitediff_executor import evaluations
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -326,7 +326,7 @@ class _PointSet:
 
 
 class _Job:
-    """One call's evaluations of ``f`` (see ``diffinterface._executor``): ``f`` as adapters call it
+    """One call's evaluations of ``f`` (see ``diffinterface.backends.finitediff_executor``): ``f`` as adapters call it
     (the :class:`Target`), the contexts, ``x`` (family, dtype, device) and the call's points. Pickled
     for an executor's workers: the target travels as the user's ``f`` and what the plan has learnt,
     and is built again there."""

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero, linear_call
 
-from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
+from ..rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
 
 
 def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:

@@ -43,10 +43,9 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval
 
-from diffinterface._adapter import Adapter as _Base
-from diffinterface._adapter import Info, basis, contract_all, through_jacobian
-from diffinterface._arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
-from diffinterface._closure import (
+from .._adapters.contract import Adapter as _Base
+from .._adapters.contract import Info, basis, contract_all, through_jacobian
+from .._closures.state import (
     LearntErrors,
     const_write_error,
     duplicate,
@@ -56,11 +55,12 @@ from diffinterface._closure import (
     read_only_alias,
     standin_error,
 )
-from diffinterface._contexts import context_values
-from diffinterface._errors import LostDerivativeError, structured_output
-from diffinterface._writable import StandInConversionError, unwrap
-from diffinterface._writable import WritableArray as _Writable
-from diffinterface.bench import Engine as BenchEngine
+from .._closures.writable import StandInConversionError, unwrap
+from .._closures.writable import WritableArray as _Writable
+from .._core.arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
+from .._core.contexts import context_values
+from .._core.errors import LostDerivativeError, structured_output
+from ..bench import Engine as BenchEngine
 
 # -- the functional update and the stand-in ---------------------------------------------------
 

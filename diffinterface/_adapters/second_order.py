@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._arrays import output_like, private_copy
-from ._backends import adapter_for
-from ._target import Target
+from .._core.arrays import output_like, private_copy
+from ..backends.configs import adapter_for
+from .target import Target
 
 # second-order operator -> (the inner first-order operator, the outer one)
 _NESTING = {

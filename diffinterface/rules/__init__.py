@@ -23,7 +23,7 @@ under JAX, whose tape cannot be a residual) then skip it: such a rule costs what
 ``custom_vjp`` whose residuals are its inputs costs.
 
 ``f`` stays an ordinary callable. Called on plain arrays it runs the primal; called on an engine's
-arrays it goes through that engine's native registration of the rules (``backends/*_rules.py``):
+arrays it goes through that engine's native registration of the rules (``diffinterface/backends/*_rules.py``):
 ``jax.custom_jvp`` / ``jax.custom_vjp`` (with ``jax.pure_callback`` for opaque bodies),
 ``torch.autograd.Function`` (with ``jvp`` and ``vmap``), an autograd primitive with its VJP and JVP.
 So it works through diffinterface's operators and inside the user's own JAX, torch and autograd code.
@@ -37,7 +37,7 @@ of plain data (NumPy arrays, numbers, tuples), so the reverse pass can run on an
 
 Size: over 400 lines in one module, because ``diffinterface.rules`` is a public module: the rule types
 and their activity wrappers import from one place; each engine's registration of a rule lives in
-``backends/<engine>_rules.py``.
+``diffinterface/backends/<engine>_rules.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ._writable import unwrap
+from .._closures.writable import unwrap
 
 __all__ = ["Active", "Const", "Duplicated", "Rule", "SecondOrderError", "custom_rule", "prefer"]
 

@@ -20,7 +20,7 @@ from autograd.core import VJPNode
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import Box
 
-from diffinterface.rules import Active, Rule, annotate, cotangent_like, cotangents
+from ..rules import Active, Rule, annotate, cotangent_like, cotangents
 
 
 class _Holder:
