@@ -306,6 +306,39 @@ def test_const_closure_writing_x_into_numpy_state_is_an_error_not_a_zero_derivat
     assert di.gradient(di.AutoTorch(closure="const"), lambda x: 3.0, 0.3) == 0.0  # no state: a constant f
 
 
+CAPTURED_A = np.arange(6.0).reshape(2, 3)  # a global numpy matrix that f reads
+
+
+def test_const_closure_reading_a_numpy_array_names_it_and_the_fix():
+    """Under "const" a captured numpy array reaches f as it is, and torch refuses ``A @ u`` with a
+    TypeError naming two types; the library's error names the array and closure='duplicated'. The
+    default converts it: the gradient of sum(A @ u) is A's column sums."""
+    import torch
+
+    x = torch.ones(3, dtype=torch.float64)
+
+    def reads_a_global(u):
+        return (CAPTURED_A @ u).sum()
+
+    local = np.arange(6.0).reshape(2, 3)
+
+    def reads_a_closure_cell(u):
+        return (local @ u).sum()
+
+    for f, where in ((reads_a_global, r"global 'CAPTURED_A'"), (reads_a_closure_cell, r"'local' captured by")):
+        for op in ("gradient", "jacobian"):
+            with pytest.raises(
+                TypeError,
+                match=rf"^{op}\(AutoTorch\(closure='const'\), f, x\): .*{where}.*"
+                r"unsupported operand.*closure='duplicated'",
+            ) as raised:
+                getattr(di, op)(di.AutoTorch(closure="const"), f, x)
+            assert isinstance(raised.value.__cause__, TypeError)  # torch's own error, chained
+        np.testing.assert_allclose(di.gradient(di.AutoTorch(), f, x).numpy(), [3.0, 5.0, 7.0], rtol=1e-15)
+    with pytest.raises(TypeError, match=r"^unsupported operand type\(s\) for \+: 'Tensor' and 'str'$"):
+        di.gradient(di.AutoTorch(closure="const"), lambda u: (u + "a").sum(), x)  # f's own error: as it is
+
+
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_submodules_state_is_duplicated(mode):
     """A module whose submodule writes into its own buffers (a call counter, a work buffer): the

@@ -602,6 +602,39 @@ def operand_error(error: BaseException, traced: Callable[[Any], bool]) -> bool:
     return any(traced(v) for v in values) and any(is_array(v) and not traced(v) for v in values)
 
 
+def const_operand_error(target: Any, error: BaseException, engine: str, own: Callable[[Any], bool]) -> Exception | None:
+    """Under ``closure="const"``, the error for ``f`` combining the engine's value with an array it
+    captures from another library (``A @ u`` with a numpy ``A`` under torch): ``"const"`` passes the
+    captured arrays as they are, and the engine's operator refuses the pair with a ``TypeError`` that
+    names only the two types. Recognised from the values: the ``TypeError`` was raised right in user
+    code, in a frame that holds one of the engine's values (``own``) and reads (a local, a closure
+    cell or a global it names) a captured array that is not the engine's. None otherwise, and
+    always with ``closure="duplicated"``, which converts the captured arrays."""
+    if getattr(target, "closure", None) != "const" or not isinstance(error, TypeError):
+        return None
+    frames = _frames(error)
+    if not frames or not _in_user_code(frames[-1]):
+        return None
+    frame = frames[-1]
+    seen = list(frame.f_locals.values()) + [frame.f_globals[n] for n in frame.f_code.co_names if n in frame.f_globals]
+    if not any(own(v) for v in seen):
+        return None
+    plan = StatePlan(target.user_f)
+    foreign = [
+        where
+        for where, value in zip(plan.where(), plan.read())
+        if is_array(value) and not own(value) and any(value is v for v in seen)
+    ]
+    if not foreign:
+        return None
+    first_line = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+    return TypeError(
+        f"{target.call}: with closure='const', f's captured arrays reach it as they are, and {engine} cannot "
+        f"combine {', '.join(foreign)} with its own values ({first_line}). Use closure='duplicated' (the "
+        f"default), which gives f each captured array as one of {engine}'s, or capture {engine}'s own arrays."
+    )
+
+
 def const_write_error(
     target: Any,
     error: BaseException | str,

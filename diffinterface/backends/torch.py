@@ -52,7 +52,14 @@ from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torc
 
 from .._adapters.contract import Adapter as _Base
 from .._adapters.contract import Info, complex_dtype, contract_all, through_jacobian
-from .._closures.state import LearntErrors, const_write_error, duplicate, numpy_write_refused, raised_by
+from .._closures.state import (
+    LearntErrors,
+    const_operand_error,
+    const_write_error,
+    duplicate,
+    numpy_write_refused,
+    raised_by,
+)
 from .._core.arrays import NUMPY, TORCH, family, shape_size, to_family
 from .._core.contexts import context_values
 from .._core.errors import LOST_CAUSES, LostDerivativeError, structured_output_error
@@ -717,8 +724,14 @@ class Adapter(_Base):
 
     def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         fn = _Function(target, contexts, False)
-        with torch.no_grad():
-            y = fn.eager(as_tensor(x), contexts)
+        try:
+            with torch.no_grad():
+                y = fn.eager(as_tensor(x), contexts)
+        except TypeError as error:  # f's first run: where captured numpy arrays meet tensors under "const"
+            known = const_operand_error(target, error, "torch", lambda v: isinstance(v, _Tensor))
+            if known is not None:
+                raise known from error
+            raise
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare(self, operator: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
