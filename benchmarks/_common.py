@@ -20,6 +20,23 @@ def ratio(
     return _bench.ratio(ours, native, _bench.Timing(rounds=rounds, seconds=seconds, warmup=warmup))
 
 
+def prepared_jacobians(
+    config: Callable[..., Any], f: Callable[..., Any], x: Any
+) -> list[tuple[str, Callable[[], Any]]]:
+    """``(label, ours)`` for each closure setting: ``ours`` a prepared ``jacobian`` of ``f`` at ``x``
+    under ``config(closure=...)``, ``label`` the suffix of its row ("" for the default duplicated
+    closure, ", closure=const")."""
+    import diffinterface as di
+
+    out = []
+    for closure in ("duplicated", "const"):
+        backend = config(closure=closure)
+        prep = di.prepare_jacobian(backend, f, x)
+        label = "" if closure == "duplicated" else ", closure=const"
+        out.append((label, lambda x=x, p=prep, b=backend, f=f: di.jacobian(b, f, x, prep=p)))
+    return out
+
+
 machine = _bench.machine
 write_table = _bench.write_table
 

@@ -20,7 +20,7 @@ import numpy as np
 from autograd.core import make_jvp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import run_and_write  # noqa: E402
+from _common import prepared_jacobians, run_and_write  # noqa: E402
 
 import diffinterface as di  # noqa: E402
 
@@ -78,11 +78,7 @@ def cases(quick: bool) -> list:
 
         name = "jacobian tall" if m > n else "jacobian wide"
         native = autograd.jacobian(lambda z, A=A: anp.sin(A @ z))
-        for closure in ("duplicated", "const"):
-            backend = di.AutoAutograd(closure=closure)
-            prep = di.prepare_jacobian(backend, f, x)
-            ours = lambda x=x, p=prep, b=backend, f=f: di.jacobian(b, f, x, prep=p)  # noqa: E731
-            label = "" if closure == "duplicated" else ", closure=const"
+        for label, ours in prepared_jacobians(di.AutoAutograd, f, x):
             out.append((name, f"{m}x{n}", f"vs autograd.jacobian{label}", ours, lambda x=x, j=native: j(x)))
             if m > n:
                 eye = np.eye(n)

@@ -25,7 +25,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import run_and_write  # noqa: E402
+from _common import prepared_jacobians, run_and_write  # noqa: E402
 
 import diffinterface as di  # noqa: E402
 
@@ -124,11 +124,7 @@ def cases(quick: bool) -> list:
         name = "jacobian tall" if direction == "forward" else "jacobian wide"
         func_jac = (torch.func.jacfwd if direction == "forward" else torch.func.jacrev)(f)
         strategy = "forward-mode" if direction == "forward" else "reverse-mode"
-        for closure in ("duplicated", "const"):
-            backend = di.AutoTorch(closure=closure)
-            prep = di.prepare_jacobian(backend, f, x)
-            ours = lambda x=x, p=prep, b=backend, f=f: di.jacobian(b, f, x, prep=p)  # noqa: E731
-            label = "" if closure == "duplicated" else ", closure=const"
+        for label, ours in prepared_jacobians(di.AutoTorch, f, x):
             out.append((name, f"{m}x{n}", f"vs torch.func{label}", ours, lambda x=x, j=func_jac: j(x)))
             out.append(
                 (

@@ -96,3 +96,24 @@ def test_the_command_line(tmp_path, capsys):
     assert "benchmarked finitediff" in out and str(tmp_path / "finite_differences.md") in out
     with pytest.raises(SystemExit):  # argparse: a table that does not exist
         main(["bench", "--table", "nonsense"])
+
+
+@pytest.mark.parametrize("engine", ["jax", "torch", "autograd"])
+def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
+    """``benchmarks/<engine>_overhead.py``: each case's two calls (ours, the engine's own) return the
+    same type and the same derivative, so its ratio compares like with like (float32 cases at float32
+    precision)."""
+    from conftest import installed
+
+    if not installed(engine):
+        pytest.skip(f'needs {engine}: pip install -e ".[all]"')
+    import importlib
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    script = importlib.import_module(f"{engine}_overhead")
+    cases = script.cases(quick=True)
+    assert len(cases) >= 6
+    for operator, size, inputs, ours, native in cases:
+        mine, theirs = ours(), native()
+        assert type(mine) is type(theirs), (operator, size, inputs)
+        np.testing.assert_allclose(_numpy(mine), _numpy(theirs), rtol=1e-5, atol=1e-6, err_msg=f"{operator} {inputs}")

@@ -81,6 +81,18 @@ def ratio(ours: Callable[[], Any], native: Callable[[], Any], timing: Timing = F
     }
 
 
+def columns(r: dict[Any, Any], ours: str, native: str, ratio_name: str = "ratio") -> dict[str, Any]:
+    """One :func:`ratio` as a table's columns: the two times under the table's names for them, the
+    ratio, and its spread over the rounds (``min``, ``max``)."""
+    return {
+        ours: r["ours_s"],
+        native: r["native_s"],
+        ratio_name: r["ratio"],
+        "min": r["ratio_min"],
+        "max": r["ratio_max"],
+    }
+
+
 def once(fn: Callable[[], Any], repeat: int, single_over: float | None = None) -> float:
     """The median time of ``repeat`` single calls (a preparation, a first call); with
     ``single_over``, one call where the first takes longer than that many seconds."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._engines import config, engine, sum_sin2
-from ._timing import Timing, ratio
+from ._timing import Timing, columns, ratio
 
 
 def cheap_gradient(
@@ -32,11 +32,7 @@ def cheap_gradient(
                 "backend": repr(backend),
                 "size": n,
                 "inputs": eng.inputs,
-                "gradient_s": r["ours_s"],
-                "f_s": r["native_s"],
-                "gradient_over_f": r["ratio"],
-                "min": r["ratio_min"],
-                "max": r["ratio_max"],
+                **columns(r, "gradient_s", "f_s", "gradient_over_f"),
             }
         )
     progress(len(plan), len(plan), "cheap gradient")

@@ -9,7 +9,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ._engines import config, engine
-from ._timing import Timing, ratio
+from ._timing import Timing, columns, ratio
 
 
 def closures(
@@ -68,11 +68,7 @@ def closures(
                         "function": label,
                         "operator": operator,
                         "size": n,
-                        "duplicated_s": r["ours_s"],
-                        "const_s": r["native_s"],
-                        "ratio": r["ratio"],
-                        "min": r["ratio_min"],
-                        "max": r["ratio_max"],
+                        **columns(r, "duplicated_s", "const_s"),
                     }
                 )
     progress(len(plan), len(plan), "closures")

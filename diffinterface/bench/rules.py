@@ -9,7 +9,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ._engines import config, engine
-from ._timing import Timing, ratio
+from ._timing import Timing, columns, ratio
 
 
 def _one_argument_rule(b: Any) -> Any:
@@ -91,11 +91,7 @@ def rules(
                 "rule": kind,
                 "inputs": eng.inputs,
                 "size": n,
-                "rule_s": r["ours_s"],
-                "by_hand_s": r["native_s"],
-                "ratio": r["ratio"],
-                "min": r["ratio_min"],
-                "max": r["ratio_max"],
+                **columns(r, "rule_s", "by_hand_s"),
                 "within_1.1": r["ratio"] <= 1.1,
             }
         )
