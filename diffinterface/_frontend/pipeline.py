@@ -241,9 +241,8 @@ def prepare(
         info.layout = layout
         data = adapter.prepare(inner_operator, target, x_leaves, tangent_leaves, contexts, info)
     else:
-        data = adapter.prepare(
-            inner_operator, target, x_in, tangents, contexts, info
-        )  # the runners (see _adapters.contract)
+        # the runners (see _adapters.contract)
+        data = adapter.prepare(inner_operator, target, x_in, tangents, contexts, info)
     if layout is not None:
         data = StructuredRunners(data, layout, inner_operator, adapter.structures_inside, call, strict)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
