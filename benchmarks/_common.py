@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import diffinterface as di
 from diffinterface import bench as _bench
 
 
@@ -26,8 +27,6 @@ def prepared_jacobians(
     """``(label, ours)`` for each closure setting: ``ours`` a prepared ``jacobian`` of ``f`` at ``x``
     under ``config(closure=...)``, ``label`` the suffix of its row ("" for the default duplicated
     closure, ", closure=const")."""
-    import diffinterface as di
-
     out = []
     for closure in ("duplicated", "const"):
         backend = config(closure=closure)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import math
 import os
 
 import numpy as np
 import pytest
 
+from conftest import installed
 from diffinterface import bench
 from diffinterface.__main__ import main
 from diffinterface.bench import finite_differences as finite_differences_table
@@ -103,12 +105,8 @@ def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
     """``benchmarks/<engine>_overhead.py``: each case's two calls (ours, the engine's own) return the
     same type and the same derivative, so its ratio compares like with like (float32 cases at float32
     precision)."""
-    from conftest import installed
-
     if not installed(engine):
         pytest.skip(f'needs {engine}: pip install -e ".[all]"')
-    import importlib
-
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     script = importlib.import_module(f"{engine}_overhead")
     cases = script.cases(quick=True)

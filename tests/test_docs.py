@@ -105,6 +105,21 @@ def test_every_exported_name_has_an_example_that_runs(name):
     assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} example lines failed (printed above)"
 
 
+def _run_as_a_script(page: pathlib.Path, needs: tuple, tmp_path: pathlib.Path) -> None:
+    """A page's ``python`` blocks, in order, as one script in a fresh process from the repository's
+    root, as a reader would run them (skipped, with the install line, where an engine it needs is
+    missing)."""
+    missing = [m for m in needs if not installed(m)]
+    if missing:
+        pytest.skip(f'{page.name} needs {", ".join(missing)}: pip install -e ".[all]"')
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks, page.name
+    script = tmp_path / page.name.replace(".md", ".py")
+    script.write_text("\n".join(blocks))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 TUTORIALS = {  # page: what its code needs beyond numpy
     "scipy-optimize.md": ("scipy", "jax"),
     "torch-module.md": ("torch",),
@@ -124,15 +139,7 @@ def test_each_tutorial_runs_as_a_script(page, tmp_path):
     """A tutorial's code blocks, in order, are one script; its assertions compare with independent
     references (SciPy's closed forms, torch's backward, jax.grad, analytic Jacobians). Run in a fresh
     process from the repository's root, as a reader would run it."""
-    missing = [m for m in TUTORIALS[page] if not installed(m)]
-    if missing:
-        pytest.skip(f'{page} needs {", ".join(missing)}: pip install -e ".[all]"')
-    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "tutorials" / page).read_text(), re.S)
-    assert blocks, page
-    script = tmp_path / page.replace(".md", ".py")
-    script.write_text("\n".join(blocks))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_as_a_script(DOCS / "tutorials" / page, TUTORIALS[page], tmp_path)
 
 
 GUIDES = {  # guides whose code blocks make one script (the others show fragments): what it needs
@@ -146,15 +153,7 @@ def test_each_runnable_guide_runs_as_a_script(page, tmp_path):
     """The guide's examples, in order, as one script in a fresh process: their assertions compare
     with closed forms (the derivative of sin(x)^2, of exp(i x)) and with the behaviour the page
     states (the error raised, x unchanged)."""
-    missing = [m for m in GUIDES[page] if not installed(m)]
-    if missing:
-        pytest.skip(f'{page} needs {", ".join(missing)}: pip install -e ".[all]"')
-    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
-    assert blocks, page
-    script = tmp_path / page.replace(".md", ".py")
-    script.write_text("\n".join(blocks))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_as_a_script(DOCS / page, GUIDES[page], tmp_path)
 
 
 def test_the_harness_guide_counts_the_catalogue_as_it_is():

@@ -588,17 +588,30 @@ def _in_user_code(frame: Any) -> bool:
     return _is_user_module(frame.f_globals.get("__name__"))
 
 
+def _operator_frame(error: BaseException) -> Any:
+    """The frame an operator raised ``error`` in, where that is a ``TypeError`` raised right in user
+    code (the traceback's innermost frame is ``f``'s own, not a library's); None otherwise."""
+    if not isinstance(error, TypeError):
+        return None
+    frames = _frames(error)
+    return frames[-1] if frames and _in_user_code(frames[-1]) else None
+
+
+def _first_line(error: BaseException | str) -> str:
+    """The first line of an error's message, for the library's own message around it."""
+    reason = str(error).strip()
+    return reason.splitlines()[0].rstrip(".") if reason else type(error).__name__
+
+
 def operand_error(error: BaseException, traced: Callable[[Any], bool]) -> bool:
     """Whether ``error`` is a ``TypeError`` that an operator raised right in user code (its innermost
     frame is ``f``'s own, not a library's) where that frame holds a traced value of the engine and an
     array of another library: ``buffer[0] += x`` with a torch ``buffer`` under JAX, whose error names
     only the two operand types. Recognised from the values, never from the message."""
-    if not isinstance(error, TypeError):
+    frame = _operator_frame(error)
+    if frame is None:
         return False
-    frames = _frames(error)
-    if not frames or not _in_user_code(frames[-1]):
-        return False
-    values = list(frames[-1].f_locals.values())
+    values = list(frame.f_locals.values())
     return any(traced(v) for v in values) and any(is_array(v) and not traced(v) for v in values)
 
 
@@ -610,12 +623,9 @@ def const_operand_error(target: Any, error: BaseException, engine: str, own: Cal
     code, in a frame that holds one of the engine's values (``own``) and reads (a local, a closure
     cell or a global it names) a captured array that is not the engine's. None otherwise, and
     always with ``closure="duplicated"``, which converts the captured arrays."""
-    if getattr(target, "closure", None) != "const" or not isinstance(error, TypeError):
+    frame = _operator_frame(error) if getattr(target, "closure", None) == "const" else None
+    if frame is None:
         return None
-    frames = _frames(error)
-    if not frames or not _in_user_code(frames[-1]):
-        return None
-    frame = frames[-1]
     seen = list(frame.f_locals.values()) + [frame.f_globals[n] for n in frame.f_code.co_names if n in frame.f_globals]
     if not any(own(v) for v in seen):
         return None
@@ -627,10 +637,9 @@ def const_operand_error(target: Any, error: BaseException, engine: str, own: Cal
     ]
     if not foreign:
         return None
-    first_line = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     return TypeError(
         f"{target.call}: with closure='const', f's captured arrays reach it as they are, and {engine} cannot "
-        f"combine {', '.join(foreign)} with its own values ({first_line}). Use closure='duplicated' (the "
+        f"combine {', '.join(foreign)} with its own values ({_first_line(error)}). Use closure='duplicated' (the "
         f"default), which gives f each captured array as one of {engine}'s, or capture {engine}'s own arrays."
     )
 
@@ -658,8 +667,7 @@ def const_write_error(
     ]
     if not captured:
         return None
-    reason = str(error).strip()
-    first_line = reason.splitlines()[0].rstrip(".") if reason else type(error).__name__
+    first_line = _first_line(error)
     if kind is None:
         kind = TypeError if isinstance(error, TypeError) else ValueError
     return kind(
@@ -697,8 +705,7 @@ def standin_error(target: Any, error: BaseException, engine: str) -> Exception |
     plan = getattr(target, "plan", None)
     captured = [where for where, value in zip(plan.where(), plan.read()) if is_array(value)] if plan is not None else []
     what = ", ".join(captured) if captured else "a Cache context or the output buffer y"
-    reason = str(error).strip()
-    first_line = reason.splitlines()[0].rstrip(".") if reason else type(error).__name__
+    first_line = _first_line(error)
     kind = TypeError if isinstance(error, TypeError) else ValueError
     return kind(
         f"{target.call}: f passes an array it writes into ({what}) to a function that needs a plain "
