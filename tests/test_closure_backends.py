@@ -238,6 +238,29 @@ def test_a_captured_number_rebound_between_prepared_calls_is_seen(backend):
     assert np.allclose(di.gradient(backend, f, x, prep=prep), 10.0 * x, rtol=_tol(backend))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_captured_keys_and_sizes_changed_between_prepared_calls_are_seen(backend):
+    # Captured state that is not an array (a list of key strings, an int size) is static under JAX:
+    # the call's values are compared with those seen at preparation; a change takes another program.
+    keys = ["a", "b"]
+    size = 2
+
+    def f(x):
+        xp = array_namespace(x)
+        parts = {k: x[i * size : (i + 1) * size] for i, k in enumerate(keys)}
+        return sum(float(j + 1) * xp.sum(parts[k] ** 2) for j, k in enumerate(keys))
+
+    x = np.array([1.0, -2.0, 0.5, 3.0])
+    prep = di.prepare_gradient(backend, f, x)
+    for _ in range(2):
+        assert np.allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -4.0, 2.0, 12.0], rtol=_tol(backend))
+    size = 1  # rebound: the parts are x[0:1] and x[1:2]
+    assert np.allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -8.0, 0.0, 0.0], rtol=_tol(backend))
+    keys[1] = "c"  # the same list, written: the weights follow the order, the parts the new key
+    keys.append("d")  # three parts now
+    assert np.allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -8.0, 3.0, 0.0], rtol=_tol(backend))
+
+
 def _array_states() -> list:
     out = [pytest.param(lambda v: np.array(v), id="numpy")]
     if installed("torch"):

@@ -252,7 +252,11 @@ def family_of_type(kind: type) -> str | None:
             if array_type is not None and issubclass(kind, array_type):
                 fam = record.name
                 break
-    if fam is not None:  # None is not cached: the library may be imported later
+    if fam is not None or kind.__module__ == "builtins":
+        # None is cached for Python's own types only (str, None, containers: the keys and labels
+        # captured beside arrays, met at every call): no array library's type, real or virtual, is
+        # one of them. Another type may become an array type's virtual subclass later, or by value
+        # (JAX's tracers), so its None is not kept; register_family clears the cache.
         _FAMILY_OF_TYPE[kind] = fam
     return fam
 
@@ -265,7 +269,7 @@ def family(value: Any) -> str | None:
     except KeyError:
         pass
     fam = family_of_type(kind)
-    if fam is None:
+    if fam is None and kind not in _FAMILY_OF_TYPE:  # not a builtin type known to be none
         for record in _FAMILIES.values():  # virtual subclasses (JAX's tracers are jax.Array)
             array_type = record.type()
             if array_type is not None and isinstance(value, array_type):

@@ -130,12 +130,25 @@ class _Static:
 _DYNAMIC = object()
 
 
+def _equal(value: Any, seen: Any) -> bool:
+    """Whether a static leaf equals the one seen at preparation, as JAX's cache of static arguments
+    compares them; an object whose ``==`` has no plain answer is not equal (it takes the static path)."""
+    if value is seen:
+        return True
+    try:
+        return type(value) is type(seen) and bool(value == seen)
+    except (TypeError, ValueError):
+        return False
+
+
 class _Function:
     """``f`` as JAX sees it: ``pure(x, dyn, static) -> y``, its contexts and captured state as arguments.
 
-    ``common`` is the static part seen at preparation when every leaf was dynamic (arrays, floats: the
-    usual case); calls whose state has that structure use a compiled function that holds it in its
-    closure, avoiding the cost of a static jit argument (several microseconds a call).
+    ``common`` is the static part seen at preparation (the structure, and the leaves that are not
+    arrays or floats: the keys and sizes f captures beside its arrays); calls whose static part equals
+    it use a compiled function that holds it in its closure, avoiding the cost of a static jit argument
+    and of hashing it (several microseconds a call). Equal is what JAX's own cache of static arguments
+    means: the same object, or one of the same type that compares equal.
     """
 
     __slots__ = ("target", "kinds", "simple", "common", "flat")
@@ -148,8 +161,8 @@ class _Function:
         self.flat = False  # no contexts and every captured leaf an array or a number: no pytree to flatten
         if not self.simple:
             flat, treedef = self._flatten(contexts)
+            self.common = _Static(treedef, tuple(v if not _is_dynamic(v) else _DYNAMIC for v in flat))
             if all(_is_dynamic(v) for v in flat):
-                self.common = _Static(treedef, (_DYNAMIC,) * len(flat))
                 self.flat = not contexts and target.has_state and len(flat) == len(target.plan.read())
 
     def _flatten(self, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -167,11 +180,13 @@ class _Function:
             if all(map(_is_dynamic, state)):
                 return state, None
         flat, treedef = self._flatten(contexts)
+        dynamic = [_is_dynamic(v) for v in flat]
+        dyn = [v for v, d in zip(flat, dynamic) if d]
         common = self.common
-        if common is not None and treedef == common.treedef and all(_is_dynamic(v) for v in flat):
-            return flat, None
-        dyn = [v for v in flat if _is_dynamic(v)]
-        return dyn, _Static(treedef, tuple(_DYNAMIC if _is_dynamic(v) else v for v in flat))
+        if common is not None and treedef == common.treedef:
+            if all(d if c is _DYNAMIC else not d and _equal(v, c) for v, d, c in zip(flat, dynamic, common.leaves)):
+                return dyn, None
+        return dyn, _Static(treedef, tuple(_DYNAMIC if d else v for v, d in zip(flat, dynamic)))
 
     def pure(self, x: Any, dyn: Any = (), static: Any = None) -> Any:
         if self.simple:

@@ -17,7 +17,8 @@ def closures(
 ) -> list[dict[str, Any]]:
     """``closure="duplicated"`` against ``"const"``: a prepared gradient (reverse mode; the
     pushforward too: forward mode) of a function capturing a float, one reading a captured
-    array, and one writing a captured buffer (against the same arithmetic without the buffer)."""
+    array, one writing a captured buffer (against the same arithmetic without the buffer), and one
+    cutting x into parts by a captured list of 10 keys and a part size (state that is not arrays)."""
     from .. import gradient, prepare_gradient, prepare_pushforward, pushforward
 
     plan = [(name, n) for name in engines for n in sizes]
@@ -43,12 +44,20 @@ def closures(
         def without_buffer(x):
             return array_namespace(x).sum((2 * x) * x)
 
+        keys, part = [f"part{j}" for j in range(10)], max(n // 10, 1)
+
+        def cuts_by_keys(x):
+            xp = array_namespace(x)
+            parts = {k: x[j * part : (j + 1) * part] for j, k in enumerate(keys)}
+            return sum(xp.sum(xp.sin(v) ** 2) for v in parts.values())
+
         x, t = np.linspace(-1.0, 1.0, n), np.linspace(0.5, 1.5, n)
         duplicated, const = config(name), config(name, closure="const")
         for label, f_dup, f_const in [
             ("captures a float", captures_float, captures_float),
             ("reads a captured array", reads_array, reads_array),
             ("writes a captured buffer", writes_buffer, without_buffer),
+            ("cuts x by captured keys and a size", cuts_by_keys, cuts_by_keys),
         ]:
             for operator in ("gradient", "pushforward"):
                 if not eng.allows(operator, n):
