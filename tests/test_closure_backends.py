@@ -253,7 +253,9 @@ def test_captured_keys_and_sizes_changed_between_prepared_calls_are_seen(backend
     x = np.array([1.0, -2.0, 0.5, 3.0])
     prep = di.prepare_gradient(backend, f, x)
     for _ in range(2):
-        assert np.allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -4.0, 2.0, 12.0], rtol=_tol(backend))
+        assert np.allclose(
+            np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -4.0, 2.0, 12.0], rtol=_tol(backend)
+        )
     size = 1  # rebound: the parts are x[0:1] and x[1:2]
     assert np.allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [2.0, -8.0, 0.0, 0.0], rtol=_tol(backend))
     keys[1] = "c"  # the same list, written: the weights follow the order, the parts the new key
