@@ -115,3 +115,17 @@ def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
         mine, theirs = ours(), native()
         assert type(mine) is type(theirs), (operator, size, inputs)
         np.testing.assert_allclose(_numpy(mine), _numpy(theirs), rtol=1e-5, atol=1e-6, err_msg=f"{operator} {inputs}")
+
+
+@pytest.mark.skipif(not installed("jax"), reason="the XLA rows are JAX's")
+def test_the_structured_table_prices_jax_outputs_against_one(tmp_path):
+    """The structured table's JAX rows: the gradient rows and XLA's own price of k outputs (k = 2, 8,
+    10 arrays of n/k elements, over one of n), each row a positive ratio of two timed calls."""
+    done = bench.run(["jax"], out=str(tmp_path), tables=["structured"], plots=False, timing=TINY)
+    rows = done["results"]["structured"]
+    xla = {r["leaves"]: r for r in rows if r["case"].startswith("XLA")}
+    assert sorted(xla) == [2, 8, 10]
+    for k, r in xla.items():
+        assert r["case"] == f"XLA, {k} outputs" and r["baseline"] == "XLA, 1 output" and r["backend"] == "jax.jit"
+        assert 0 < r["ratio"] < math.inf and r["ours_s"] > 0 and r["baseline_s"] > 0
+    assert any(r["case"] == "gradient" and r["baseline"] == "flat array" for r in rows)

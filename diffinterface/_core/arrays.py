@@ -9,9 +9,11 @@ between them read one table; apart, a family's description and the code that rea
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -237,6 +239,12 @@ register_family(
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 
 
+_PYTHON_TYPES = frozenset(
+    [v for v in vars(builtins).values() if isinstance(v, type)]
+    + [type(None), types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType]
+)
+
+
 def family_of_type(kind: type) -> str | None:
     """The family whose arrays are of type ``kind`` (numpy for numpy scalars and Python numbers), or None."""
     try:
@@ -252,7 +260,7 @@ def family_of_type(kind: type) -> str | None:
             if array_type is not None and issubclass(kind, array_type):
                 fam = record.name
                 break
-    if fam is not None or kind.__module__ == "builtins":
+    if fam is not None or kind in _PYTHON_TYPES:
         # None is cached for Python's own types only (str, None, containers: the keys and labels
         # captured beside arrays, met at every call): no array library's type, real or virtual, is
         # one of them. Another type may become an array type's virtual subclass later, or by value

@@ -180,12 +180,20 @@ class _Function:
             if all(map(_is_dynamic, state)):
                 return state, None
         flat, treedef = self._flatten(contexts)
+        common = self.common
+        if common is not None and treedef == common.treedef:  # one pass: most static leaves are the same objects
+            dyn = []
+            for v, seen in zip(flat, common.leaves):
+                if seen is _DYNAMIC:
+                    if not _is_dynamic(v):
+                        break
+                    dyn.append(v)
+                elif v is not seen and (_is_dynamic(v) or not _equal(v, seen)):
+                    break
+            else:
+                return dyn, None
         dynamic = [_is_dynamic(v) for v in flat]
         dyn = [v for v, d in zip(flat, dynamic) if d]
-        common = self.common
-        if common is not None and treedef == common.treedef:
-            if all(d if c is _DYNAMIC else not d and _equal(v, c) for v, d, c in zip(flat, dynamic, common.leaves)):
-                return dyn, None
         return dyn, _Static(treedef, tuple(_DYNAMIC if d else v for v, d in zip(flat, dynamic)))
 
     def pure(self, x: Any, dyn: Any = (), static: Any = None) -> Any:

@@ -8,6 +8,10 @@
   the leaves; ``autograd.grad``); and the engine's own gradient of the dict against its own of the
   vector (what a structure costs the engine itself). Budget (issue 17): (1) at most 1.1 for 10
   arrays of 1e4 in all.
+- XLA rows (JAX only): the engine's own price of returning ``k`` arrays: ``jax.jit`` of the same
+  elementwise arithmetic (the gradient of ``sin(v)**2``) over ``k`` arrays of ``n/k`` elements, against
+  one array of ``n``. No library code runs in them: they are the floor under the JAX gradient rows, since
+  a gradient of a dict of ``k`` arrays is a program with ``k`` outputs.
 - flatten rows: one prepared call's check and flattening of a dict of 10 arrays by each tree tool
   (``Structure.checked``, the walk the library uses; ``jax.tree_util``, ``optree`` and
   ``torch.utils._pytree`` flattening with a comparison of the tree definitions), where installed.
@@ -42,7 +46,7 @@ NOTES = (
     "gradient rows: f(p) = sum of sum(sin(leaf)**2) over the leaves of a dict (the engine's own arrays, n "
     "elements in all); 'flat array' is the prepared gradient of the same f given one vector that f cuts into "
     "the dict by slices; 'engine' is the engine's own gradient of the dict (`jax.jit(jax.grad(f))`, "
-    "`torch.autograd.grad` over the leaves, `autograd.grad`); 'the engine's own gradient' rows: the engine's own gradient of the dict over its own gradient of the vector. flatten rows: one check-and-flatten of a dict of "
+    "`torch.autograd.grad` over the leaves, `autograd.grad`); 'the engine's own gradient' rows: the engine's own gradient of the dict over its own gradient of the vector. 'XLA, k outputs' rows: `jax.jit` of 2*sin(v)*cos(v) over k arrays of n/k elements over the same over one array of n (no diffinterface code: the engine's floor under a gradient of k leaves). flatten rows: one check-and-flatten of a dict of "
     "10 arrays (best of 7 runs of 20000), the tree definitions compared where the tool has them. Budget (issue "
     "17): the 'flat array' ratio at most 1.1 for 10 arrays of 1e4 in all."
 )
@@ -93,6 +97,20 @@ def _native(name: str, f: Callable[[Any], Any], p: Any) -> Callable[[], Any] | N
         g = autograd.grad(f)
         return lambda: g(p)
     return None
+
+
+def _xla_outputs(n: int, k: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``jax.jit`` of the gradient's arithmetic over ``k`` arrays of ``n/k`` elements, and over one of ``n``."""
+    import jax
+    import jax.numpy as jnp
+
+    values = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    parts = [jnp.asarray(values[j * n // k : (j + 1) * n // k]) for j in range(k)]
+    whole = jnp.asarray(values)
+    many = jax.jit(lambda vs: [2 * jnp.sin(v) * jnp.cos(v) for v in vs])
+    one = jax.jit(lambda v: 2 * jnp.sin(v) * jnp.cos(v))
+    np.testing.assert_allclose(np.concatenate([np.asarray(v) for v in many(parts)]), np.asarray(one(whole)), rtol=1e-6)
+    return (lambda: jax.block_until_ready(many(parts))), (lambda: jax.block_until_ready(one(whole)))
 
 
 def flatten_rows() -> list[dict[str, Any]]:
@@ -163,15 +181,20 @@ def structured(
             pairs.append(("gradient", ours, "engine", native))
             # the engine's own price of a structure: its gradient of the dict over that of one vector
             pairs.append(("the engine's own gradient", native, "engine, flat array", native_flat))
+        if name == "jax":  # the engine's floor: its own price of k outputs (XLA runs more than 8 kernels
+            # concurrently when a buffer exceeds 512 bytes, which costs more than it saves on 2 cores)
+            for k in (2, 8, leaves):
+                many, one = _xla_outputs(n, k)
+                pairs.append((f"XLA, {k} outputs", many, "XLA, 1 output", one))
         for case, timed, label, baseline in pairs:
             r = bench.ratio(timed, baseline, timing)
             rows.append(
                 {
                     "case": case,
-                    "backend": repr(backend),
+                    "backend": repr(backend) if not case.startswith("XLA") else "jax.jit",
                     "inputs": eng.inputs,
                     "n": n,
-                    "leaves": leaves,
+                    "leaves": int(case.split()[1]) if case.startswith("XLA") else leaves,
                     "ours_s": r["ours_s"],
                     "baseline": label,
                     "baseline_s": r["native_s"],
