@@ -173,3 +173,21 @@ def test_torch_inputs_and_constants_reach_f_as_numpy():
     f = lambda z, w: np.sum(w * np.sin(z))  # noqa: E731
     g = di.gradient(di.AutoAutograd(), f, x, di.Constant(c))
     assert isinstance(g, torch.Tensor) and torch.allclose(g, c * torch.cos(x), rtol=1e-15)
+
+
+def test_a_value_autograd_cannot_carry_a_derivative_through_is_named_with_the_call():
+    """f casting x to integers: torch and JAX give the integer part a zero derivative, autograd
+    refuses the value; the error names the call and the refused type, with autograd's own chained."""
+    x = np.array([1.2, 2.7])
+
+    def f(x):
+        return (x.astype(int) ** 2).sum() * 1.0 + (x**2).sum()
+
+    with pytest.raises(TypeError, match=r"^gradient\(AutoAutograd\(\), f, x\): .*\(numpy\.int64: .*Constant") as info:
+        di.gradient(di.AutoAutograd(), f, x)
+    assert isinstance(info.value.__cause__, TypeError)
+
+    def g(x, k):  # the fix the message gives: the integer part from a Constant
+        return (k.astype(int) ** 2).sum() * 1.0 + (x**2).sum()
+
+    assert np.allclose(di.gradient(di.AutoAutograd(), g, x, di.Constant(x)), 2 * x)

@@ -41,7 +41,7 @@ from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp, defvjp, primitive, vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
-from autograd.tracer import Box, getval
+from autograd.tracer import Box, getval, new_box
 
 from .._adapters.contract import Adapter as _Base
 from .._adapters.contract import Info, basis, contract_all, through_jacobian
@@ -250,6 +250,23 @@ def _foreign_output(error: BaseException) -> bool:
             and family_of_type(e.args[0]) is not None
         ),
     )
+
+
+_NO_VALUE = object()
+
+
+def _unboxable(error: BaseException) -> Any:
+    """The value autograd refused to carry a derivative through (``new_box`` raising in the innermost
+    frame: ``f`` computed from x a value of a type autograd has no vector space for, an integer array
+    from ``x.astype(int)``), or ``_NO_VALUE``. Recognised from the frame, never from the message."""
+    if not isinstance(error, TypeError):
+        return _NO_VALUE
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code is not new_box.__code__:
+        return _NO_VALUE
+    return tb.tb_frame.f_locals.get("value", _NO_VALUE)
 
 
 def _leaked(error: BaseException) -> bool:
@@ -492,6 +509,17 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
             if const is not None:
                 raise const from error
+            refused = _unboxable(error)
+            if refused is not _NO_VALUE:
+                kind = type(refused)
+                raise TypeError(
+                    f"{call}: f computes from x a value autograd cannot carry a derivative through "
+                    f"({kind.__module__}.{kind.__qualname__}: an integer or boolean array, from x.astype(int), "
+                    f"int(x) or the like); torch and JAX give such a value a zero derivative, autograd refuses "
+                    f"it. Compute that value from a Constant context instead of x (it then carries no "
+                    f"derivative), write a custom rule for that part of f (diffinterface.rules), or use AutoTorch "
+                    f"or AutoJAX"
+                ) from error
             if not _box_write(error):
                 raise
             raise type(error)(
