@@ -584,6 +584,12 @@ def _frames(error: BaseException) -> list[Any]:
     return frames
 
 
+def innermost_frame(error: BaseException) -> Any:
+    """The frame ``error`` was raised in (its traceback's last), or None without a traceback."""
+    frames = _frames(error)
+    return frames[-1] if frames else None
+
+
 def _in_user_code(frame: Any) -> bool:
     return _is_user_module(frame.f_globals.get("__name__"))
 
@@ -593,8 +599,8 @@ def _operator_frame(error: BaseException) -> Any:
     code (the traceback's innermost frame is ``f``'s own, not a library's); None otherwise."""
     if not isinstance(error, TypeError):
         return None
-    frames = _frames(error)
-    return frames[-1] if frames and _in_user_code(frames[-1]) else None
+    frame = innermost_frame(error)
+    return frame if frame is not None and _in_user_code(frame) else None
 
 
 def _first_line(error: BaseException | str) -> str:

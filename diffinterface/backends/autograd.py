@@ -49,6 +49,7 @@ from .._closures.state import (
     LearntErrors,
     const_write_error,
     duplicate,
+    innermost_frame,
     numpy_write_refused,
     operand_error,
     raised_by,
@@ -259,14 +260,10 @@ def _unboxable(error: BaseException) -> Any:
     """The value autograd refused to carry a derivative through (``new_box`` raising in the innermost
     frame: ``f`` computed from x a value of a type autograd has no vector space for, an integer array
     from ``x.astype(int)``), or ``_NO_VALUE``. Recognised from the frame, never from the message."""
-    if not isinstance(error, TypeError):
+    frame = innermost_frame(error) if isinstance(error, TypeError) else None
+    if frame is None or frame.f_code is not new_box.__code__:
         return _NO_VALUE
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or tb.tb_frame.f_code is not new_box.__code__:
-        return _NO_VALUE
-    return tb.tb_frame.f_locals.get("value", _NO_VALUE)
+    return frame.f_locals.get("value", _NO_VALUE)
 
 
 def _leaked(error: BaseException) -> bool:
