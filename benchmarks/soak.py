@@ -22,7 +22,7 @@ import diffinterface as di
 from diffinterface import bench as _bench
 from diffinterface import rules
 from diffinterface._core import arrays as _arrays
-from diffinterface.backends import configs as _backends
+from diffinterface._core import configs as _backends
 
 BACKENDS = {
     "finitediff": lambda: di.AutoFiniteDiff(),

@@ -13,13 +13,13 @@ from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import PreparationMismatchError as PreparationMismatchError
 from ._frontend.prep import Prep as Prep
-from .backends.configs import AutoAutograd as AutoAutograd
-from .backends.configs import AutoFiniteDiff as AutoFiniteDiff
-from .backends.configs import AutoJAX as AutoJAX
-from .backends.configs import AutoTorch as AutoTorch
-from .backends.configs import Backend as Backend
-from .backends.configs import SecondOrder as SecondOrder
-from .backends.configs import check_available as check_available
+from ._core.configs import AutoAutograd as AutoAutograd
+from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
+from ._core.configs import AutoJAX as AutoJAX
+from ._core.configs import AutoTorch as AutoTorch
+from ._core.configs import Backend as Backend
+from ._core.configs import SecondOrder as SecondOrder
+from ._core.configs import check_available as check_available
 from .first_order import (
     derivative,
     gradient,

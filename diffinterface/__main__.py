@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from .backends.configs import check_available, has_adapter, registered_backends
+from ._core.configs import check_available, has_adapter, registered_backends
 
 
 def _progress(stream: Any) -> Any:

@@ -1,4 +1,8 @@
-"""The extension surface: what a package needs to add a backend, and nothing else.
+"""The extension kit: everything a package needs to add a backend, and what the built-in engines use.
+
+The built-in engines (``diffinterface.backends``: the repository's root ``backends/`` folder) import
+nothing of diffinterface but this module (a test checks it), so an outside package can write an
+adapter of the same quality as ours from these names alone.
 
 A backend is two classes in one module of its own, and no change to diffinterface:
 
@@ -18,43 +22,175 @@ that ``python -m diffinterface check`` finds it without an import), and check it
 catalogue with ``diffinterface.testing.test_differentiation``. An engine with its own array type
 also describes it once with :class:`ArrayFamily` and :func:`register_family`, and makes custom
 rules (``diffinterface.rules``) work inside it with :func:`register_rules`, and names a
-:class:`BenchEngine` (its own best calls) in ``bench`` for ``python -m diffinterface bench``. The worked example is
-``tests/test_extend.py``; the documented contract is ``diffinterface/_adapters/contract.py``'s docstring.
+:class:`BenchEngine` (its own best calls) in ``bench`` for ``python -m diffinterface bench``. The worked
+example is ``tests/test_extend.py``; the documented contract is the docstring of :class:`Adapter`'s module.
 
-What an adapter method receives: ``target`` (the function as adapters call it: ``target.call`` is
-the user's call for messages; :meth:`Adapter.evaluate` runs ``f`` once over fresh duplicates of its
-captured state), ``x`` (an array of the user's family), tangents as a tuple, ``contexts`` (the
-``Constant``/``Cache`` wrappers, passed on to ``evaluate``), and ``info`` (:class:`Info`: the shape
-and dtype of ``f(x)``) at preparation.
+What an adapter method receives: ``target`` (:class:`Target`, the function as adapters call it:
+``target.call`` is the user's call for messages; :meth:`Adapter.evaluate` runs ``f`` once over fresh
+duplicates of its captured state), ``x`` (an array of the user's family), tangents as a tuple,
+``contexts`` (the ``Constant``/``Cache`` wrappers, passed on to ``evaluate``; :func:`context_values`
+unwraps them), and ``info`` (:class:`Info`: the shape and dtype of ``f(x)``) at preparation.
+
+The kit, by job:
+
+- **the adapter contract and its fallbacks**: :class:`Adapter`, :class:`Info`, :class:`Runners`,
+  :class:`Target`, :func:`basis`, :func:`ones`, :func:`stack_jacobian`, :func:`contract_all`,
+  :func:`through_jacobian`;
+- **array families** (recognise and convert an engine's arrays without importing it):
+  :class:`ArrayFamily`, :func:`register_family`, :func:`families`, :func:`family`,
+  :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`,
+  :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
+  built-in families' names ``NUMPY``, ``TORCH``;
+- **contexts**: :class:`Cache`, :func:`context_values`;
+- **closures** (captured state duplicated per call, contract section 7): :func:`duplicate`,
+  :func:`copy_leaf`, :func:`read_only_alias`, :func:`declare_modules`, the writable stand-in
+  :class:`WritableArray` (:func:`unwrap`, :func:`note_conversion`, :func:`take_conversion`,
+  :class:`StandInConversionError`);
+- **diagnostics** (the call's errors where f writes, escapes or misuses state):
+  :class:`LearntErrors`, :func:`raised_by`, :func:`innermost_frame`, :func:`numpy_write_refused`,
+  :func:`operand_error`, :func:`const_operand_error`, :func:`const_write_error`, :func:`standin_error`,
+  :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
+  ``LOST_CAUSES``, :class:`EvaluationError`, :class:`BackendNotAvailableError`;
+- **custom rules inside the engine** (``diffinterface.rules``): :func:`register_rules`, :class:`Rule`,
+  :class:`Active`, :func:`annotate`, :func:`cotangents`, :func:`cotangent_like`, :func:`prefer`,
+  :func:`preferred`;
+- **the registry**: :class:`BackendConfig`, :func:`register_backend`, :func:`registered_backends`,
+  ``ENTRY_POINTS``;
+- **benchmarks**: :class:`BenchEngine`.
 """
 
 from __future__ import annotations
 
-from ._adapters.contract import Adapter, Info, basis, contract_all, ones, stack_jacobian
-from ._closures.state import declare_modules
-from ._core.arrays import ArrayFamily, families, family, register_family, to_family
-from .backends.configs import ENTRY_POINTS, register_backend, registered_backends
-from .backends.configs import AbstractBackend as BackendConfig
-from .bench import Engine as BenchEngine
-from .rules import register_rules
+from ._adapters.bench_engine import BenchEngine as BenchEngine
+from ._adapters.contract import Adapter as Adapter
+from ._adapters.contract import Info as Info
+from ._adapters.contract import Runners as Runners
+from ._adapters.contract import basis as basis
+from ._adapters.contract import contract_all as contract_all
+from ._adapters.contract import ones as ones
+from ._adapters.contract import stack_jacobian as stack_jacobian
+from ._adapters.contract import through_jacobian as through_jacobian
+from ._adapters.target import Target as Target
+from ._closures.state import LearntErrors as LearntErrors
+from ._closures.state import const_operand_error as const_operand_error
+from ._closures.state import const_write_error as const_write_error
+from ._closures.state import copy_leaf as copy_leaf
+from ._closures.state import declare_modules as declare_modules
+from ._closures.state import duplicate as duplicate
+from ._closures.state import innermost_frame as innermost_frame
+from ._closures.state import numpy_write_refused as numpy_write_refused
+from ._closures.state import operand_error as operand_error
+from ._closures.state import raised_by as raised_by
+from ._closures.state import read_only_alias as read_only_alias
+from ._closures.state import standin_error as standin_error
+from ._closures.writable import StandInConversionError as StandInConversionError
+from ._closures.writable import WritableArray as WritableArray
+from ._closures.writable import note_conversion as note_conversion
+from ._closures.writable import take_conversion as take_conversion
+from ._closures.writable import unwrap as unwrap
+from ._core.arrays import NUMPY as NUMPY
+from ._core.arrays import TORCH as TORCH
+from ._core.arrays import ArrayFamily as ArrayFamily
+from ._core.arrays import complex_dtype as complex_dtype
+from ._core.arrays import dtype_name as dtype_name
+from ._core.arrays import families as families
+from ._core.arrays import family as family
+from ._core.arrays import family_of_type as family_of_type
+from ._core.arrays import is_array as is_array
+from ._core.arrays import jax_enable_x64 as jax_enable_x64
+from ._core.arrays import private_copy as private_copy
+from ._core.arrays import register_family as register_family
+from ._core.arrays import shape_size as shape_size
+from ._core.arrays import to_family as to_family
+from ._core.configs import ENTRY_POINTS as ENTRY_POINTS
+from ._core.configs import AbstractBackend as BackendConfig
+from ._core.configs import register_backend as register_backend
+from ._core.configs import registered_backends as registered_backends
+from ._core.contexts import Cache as Cache
+from ._core.contexts import context_values as context_values
+from ._core.errors import LOST_CAUSES as LOST_CAUSES
+from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
+from ._core.errors import EvaluationError as EvaluationError
+from ._core.errors import LostDerivativeError as LostDerivativeError
+from ._core.errors import structured_output as structured_output
+from ._core.errors import structured_output_error as structured_output_error
+from .rules import Active as Active
+from .rules import Rule as Rule
+from .rules import annotate as annotate
+from .rules import cotangent_like as cotangent_like
+from .rules import cotangents as cotangents
+from .rules import prefer as prefer
+from .rules import preferred as preferred
+from .rules import register_rules as register_rules
 
 __all__ = [
+    # the adapter contract and its fallbacks
     "Adapter",
     "Info",
+    "Runners",
+    "Target",
     "basis",
     "contract_all",
     "ones",
     "stack_jacobian",
+    "through_jacobian",
+    # array families
     "ArrayFamily",
+    "NUMPY",
+    "TORCH",
+    "complex_dtype",
+    "dtype_name",
     "families",
     "family",
+    "family_of_type",
+    "is_array",
+    "jax_enable_x64",
+    "private_copy",
     "register_family",
+    "shape_size",
     "to_family",
+    # contexts
+    "Cache",
+    "context_values",
+    # closures
+    "StandInConversionError",
+    "WritableArray",
+    "copy_leaf",
+    "declare_modules",
+    "duplicate",
+    "note_conversion",
+    "read_only_alias",
+    "take_conversion",
+    "unwrap",
+    # diagnostics
+    "BackendNotAvailableError",
+    "EvaluationError",
+    "LOST_CAUSES",
+    "LearntErrors",
+    "LostDerivativeError",
+    "const_operand_error",
+    "const_write_error",
+    "innermost_frame",
+    "numpy_write_refused",
+    "operand_error",
+    "raised_by",
+    "standin_error",
+    "structured_output",
+    "structured_output_error",
+    # custom rules inside the engine
+    "Active",
+    "Rule",
+    "annotate",
+    "cotangent_like",
+    "cotangents",
+    "prefer",
+    "preferred",
+    "register_rules",
+    # the registry
     "BackendConfig",
-    "BenchEngine",
     "ENTRY_POINTS",
     "register_backend",
     "registered_backends",
-    "declare_modules",
-    "register_rules",
+    # benchmarks
+    "BenchEngine",
 ]

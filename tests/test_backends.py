@@ -77,7 +77,7 @@ def test_import_and_finite_differences_import_no_engine():
 def test_check_available_reports_a_missing_engine_without_importing(monkeypatch):
     import importlib.util
 
-    from diffinterface.backends import configs as _backends
+    from diffinterface._core import configs as _backends
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))

@@ -26,7 +26,7 @@ def _numpy(value):
 
 
 BUILT_IN = [
-    e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface.backends.configs"
+    e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface._core.configs"
 ]
 
 

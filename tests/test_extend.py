@@ -123,7 +123,7 @@ def test_a_wrong_adapter_path_and_a_taken_name_are_errors_that_say_so():
         name: ClassVar[str] = "jax"
         adapter: ClassVar[str] = f"{__name__}:CentralAdapter"
 
-    with pytest.raises(ValueError, match="the name 'jax' is taken by diffinterface.backends.configs.AutoJAX"):
+    with pytest.raises(ValueError, match="the name 'jax' is taken by diffinterface._core.configs.AutoJAX"):
         extend.register_backend(Taken)
 
 

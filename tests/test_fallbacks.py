@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from diffinterface.backends import configs as _backends
+from diffinterface._core import configs as _backends
 from diffinterface.backends.finitediff import Adapter as FiniteDiffAdapter
 from diffinterface.extend import Adapter
 from diffinterface.testing import check_scenario, default_scenarios

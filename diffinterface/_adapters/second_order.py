@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.arrays import output_like, private_copy
-from ..backends.configs import adapter_for
+from .._core.configs import adapter_for
 from .target import Target
 
 # second-order operator -> (the inner first-order operator, the outer one)

@@ -398,7 +398,7 @@ class Layout:
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` as the flat problem's function: a vector in, a vector (or f's own array) out. It
-        also takes the list of x's leaves (JAX's pytree transforms pass that: see diffinterface/backends/jax.py)."""
+        also takes the list of x's leaves (JAX's pytree transforms pass that: see backends/jax.py)."""
         xs, ravel = self.xs, self.ravel_output
         if xs.trivial:
             return lambda v, *contexts: ravel(fn(v[0] if type(v) is list else v, *contexts))

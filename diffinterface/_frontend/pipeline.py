@@ -40,7 +40,7 @@ from .._core.structure import (
     check_leaves,
     tangent_leaves,
 )
-from ..backends.configs import SecondOrder, adapter_for
+from .._core.configs import SecondOrder, adapter_for
 from .prep import Prep
 from .sparse_results import fill_out, is_sparse
 

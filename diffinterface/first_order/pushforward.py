@@ -7,7 +7,7 @@ from typing import Any
 
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
-from ..backends.configs import Backend
+from .._core.configs import Backend
 
 
 def prepare_pushforward(

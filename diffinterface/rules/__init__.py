@@ -23,7 +23,7 @@ under JAX, whose tape cannot be a residual) then skip it: such a rule costs what
 ``custom_vjp`` whose residuals are its inputs costs.
 
 ``f`` stays an ordinary callable. Called on plain arrays it runs the primal; called on an engine's
-arrays it goes through that engine's native registration of the rules (``diffinterface/backends/*_rules.py``):
+arrays it goes through that engine's native registration of the rules (``backends/*_rules.py``):
 ``jax.custom_jvp`` / ``jax.custom_vjp`` (with ``jax.pure_callback`` for opaque bodies),
 ``torch.autograd.Function`` (with ``jvp`` and ``vmap``), an autograd primitive with its VJP and JVP.
 So it works through diffinterface's operators and inside the user's own JAX, torch and autograd code.
@@ -37,7 +37,7 @@ of plain data (NumPy arrays, numbers, tuples), so the reverse pass can run on an
 
 Size: over 400 lines in one module, because ``diffinterface.rules`` is a public module: the rule types
 and their activity wrappers import from one place; each engine's registration of a rule lives in
-``diffinterface/backends/<engine>_rules.py``.
+``backends/<engine>_rules.py``.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def register_rules(array_type: str, module: str) -> None:
     """Make rules (:func:`custom_rule`) work inside another engine: where an argument is an instance
     of ``array_type`` (``"module.Type"``, the engine's array or traced type), the rule calls
     ``module.call(rule, args, kwargs)``, which registers it with the engine's own mechanism (see
-    ``diffinterface/backends/jax_rules.py`` for one)."""
+    ``backends/jax_rules.py`` for one)."""
     if array_type.rpartition(".")[0] == "" or not module:
         raise ValueError(f"register_rules({array_type!r}, {module!r}): expected 'module.Type' and a module name")
     _REGISTRARS.insert(0, (array_type, module))

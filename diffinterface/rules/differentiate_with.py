@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arrays import NUMPY, families, to_family
-from ..backends.configs import AbstractBackend, adapter_for
+from .._core.configs import AbstractBackend, adapter_for
 from . import Rule
 
 

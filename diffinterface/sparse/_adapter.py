@@ -30,7 +30,7 @@ from .._adapters.contract import Adapter, Runners
 from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
 from .._core.errors import BackendNotAvailableError
 from .._frontend.sparse_results import SparsePlan
-from ..backends.configs import adapter_for
+from .._core.configs import adapter_for
 from ._coloring import conflict_size, csr_pattern, decompression
 from ._detectors import Problem
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from ..backends.configs import AbstractBackend
+from .._core.configs import AbstractBackend
 from ._coloring import GreedyColoring
 from ._detectors import TracerSparsityDetector
 

@@ -116,7 +116,7 @@ class JaxprSparsityDetector:
         import scipy.sparse as sp
 
         from .._core.arrays import dtype_name, families
-        from ..backends.configs import AutoJAX, adapter_for
+        from .._core.configs import AutoJAX, adapter_for
 
         target = problem.target
         if target is None:

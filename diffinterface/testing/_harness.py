@@ -15,7 +15,7 @@ from .. import second_order as so
 from .._core.arrays import JAX, NUMPY, complex_dtype, family, to_family
 from .._core.contexts import Context
 from .._frontend.sparse_results import densify, is_sparse
-from ..backends.configs import AutoFiniteDiff, SecondOrder, adapter_for
+from .._core.configs import AutoFiniteDiff, SecondOrder, adapter_for
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 from ._structured_scenarios import _leaves

@@ -27,7 +27,7 @@ fail: "setting an array element with a sequence"), so item assignment is a funct
 primitive with its own VJP and JVP.
 
 Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoAutograd.adapter``
-names one module, imported at first use), its bench record included.
+names one module, imported at first use).
 """
 
 from __future__ import annotations
@@ -43,25 +43,38 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval, new_box
 
-from .._adapters.contract import Adapter as _Base
-from .._adapters.contract import Info, basis, contract_all, through_jacobian
-from .._closures.state import (
+from diffinterface.extend import (
+    NUMPY,
+    Info,
     LearntErrors,
+    LostDerivativeError,
+    StandInConversionError,
+    basis,
     const_write_error,
+    context_values,
+    contract_all,
     duplicate,
+    family,
+    family_of_type,
     innermost_frame,
+    is_array,
     numpy_write_refused,
     operand_error,
     raised_by,
     read_only_alias,
+    shape_size,
     standin_error,
+    structured_output,
+    through_jacobian,
+    to_family,
+    unwrap,
 )
-from .._closures.writable import StandInConversionError, unwrap
-from .._closures.writable import WritableArray as _Writable
-from .._core.arrays import NUMPY, family, family_of_type, is_array, shape_size, to_family
-from .._core.contexts import context_values
-from .._core.errors import LostDerivativeError, structured_output
-from ..bench import Engine as BenchEngine
+from diffinterface.extend import (
+    Adapter as _Base,
+)
+from diffinterface.extend import (
+    WritableArray as _Writable,
+)
 
 # -- the functional update and the stand-in ---------------------------------------------------
 
@@ -595,50 +608,3 @@ class Adapter(_Base):
 
 
 # -- the bench record: autograd's own calls ---------------------------------------------------------
-
-
-class Bench(BenchEngine):
-    """autograd's ``grad``, ``hessian``, ``jacobian`` (reverse) and ``make_jvp``/``make_vjp``."""
-
-    costs = {
-        "jacobian tall": "one forward pass per column, each running f over read-only aliases of its captured state "
-        "(the closure policy: a writing f would be rerun over copies) and checking its output, where the "
-        "hand-written loop calls f's arithmetic directly",
-    }
-
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
-        """An autograd ``primitive`` with ``defvjp``."""
-        from autograd.extend import defvjp, primitive
-
-        by_hand = primitive(lambda a: primal(a))
-        defvjp(by_hand, lambda ans, a: lambda g: vjp(a, g))
-        return by_hand
-
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        import autograd as ag
-
-        if operator == "gradient":
-            g = ag.grad(f)
-            return lambda: g(x)
-        if operator == "hvp":
-            g = ag.grad(f)
-            return lambda: ag.make_jvp(g)(x)(t)[1]
-        if operator == "hessian":
-            h = ag.hessian(f)
-            return lambda: h(x)
-        if operator == "pushforward":
-            return lambda: ag.make_jvp(f)(x)(t)[1]
-        if operator == "pullback":
-            return lambda: ag.make_vjp(f)(x)[0](t)
-        if operator == "jacobian tall":  # autograd.jacobian is reverse only: one jvp per column
-            eye = np.eye(x.size)
-
-            def columns() -> Any:
-                push = ag.make_jvp(lambda z: anp.sin(A @ z))(x)
-                return np.stack([push(e)[1] for e in eye], axis=1)
-
-            return columns
-        if operator == "jacobian wide":
-            j = ag.jacobian(lambda z: anp.sin(A @ z))
-            return lambda: j(x)
-        return None

@@ -32,7 +32,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..rules import Active, Rule, annotate, cotangents
+from diffinterface.extend import (
+    Active,
+    Rule,
+    annotate,
+    cotangents,
+)
+
 from .torch import as_tensor
 
 _Tensor = torch.Tensor

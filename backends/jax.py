@@ -22,7 +22,7 @@
   arrays, as ``np.asarray`` of a jax array gives).
 
 Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoJAX.adapter`` names
-one module, imported at first use), its bench record included.
+one module, imported at first use).
 """
 
 from __future__ import annotations
@@ -33,16 +33,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._adapters.contract import Adapter as _Base
-from .._adapters.contract import Info, contract_all
-from .._closures.state import const_write_error, duplicate, operand_error, raised_by, standin_error
-from .._closures.writable import WritableArray as _Writable
-from .._closures.writable import note_conversion, take_conversion
-from .._closures.writable import unwrap as _unwrap
-from .._core.arrays import NUMPY, TORCH, family, jax_enable_x64, to_family
-from .._core.contexts import Cache
-from .._core.errors import structured_output
-from ..bench import Engine as BenchEngine
+from diffinterface.extend import (
+    NUMPY,
+    TORCH,
+    Cache,
+    Info,
+    const_write_error,
+    contract_all,
+    duplicate,
+    family,
+    jax_enable_x64,
+    note_conversion,
+    operand_error,
+    prefer,
+    raised_by,
+    standin_error,
+    structured_output,
+    take_conversion,
+    to_family,
+)
+from diffinterface.extend import (
+    Adapter as _Base,
+)
+from diffinterface.extend import (
+    WritableArray as _Writable,
+)
+from diffinterface.extend import (
+    unwrap as _unwrap,
+)
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 
@@ -526,8 +544,6 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
 def _preferring(mode: str, body: Any) -> Any:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
-    from ..rules import prefer
-
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)
@@ -670,91 +686,3 @@ def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
 
 
 # -- the bench record: JAX's own best calls ---------------------------------------------------------
-
-
-class Bench(BenchEngine):
-    """Each operator as ``jax.jit`` of JAX's transform, on float32 JAX arrays (JAX's default)."""
-
-    inputs = "jax float32"
-    numpy_dtype = "float32"
-    _DISPATCH = "the public call's Python layers (the prep check, the runner) over JAX's own jit dispatch: about 1 us"
-    costs = {
-        "gradient": _DISPATCH,
-        "hvp": _DISPATCH + ", and the tangent checked too",
-        "hessian": _DISPATCH,
-        "pushforward": _DISPATCH + ", and the tangent checked too",
-        "pullback": _DISPATCH + ", and the tangent checked too",
-        "jacobian tall": _DISPATCH + ", and the captured A read from f's closure at every call and passed to the "
-        "compiled function (so that updates between calls are seen)",
-        "jacobian wide": _DISPATCH + ", and the captured A read from f's closure at every call and passed to the "
-        "compiled function (so that updates between calls are seen)",
-    }
-
-    def array(self, a: Any) -> Any:
-        return jnp.asarray(a, dtype=jnp.float32)
-
-    def ready(self, value: Any) -> Any:
-        return jax.block_until_ready(value)
-
-    def compiled(self, f: Any) -> Any:
-        return jax.jit(f)
-
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
-        """A ``jax.custom_vjp`` over ``jax.pure_callback``: the input is the residual."""
-
-        @jax.custom_vjp
-        def by_hand(a: Any) -> Any:
-            return jax.pure_callback(primal, jax.ShapeDtypeStruct(a.shape, a.dtype), a, vmap_method="sequential")
-
-        def fwd(a: Any) -> Any:
-            return by_hand(a), a
-
-        def bwd(a: Any, dy: Any) -> Any:
-            return (jax.pure_callback(vjp, jax.ShapeDtypeStruct(a.shape, a.dtype), a, dy, vmap_method="sequential"),)
-
-        by_hand.defvjp(fwd, bwd)
-        return by_hand
-
-    def _compiled(self, operator: Any, f: Any) -> Any:
-        if operator == "gradient":
-            return jax.jit(jax.grad(f))
-        if operator == "hvp":
-            return jax.jit(lambda x, t: jax.jvp(jax.grad(f), (x,), (t,))[1])
-        if operator == "hessian":
-            return jax.jit(jax.hessian(f))
-        if operator == "pushforward":
-            return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
-        if operator == "pullback":
-            return jax.jit(lambda x, t: jax.vjp(f, x)[1](t)[0])
-        if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
-            transform = jax.jacfwd if operator.endswith("tall") else jax.jacrev
-            return jax.jit(transform(lambda x, A: jnp.sin(A @ x)))
-        return None
-
-    @staticmethod
-    def _arguments(operator: Any, x: Any, t: Any, A: Any) -> tuple[Any, ...]:
-        if operator.startswith("jacobian"):
-            return (x, A)
-        return (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
-
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        g = self._compiled(operator, f)
-        if g is None:
-            return None
-        args = self._arguments(operator, x, t, A)
-        return lambda: jax.block_until_ready(g(*args))
-
-    def native_numpy(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        """The compiled transform called on the numpy arrays (jit transfers them), its result read
-        back with ``np.asarray`` (which waits for it)."""
-        g = self._compiled(operator, f)
-        if g is None:
-            return None
-        args = self._arguments(operator, x, t, A)
-        return lambda: np.asarray(g(*args))
-
-    def native_first(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        def first() -> Any:
-            self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
-
-        return first

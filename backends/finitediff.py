@@ -24,7 +24,7 @@ With ``method="complex"`` (``Im f(x + i h) / h``) ``f`` must be complex-analytic
 captured state, caches and output buffer are complex so that what ``f`` writes keeps its imaginary part.
 
 Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoFiniteDiff.adapter``
-names one module, imported at first use), its bench record included; the points of a call and the
+names one module, imported at first use); the points of a call and the
 job that evaluates them are this adapter's alone.
 """
 
@@ -40,15 +40,26 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from .._adapters.contract import Adapter as _Base
-from .._adapters.contract import Runners
-from .._adapters.target import Target
-from .._closures.state import copy_leaf, duplicate, read_only_alias
-from .._core.arrays import NUMPY, dtype_name, families, family, is_array, private_copy, to_family
-from .._core.contexts import context_values
-from .._core.errors import structured_output
-from ..bench import Engine as BenchEngine
-from ..bench import approx_derivative as _approx_derivative
+from diffinterface.extend import (
+    NUMPY,
+    Runners,
+    Target,
+    context_values,
+    copy_leaf,
+    dtype_name,
+    duplicate,
+    families,
+    family,
+    is_array,
+    private_copy,
+    read_only_alias,
+    structured_output,
+    to_family,
+)
+from diffinterface.extend import (
+    Adapter as _Base,
+)
+
 from .finitediff_executor import evaluations
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
@@ -697,31 +708,3 @@ def _complex_result(y: Any, xp: Any, call: str) -> Any:
 
 
 # -- the bench record: the direct calls AutoFiniteDiff is compared with ---------------------------
-
-
-class Bench(BenchEngine):
-    """SciPy's ``approx_derivative`` (gradient, jacobians) and a central difference along ``t``."""
-
-    # an evaluation of f per coordinate: the sizes where that stays reasonable
-    limits = {"gradient": 1_000, "jacobian tall": 100_000, "jacobian wide": 1_000, "pushforward": 1_000_000}
-    costs = {
-        "pushforward": "per-coordinate steps r*max(1, |x_i|) (SciPy's rule, 6e-8 of error at x = [100, -0.5] where "
-        "the hand-written difference's one scale, max|x|, gives 6e-4): |x|, a maximum, |t|, a division and a maximum "
-        "over n, a block of 65536 at a time (1.3 ms at n = 1e6); at n = 10, the prep check, the point recipes "
-        "and the evaluator's checks of f(x)",
-    }
-
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        approx_derivative = _approx_derivative()
-
-        if operator in ("gradient", "jacobian tall", "jacobian wide"):
-            return lambda: approx_derivative(f, x, method="3-point")
-        if operator == "pushforward":  # central difference along t, with the step AutoFiniteDiff takes
-            r = np.finfo(x.dtype).eps ** (1 / 3)
-
-            def central() -> Any:
-                h = r * max(1.0, float(np.max(np.abs(x)))) / float(np.max(np.abs(t)))
-                return (f(x + h * t) - f(x - h * t)) / (2 * h)
-
-            return central
-        return None

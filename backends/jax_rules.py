@@ -30,6 +30,9 @@ must have shapes known when tracing, and a tape of arbitrary plain data has none
 augmented primal (a reverse pass of the arguments alone) skips it, so its gradient runs one host
 callback, as a hand-written ``custom_vjp`` whose residuals are its inputs does (JAX drops the unused
 primal callback under ``grad``). A non-opaque tape is a residual like any other.
+
+Size: over 400 lines in one module, because each registration (forward, reverse, opaque, symbolic
+zeros) is one piece of the same ``custom_jvp``/``custom_vjp`` builder, read together.
 """
 
 from __future__ import annotations
@@ -42,7 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero, linear_call
 
-from ..rules import Active, Rule, annotate, cotangent_like, cotangents, preferred
+from diffinterface.extend import (
+    Active,
+    Rule,
+    annotate,
+    cotangent_like,
+    cotangents,
+    preferred,
+)
 
 
 def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:

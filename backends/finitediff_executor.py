@@ -3,7 +3,7 @@
 A finite-difference call knows all its points before it evaluates ``f`` at any of them. It
 describes them to this module as a *job* and a list of *recipes*: the job holds what an evaluation
 needs (``f`` as adapters call it, the contexts, ``x`` and the few vectors the points are made of),
-a recipe says how one point is made from them (``diffinterface/backends/finitediff.py``: ``_Job``, ``_PointSet``).
+a recipe says how one point is made from them (``backends/finitediff.py``: ``_Job``, ``_PointSet``).
 The same job code evaluates a recipe here and on a worker, so a result is the serial one to the bit
 (same points, built by the same code, combined by the caller in the same order).
 
@@ -40,11 +40,13 @@ from collections.abc import Iterable
 from itertools import chain
 from typing import Any, Protocol
 
-from .._core.errors import EvaluationError
+from diffinterface.extend import (
+    EvaluationError,
+)
 
 
 class Job(Protocol):
-    """What this module needs from a caller's job (``diffinterface/backends/finitediff.py``: ``_Job``)."""
+    """What this module needs from a caller's job (``backends/finitediff.py``: ``_Job``)."""
 
     vectorized: bool
 

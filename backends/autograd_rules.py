@@ -20,7 +20,13 @@ from autograd.core import VJPNode
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import Box
 
-from ..rules import Active, Rule, annotate, cotangent_like, cotangents
+from diffinterface.extend import (
+    Active,
+    Rule,
+    annotate,
+    cotangent_like,
+    cotangents,
+)
 
 
 class _Holder:

@@ -15,7 +15,7 @@ import threading
 import warnings
 from typing import Any, ClassVar
 
-from .._core.errors import BackendNotAvailableError
+from .errors import BackendNotAvailableError
 
 _CLOSURES = ("duplicated", "const")
 _MODES = (None, "forward", "reverse")
@@ -78,7 +78,7 @@ class AutoFiniteDiff(AbstractBackend):
     ``eps**(1/2)`` (forward, backward, complex) or ``eps**(1/3)`` (central) times ``max(1, |x_i|)``,
     with ``eps`` that of ``x``'s dtype. ``rel_step`` replaces the relative step.
 
-    For an expensive ``f``, the evaluations of one call can run elsewhere (``diffinterface.backends.finitediff_executor``):
+    For an expensive ``f``, the evaluations of one call can run elsewhere (the executor module of its adapter, ``diffinterface.backends.finitediff_executor``):
 
     - ``executor``: a ``concurrent.futures.Executor`` (``distributed.Client(...).get_executor()``
       for Dask, ``ProcessPoolExecutor``, ``ThreadPoolExecutor``) to which the points are submitted,
@@ -105,7 +105,7 @@ class AutoFiniteDiff(AbstractBackend):
     vectorized: bool = False
     name: ClassVar[str] = "finitediff"
     adapter: ClassVar[str] = "diffinterface.backends.finitediff:Adapter"
-    bench: ClassVar[str | None] = "diffinterface.backends.finitediff:Bench"
+    bench: ClassVar[str | None] = "diffinterface.backends.finitediff_bench:Bench"
     mode: ClassVar[str] = "forward"
 
     def __post_init__(self) -> None:
@@ -151,7 +151,7 @@ class AutoJAX(AbstractBackend):
     name: ClassVar[str] = "jax"
     engine: ClassVar[str | None] = "jax"
     adapter: ClassVar[str] = "diffinterface.backends.jax:Adapter"
-    bench: ClassVar[str | None] = "diffinterface.backends.jax:Bench"
+    bench: ClassVar[str | None] = "diffinterface.backends.jax_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[jax]"'
 
     def __post_init__(self) -> None:
@@ -177,7 +177,7 @@ class AutoTorch(AbstractBackend):
     name: ClassVar[str] = "torch"
     engine: ClassVar[str | None] = "torch"
     adapter: ClassVar[str] = "diffinterface.backends.torch:Adapter"
-    bench: ClassVar[str | None] = "diffinterface.backends.torch:Bench"
+    bench: ClassVar[str | None] = "diffinterface.backends.torch_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[torch]"'
 
     def __post_init__(self) -> None:
@@ -202,7 +202,7 @@ class AutoAutograd(AbstractBackend):
     name: ClassVar[str] = "autograd"
     engine: ClassVar[str | None] = "autograd"
     adapter: ClassVar[str] = "diffinterface.backends.autograd:Adapter"
-    bench: ClassVar[str | None] = "diffinterface.backends.autograd:Bench"
+    bench: ClassVar[str | None] = "diffinterface.backends.autograd_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[autograd]"'
 
     def __post_init__(self) -> None:

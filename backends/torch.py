@@ -35,7 +35,7 @@ every call from the user's arrays (numpy ones become tensors on the device of ``
 arrays are converted without copying.
 
 Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoTorch.adapter``
-names one module, imported at first use), its bench record included.
+names one module, imported at first use).
 """
 
 from __future__ import annotations
@@ -50,20 +50,30 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
-from .._adapters.contract import Adapter as _Base
-from .._adapters.contract import Info, complex_dtype, contract_all, through_jacobian
-from .._closures.state import (
+from diffinterface.extend import (
+    LOST_CAUSES,
+    NUMPY,
+    TORCH,
+    Info,
     LearntErrors,
+    LostDerivativeError,
+    complex_dtype,
     const_operand_error,
     const_write_error,
+    context_values,
+    contract_all,
     duplicate,
+    family,
     numpy_write_refused,
     raised_by,
+    shape_size,
+    structured_output_error,
+    through_jacobian,
+    to_family,
 )
-from .._core.arrays import NUMPY, TORCH, family, shape_size, to_family
-from .._core.contexts import context_values
-from .._core.errors import LOST_CAUSES, LostDerivativeError, structured_output_error
-from ..bench import Engine as BenchEngine
+from diffinterface.extend import (
+    Adapter as _Base,
+)
 
 _Tensor = torch.Tensor
 
@@ -758,87 +768,3 @@ class Adapter(_Base):
 
 
 # -- the bench record: torch's own best calls ---------------------------------------------------------
-
-
-class Bench(BenchEngine):
-    """``torch.autograd.grad`` (reverse), forward-mode dual tensors, ``torch.autograd.functional``'s
-    vectorized ``hessian`` and ``jacobian``, on float64 tensors."""
-
-    inputs = "torch float64"
-    numpy_dtype = "float64"
-    _LEAF = (
-        "a leaf of x that requires grad, as the native call makes, and the result returned as it is (numpy x: "
-        "torch.from_numpy and .numpy(), both zero-copy on the CPU): no pass over x beyond the native's"
-    )
-    costs = {
-        "gradient": _LEAF,
-        "hvp": _LEAF,
-        "pullback": _LEAF,
-        "pushforward": "f's primal is a copy of x (a dual tensor shares its primal's memory, and f may write into "
-        "its input, which must not change the user's x): one more pass over x; at n = 10, the Python layers of the "
-        "prep check, the forward/reverse fallback and the dual-level lock",
-    }
-
-    def array(self, a: Any) -> Any:
-        return torch.from_numpy(np.ascontiguousarray(a))
-
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
-        """A ``torch.autograd.Function`` moving tensors to NumPy, the input saved for backward."""
-
-        class ByHand(torch.autograd.Function):
-            @staticmethod
-            def forward(a: Any) -> Any:
-                return torch.from_numpy(primal(a.detach().numpy()))
-
-            @staticmethod
-            def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-                ctx.save_for_backward(inputs[0])
-
-            @staticmethod
-            def backward(ctx: Any, dy: Any) -> Any:
-                (a,) = ctx.saved_tensors
-                return torch.from_numpy(np.ascontiguousarray(vjp(a.detach().numpy(), dy.detach().numpy())))
-
-        return ByHand.apply
-
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        def leaf() -> Any:
-            return x.detach().requires_grad_()
-
-        if operator == "gradient":
-
-            def grad() -> Any:
-                xt = leaf()
-                return torch.autograd.grad(f(xt), xt)[0]
-
-            return grad
-        if operator == "hvp":
-
-            def hvp() -> Any:
-                xt = leaf()
-                (g,) = torch.autograd.grad(f(xt), xt, create_graph=True)
-                return torch.autograd.grad(g, xt, t)[0]
-
-            return hvp
-        if operator == "hessian":
-            return lambda: torch.autograd.functional.hessian(f, x, vectorize=True)
-        if operator == "pushforward":
-
-            def jvp() -> Any:
-                with fwAD.dual_level():
-                    return fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
-
-            return jvp
-        if operator == "pullback":
-
-            def vjp() -> Any:
-                xt = leaf()
-                return torch.autograd.grad(f(xt), xt, t)[0]
-
-            return vjp
-        if operator in ("jacobian tall", "jacobian wide"):
-            strategy = "forward-mode" if operator.endswith("tall") else "reverse-mode"
-            return lambda: torch.autograd.functional.jacobian(
-                lambda z: torch.sin(A @ z), x, vectorize=True, strategy=strategy
-            )
-        return None
