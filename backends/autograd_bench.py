@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import autograd.numpy as anp
+import autograd
+import autograd.numpy
 import numpy as np
 
 from diffinterface.extend import BenchEngine
+
+# autograd makes its numpy wrappers and its operators' signatures at import time: a type checker sees neither
+ag: Any = autograd
+anp: Any = autograd.numpy
 
 
 class Bench(BenchEngine):
@@ -32,8 +37,6 @@ class Bench(BenchEngine):
         return by_hand
 
     def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        import autograd as ag
-
         if operator == "gradient":
             g = ag.grad(f)
             return lambda: g(x)

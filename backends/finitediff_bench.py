@@ -26,10 +26,11 @@ class Bench(BenchEngine):
     }
 
     def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
-        try:  # exported from scipy.optimize only in newer releases
-            from scipy.optimize import approx_derivative
-        except ImportError:
-            from scipy.optimize._numdiff import approx_derivative
+        import scipy.optimize
+        from scipy.optimize import _numdiff
+
+        # exported from scipy.optimize only in newer releases
+        approx_derivative = getattr(scipy.optimize, "approx_derivative", _numdiff.approx_derivative)
 
         if operator in ("gradient", "jacobian tall", "jacobian wide"):
             return lambda: approx_derivative(f, x, method="3-point")

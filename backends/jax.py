@@ -544,6 +544,7 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
 def _preferring(mode: str, body: Any) -> Any:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
+
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)

@@ -50,8 +50,8 @@ class Bench(BenchEngine):
                 ctx.save_for_backward(inputs[0])
 
             @staticmethod
-            def backward(ctx: Any, dy: Any) -> Any:
-                (a,) = ctx.saved_tensors
+            def backward(ctx: Any, *grad_outputs: Any) -> Any:
+                (a,), (dy,) = ctx.saved_tensors, grad_outputs
                 return torch.from_numpy(np.ascontiguousarray(vjp(a.detach().numpy(), dy.detach().numpy())))
 
         return ByHand.apply

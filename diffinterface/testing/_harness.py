@@ -13,9 +13,9 @@ import numpy as np
 from .. import first_order as fo
 from .. import second_order as so
 from .._core.arrays import JAX, NUMPY, complex_dtype, family, to_family
+from .._core.configs import AutoFiniteDiff, SecondOrder, adapter_for
 from .._core.contexts import Context
 from .._frontend.sparse_results import densify, is_sparse
-from .._core.configs import AutoFiniteDiff, SecondOrder, adapter_for
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 from ._structured_scenarios import _leaves
@@ -56,9 +56,10 @@ class Outcome:
 def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
     """Scaled tolerance: ``max|result - reference| <= tol * max(1, max|reference|)``; a config that
     defines ``tolerance(dtype, second_order)`` (an added backend, see ``diffinterface.extend``) gives its own."""
-    own = getattr(backend, "tolerance", None)
-    if callable(own):
-        return float(own(dtype, second_order))
+    own: Any = getattr(backend, "tolerance", None)
+    if own is not None:
+        tolerance: float = own(dtype, second_order)
+        return float(tolerance)
     single = np.dtype(dtype) == np.float32
     fd = isinstance(backend, AutoFiniteDiff) or (
         isinstance(backend, SecondOrder) and AutoFiniteDiff in (type(backend.outer), type(backend.inner))
@@ -67,9 +68,10 @@ def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
         return 1e-5 if single else 1e-10
     if second_order:
         return 3e-2 if single else 1e-5
-    if backend.method == "complex" and not single:
+    method = getattr(backend, "method", "central")  # a SecondOrder with finite differences is second order
+    if method == "complex" and not single:
         return 1e-10
-    if backend.method in ("forward", "backward") or single:
+    if method in ("forward", "backward") or single:
         return 1e-2 if single else 1e-5
     return 1e-7
 

@@ -462,7 +462,7 @@ def _scenarios_of(
 
             value, first, second = refs(op, tangent=ts)
             tag = f"{op}/{ref.name}" + ("/batched" if batched else "")
-            base = dict(
+            base: dict[str, Any] = dict(
                 operator=op,
                 x=conv(x) if not scalar_in or family != "numpy" else convert(float(x), family, dtype),
                 tangent=tangent,
