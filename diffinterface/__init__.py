@@ -13,6 +13,8 @@ from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import PreparationMismatchError as PreparationMismatchError
 from ._frontend.prep import Prep as Prep
+from ._frontend.reuse import PrepCache as PrepCache
+from ._frontend.reuse import prep_cache as prep_cache
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
@@ -79,6 +81,8 @@ __all__ = [
     "LostDerivativeError",
     "PreparationMismatchError",
     "Prep",
+    "PrepCache",
+    "prep_cache",
     "derivative",
     "value_and_derivative",
     "prepare_derivative",

@@ -53,6 +53,11 @@ class AbstractBackend(_Repr):
     - ``adapter``: where its adapter class lives, ``"package.module:Class"``, imported at first use;
     - ``install``: what to install when the engine is missing (``'pip install "diffinterface[jax]"'``).
 
+    Every built-in config has ``closure`` (``"duplicated"``, or ``"const"`` to pass captured state as it is,
+    contract section 7) and ``reuse_prep`` (True: a call without ``prep=`` reuses the preparation of an
+    earlier call with the same function and argument shapes, see ``diffinterface.prep_cache``; False:
+    every such call prepares afresh, as ``prepare_*`` would, and compiles nothing it keeps).
+
     A config may also define ``tolerance(dtype, second_order) -> float``: the scaled tolerance the
     test harness checks its results with (finite differences need looser ones), and ``bench``:
     where its :class:`diffinterface.extend.BenchEngine` lives (``"package.module:Class"``: the
@@ -68,6 +73,7 @@ class AbstractBackend(_Repr):
 
     def _check_closure(self) -> None:
         _choice(self, "closure", self.closure, _CLOSURES)
+        _choice(self, "reuse_prep", getattr(self, "reuse_prep", True), (True, False))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -100,6 +106,7 @@ class AutoFiniteDiff(AbstractBackend):
     method: str = "central"
     rel_step: float | None = None
     closure: str = "duplicated"
+    reuse_prep: bool = True
     executor: Any = None
     batch_size: int | None = None
     vectorized: bool = False
@@ -148,6 +155,7 @@ class AutoJAX(AbstractBackend):
     mode: str | None = None
     jit: bool = True
     closure: str = "duplicated"
+    reuse_prep: bool = True
     name: ClassVar[str] = "jax"
     engine: ClassVar[str | None] = "jax"
     adapter: ClassVar[str] = "diffinterface.backends.jax:Adapter"
@@ -174,6 +182,7 @@ class AutoTorch(AbstractBackend):
     mode: str | None = None
     compile: bool = False
     closure: str = "duplicated"
+    reuse_prep: bool = True
     name: ClassVar[str] = "torch"
     engine: ClassVar[str | None] = "torch"
     adapter: ClassVar[str] = "diffinterface.backends.torch:Adapter"
@@ -199,6 +208,7 @@ class AutoAutograd(AbstractBackend):
 
     mode: str | None = None
     closure: str = "duplicated"
+    reuse_prep: bool = True
     name: ClassVar[str] = "autograd"
     engine: ClassVar[str | None] = "autograd"
     adapter: ClassVar[str] = "diffinterface.backends.autograd:Adapter"

@@ -29,6 +29,7 @@ from .._core.arrays import (
     shape,
     to_family,
 )
+from .._core.configs import SecondOrder, adapter_for
 from .._core.contexts import check_contexts
 from .._core.errors import PreparationMismatchError, StructuredOutputError, call_repr
 from .._core.structure import (
@@ -40,8 +41,8 @@ from .._core.structure import (
     check_leaves,
     tangent_leaves,
 )
-from .._core.configs import SecondOrder, adapter_for
 from .prep import Prep
+from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
@@ -311,11 +312,8 @@ def resolve(
     prep: Any,
     holomorphic: bool = False,
 ) -> Prep:
-    """The prep to run: a fresh one-shot prep, or the given one once checked against the arguments."""
-    if prep is None:
-        return prepare(
-            operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True, holomorphic=holomorphic
-        )
+    """The given prep once checked against the arguments (a call without ``prep=`` gets its prep from
+    :func:`reused` or a one-shot preparation, in :func:`run`)."""
     if not isinstance(prep, Prep):
         raise TypeError(
             f"{_call(operator, backend, y)}: prep must come from prepare_{operator}, got {type(prep).__name__}"
@@ -325,12 +323,37 @@ def resolve(
             f"{_call(operator, backend, y)}: holomorphic=True, but prep was made without it; pass "
             f"holomorphic=True to prepare_{operator}"
         )
-    if TANGENT_NAME.get(operator):
-        args = (x, tangent) + ((y,) if y is not None else ()) + contexts
-    else:
-        args = (x,) + ((y,) if y is not None else ()) + contexts
-    prep.check(operator, backend, f, args)
+    prep.check(operator, backend, f, _arguments(operator, x, tangent, y, contexts))
     return prep
+
+
+def reused(
+    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
+) -> Prep | None:
+    """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
+    made now if these arguments were seen once before; None: the call runs unprepared."""
+    if not reusable(backend):
+        return None
+    args = _arguments(operator, x, tangent, y, contexts)
+    key = prep_cache.key(operator, backend, args, holomorphic)
+    if key is None:
+        return None
+    kept = prep_cache.find(f, key)
+    if kept is not None:
+        kept.check(operator, backend, f, args)
+        return kept
+    if prep_cache.seen(f, key):  # the second call with these arguments: prepare once, keep it
+        kept = prepare(operator, backend, f, x, tangent, contexts, y, strict=True, holomorphic=holomorphic)
+        prep_cache.keep(f, key, kept)
+        return kept
+    return None
+
+
+def _arguments(operator: str, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments a prep is checked against, in the order of ``Prep.names``."""
+    if TANGENT_NAME.get(operator):
+        return (x, tangent) + ((y,) if y is not None else ()) + contexts
+    return (x,) + ((y,) if y is not None else ()) + contexts
 
 
 def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
@@ -394,7 +417,21 @@ def run(
 ) -> Any:
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
     returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
-    p = resolve(operator, backend, f, x, tangent, contexts, y, prep, holomorphic)
+    if prep is None:
+        p = reused(operator, backend, f, x, tangent, contexts, y, holomorphic)
+        if p is None:  # no kept preparation: a one-shot one
+            p = prepare(
+                operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True, holomorphic=holomorphic
+            )
+        elif not value and y is None and not p.structured:  # the prepared fast path, as with prep=
+            if operator not in TANGENT_NAME:
+                result = p.plain(x if type(x) is not float else as_input(x), (), contexts)
+                if out is None:
+                    return result if type(result) is type(x) else _like_x(p, result, x)
+                return finish(result, x, out, operator, backend)
+            return tangent_result(p.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
+    else:
+        p = resolve(operator, backend, f, x, tangent, contexts, y, prep, holomorphic)
     if p.structured:
         return _structured(p, value, x, tangent, contexts, out, operator, backend)
     tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()

@@ -1,0 +1,220 @@
+"""Preparation that users never write: the cache behind every call made without ``prep=``.
+
+Most users call ``gradient(backend, f, x)`` in a loop and never read about ``prepare_*``. JAX's own
+``jit`` caches a compiled function by the function object; this does the same for a whole preparation:
+
+- the key is what makes a preparation valid (contract section 4): the function object, held weakly;
+  the operator; the backend config (compared by value: ``AutoJAX()`` written anew in each call is
+  the same backend); and each argument's type, shape and dtype (x, the tangent or the tuple of
+  tangents, ``y``, the contexts), as :func:`diffinterface._frontend.prep.signature` describes them;
+- the first call with a key runs as an unprepared call always ran (a one-shot preparation, no
+  compilation), and only remembers that it was seen: a function called once, or a fresh lambda in
+  each iteration of a loop, is never charged for a compilation it would not reuse;
+- the second call prepares (``prepare_<operator>`` with ``strict=True``) and keeps the preparation;
+  from then on a call runs the prepared fast path, whose strict check still runs;
+- the entries of a function are held by the function itself, so they die with it (a preparation
+  holds its function: a cache beside it would keep every function alive), and the cache holds at
+  most ``max_functions`` functions and ``max_keys`` keys per function (the oldest go first); only
+  Python functions (``def``, ``lambda``, closures) are kept, other callables run unprepared;
+- the state ``f`` captures is read at every call, as on any prepared path (contract section 7), so a
+  rebound global or a written buffer is seen;
+- it is off for a backend config built with ``reuse_prep=False``, and process-wide with
+  ``diffinterface.prep_cache.enabled = False`` (or the environment variable
+  ``DIFFINTERFACE_REUSE_PREP=0`` at import).
+
+``diffinterface.prep_cache`` counts what happened (``hits``, ``misses``, ``builds``) for tests and
+for users who want to know; ``clear()`` forgets everything.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+from .prep import Prep, signature
+
+_HELD = "__diffinterface_preps__"  # the attribute of a function that holds its kept preparations
+
+
+class _Entry:
+    """One key of one function: seen once (no prep yet), or its prep."""
+
+    __slots__ = ("prep",)
+
+    def __init__(self) -> None:
+        self.prep: Prep | None = None
+
+
+class _Held:
+    """The keys and preparations of one function, held by the function itself (``f.__dict__``).
+
+    A preparation holds ``f`` (its target calls it, its compiled program closes over it), so a cache
+    outside ``f`` would keep every function alive; held by ``f``, they form one cycle that the garbage
+    collector frees with ``f``. ``owner`` tells the function it was made for (``functools.wraps`` copies
+    a function's ``__dict__`` into its wrapper), and a held cache pickles as an empty one (a function
+    sent to a process pool or a Dask worker carries no compiled program)."""
+
+    __slots__ = ("owner", "keys", "__weakref__")
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = weakref.ref(owner) if owner is not None else None
+        self.keys: OrderedDict[Any, _Entry] = OrderedDict()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Held, (None,))
+
+
+def _detach(held: _Held) -> None:
+    """Forget ``held``: its keys, and its place on its function."""
+    held.keys.clear()
+    owner = held.owner() if held.owner is not None else None
+    if owner is not None and owner.__dict__.get(_HELD) is held:
+        del owner.__dict__[_HELD]
+
+
+class PrepCache:
+    """The preparations of calls made without ``prep=``, by function and by what a preparation depends
+    on; the process has one, :data:`prep_cache`.
+
+    Example:
+
+        >>> f = lambda x: (x ** 2).sum()
+        >>> di.prep_cache.clear()
+        >>> for k in range(3):  # seen, then prepared and kept, then reused
+        ...     g = di.gradient(di.AutoFiniteDiff(), f, np.full(3, float(k)))
+        >>> (di.prep_cache.misses, di.prep_cache.builds, di.prep_cache.hits)
+        (2, 1, 1)
+    """
+
+    def __init__(self, max_functions: int = 256, max_keys: int = 8) -> None:
+        self.enabled = os.environ.get("DIFFINTERFACE_REUSE_PREP", "1") not in ("0", "false", "False", "no")
+        self.max_functions, self.max_keys = max_functions, max_keys
+        self.hits = self.misses = self.builds = 0
+        self._lock = threading.Lock()
+        self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
+
+    def __repr__(self) -> str:
+        return (
+            f"PrepCache(enabled={self.enabled}, functions={self.functions}, preparations={len(self)}, "
+            f"hits={self.hits}, misses={self.misses}, builds={self.builds})"
+        )
+
+    def _alive(self) -> list[_Held]:
+        return [h for h in (ref() for ref in list(self._held.values())) if h is not None]
+
+    @property
+    def functions(self) -> int:
+        """The number of functions with kept keys (alive)."""
+        return len(self._alive())
+
+    def __len__(self) -> int:
+        """The number of preparations held."""
+        return sum(1 for held in self._alive() for e in list(held.keys.values()) if e.prep is not None)
+
+    def clear(self) -> None:
+        """Forget every preparation and reset the counters."""
+        with self._lock:
+            for held in self._alive():
+                _detach(held)
+            self._held.clear()
+            self.hits = self.misses = self.builds = 0
+
+    @staticmethod
+    def key(operator: str, backend: Any, args: tuple[Any, ...], holomorphic: bool) -> Any:
+        """What a preparation of ``operator`` depends on besides ``f``; None where it cannot be told
+        (an argument whose description is not hashable)."""
+        if len(args) == 1:  # x alone, the common case: no signature tuple built
+            x = args[0]
+            shape = getattr(x, "shape", None)
+            if shape is not None:
+                key = (operator, backend, holomorphic, type(x), shape, x.dtype)
+            else:
+                key = (operator, backend, holomorphic, signature(x))
+        else:
+            key = (operator, backend, holomorphic, tuple(signature(a) for a in args))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    @staticmethod
+    def _held_by(f: Any) -> _Held | None:
+        held = f.__dict__.get(_HELD) if type(f) is types.FunctionType else None
+        if held is None or held.owner is None or held.owner() is not f:
+            return None
+        return held
+
+    def find(self, f: Any, key: Any) -> Prep | None:
+        """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
+        :meth:`seen` says whether to prepare it."""
+        held = self._held_by(f)
+        if held is not None:
+            entry = held.keys.get(key)
+            if entry is not None and entry.prep is not None:
+                self.hits += 1
+                return entry.prep
+        return None
+
+    def seen(self, f: Any, key: Any) -> bool:
+        """Record a call of ``f`` with ``key`` that had no prep; True when it was seen before (the
+        caller prepares and calls :meth:`keep`). Only Python functions are kept (a lambda, a ``def``,
+        a closure); a bound method is a new object at every attribute access, and a callable object's
+        attributes are the user's: their calls run unprepared, as before."""
+        if type(f) is not types.FunctionType:
+            return False
+        with self._lock:
+            self.misses += 1
+            held = self._held_by(f)
+            if held is None:
+                held = _Held(f)
+                f.__dict__[_HELD] = held
+                self._held[id(held)] = weakref.ref(held)
+                while len(self._held) > self.max_functions:
+                    _, old = self._held.popitem(last=False)
+                    evicted = old()
+                    if evicted is not None:
+                        _detach(evicted)
+            keys = held.keys
+            if key in keys:
+                keys.move_to_end(key)
+                return True
+            keys[key] = _Entry()
+            while len(keys) > self.max_keys:
+                keys.popitem(last=False)
+            return False
+
+    def keep(self, f: Any, key: Any, prep: Prep) -> None:
+        with self._lock:
+            held = self._held_by(f)
+            if held is None:
+                return
+            entry = held.keys.get(key)
+            if entry is None:
+                entry = held.keys[key] = _Entry()
+            if entry.prep is None:
+                entry.prep = prep
+                self.builds += 1
+
+
+prep_cache = PrepCache()
+"""The process's :class:`PrepCache`: ``prep_cache.enabled = False`` turns reuse off, ``clear()`` forgets
+every preparation, ``hits``, ``misses`` and ``builds`` count what happened."""
+
+
+def reusable(backend: Any) -> bool:
+    """Whether calls with ``backend`` may reuse preparations (``reuse_prep=False`` turns it off; a
+    SecondOrder needs both of its backends to allow it)."""
+    if not prep_cache.enabled:
+        return False
+    inner = getattr(backend, "inner", None)
+    if inner is not None and getattr(backend, "outer", None) is not None:
+        return reusable(backend.outer) and reusable(inner)
+    dense = getattr(backend, "dense", None)
+    if dense is not None and not reusable(dense):
+        return False
+    return getattr(backend, "reuse_prep", True) is not False

@@ -1,0 +1,226 @@
+"""Calls without ``prep=`` reuse preparation (``diffinterface.prep_cache``): the second call with the
+same function and argument shapes prepares once, later calls run the prepared path, and every result
+stays right when the captured state, the shapes, dtypes, families or contexts change between calls."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import threading
+
+import numpy as np
+import pytest
+from array_api_compat import array_namespace
+
+import diffinterface as di
+
+BACKENDS = [
+    pytest.param(di.AutoFiniteDiff(), id="finitediff"),
+    pytest.param(
+        di.AutoJAX(), id="jax", marks=pytest.mark.skipif(not importlib.util.find_spec("jax"), reason="pip install jax")
+    ),
+    pytest.param(
+        di.AutoTorch(),
+        id="torch",
+        marks=pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="pip install torch==2.13.0"),
+    ),
+    pytest.param(
+        di.AutoAutograd(),
+        id="autograd",
+        marks=pytest.mark.skipif(not importlib.util.find_spec("autograd"), reason="pip install autograd"),
+    ),
+]
+
+
+def _tol(backend):
+    return 1e-6 if isinstance(backend, di.AutoFiniteDiff) else 1e-12
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    di.prep_cache.clear()
+    yield
+    di.prep_cache.clear()
+
+
+def sum_sin2(x):
+    xp = array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_second_call_prepares_and_later_calls_reuse_it(backend):
+    x = np.linspace(0.0, 1.0, 5)
+    for k in range(4):
+        g = di.gradient(backend, sum_sin2, x + k)
+        np.testing.assert_allclose(g, np.sin(2 * (x + k)), atol=_tol(backend))
+    # first call: seen only (no compilation), second: prepared and kept, third and fourth: reused
+    assert (di.prep_cache.misses, di.prep_cache.builds, di.prep_cache.hits) == (2, 1, 2)
+    assert len(di.prep_cache) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fresh_lambda_each_call_builds_nothing_and_leaves_nothing(backend):
+    x = np.linspace(0.0, 1.0, 4)
+    for k in range(5):
+        g = di.gradient(backend, lambda z, k=k: k * sum_sin2(z), x)
+        np.testing.assert_allclose(g, k * np.sin(2 * x), atol=_tol(backend))
+    gc.collect()
+    assert di.prep_cache.builds == 0 and di.prep_cache.hits == 0
+    assert di.prep_cache.functions == 0  # each lambda's entry died with it
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_changing_captured_state_between_unprepared_calls_is_seen(backend):
+    scale = np.array([1.0])
+    buffer = np.zeros(3)
+
+    def f(x):
+        xp = array_namespace(x)
+        return SCALE * scale[0] * xp.sum(xp.asarray(buffer) + x**2)
+
+    global SCALE
+    x = np.array([1.0, 2.0, 3.0])
+    for s, c in [(1.0, 1.0), (2.0, 3.0), (5.0, -1.0), (0.5, 4.0)]:
+        SCALE = s
+        scale[0] = c  # a captured array written between calls
+        np.testing.assert_allclose(di.gradient(backend, f, x), s * c * 2 * x, atol=_tol(backend) * 100)
+    assert di.prep_cache.hits >= 2
+
+
+SCALE = 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shapes_dtypes_and_contexts_changed_between_calls_get_their_own_preparation(backend):
+    def f(x, c):
+        xp = array_namespace(x)
+        return c * xp.sum(x**3)
+
+    for _ in range(3):
+        for n in (2, 5):
+            for dtype in (np.float64, np.float32):
+                for c in (2.0, 3.0):
+                    x = np.linspace(0.5, 1.0, n).astype(dtype)
+                    g = di.gradient(backend, f, x, di.Constant(c))
+                    assert g.shape == (n,) and g.dtype == dtype
+                    tol = 2e-2 if dtype == np.float32 and isinstance(backend, di.AutoFiniteDiff) else 1e-4
+                    np.testing.assert_allclose(g, c * 3 * x.astype(np.float64) ** 2, rtol=tol)
+    assert di.prep_cache.builds == 4  # one per shape and dtype; the context's value is not a key
+    # a scalar x and a tangent operator with a batch of tangents: keys of their own
+    for _ in range(3):
+        d = di.derivative(backend, np.sin if isinstance(backend, di.AutoFiniteDiff) else _sin, 0.3)
+        np.testing.assert_allclose(d, np.cos(0.3), rtol=1e-6)
+        jvp = di.pushforward(backend, _square, np.array([1.0, 2.0]), (np.array([1.0, 0.0]), np.array([0.0, 1.0])))
+        np.testing.assert_allclose(np.stack(jvp), [[2.0, 0.0], [0.0, 4.0]], atol=1e-6)
+
+
+def _sin(x):
+    return array_namespace(x).sin(x)
+
+
+def _square(x):
+    return x**2
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="pip install torch==2.13.0")
+def test_another_family_at_the_same_shape_is_another_key():
+    import torch
+
+    for _ in range(3):
+        g_numpy = di.gradient(di.AutoTorch(), sum_sin2, np.array([0.1, 0.2]))
+        g_torch = di.gradient(di.AutoTorch(), sum_sin2, torch.tensor([0.1, 0.2], dtype=torch.float64))
+        assert type(g_numpy) is np.ndarray and isinstance(g_torch, torch.Tensor)
+        np.testing.assert_allclose(g_torch.numpy(), g_numpy, atol=1e-15)
+    assert di.prep_cache.builds == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_calling_unprepared_with_the_same_f_agree(backend):
+    xs = [np.linspace(0.0, 1.0, 6) + k for k in range(8)]
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(k):
+        try:
+            for _ in range(5):
+                results[k] = di.gradient(backend, sum_sin2, xs[k])
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for k in range(8):
+        np.testing.assert_allclose(results[k], np.sin(2 * xs[k]), atol=_tol(backend))
+    assert di.prep_cache.hits > 0
+
+
+def test_the_switches_turn_reuse_off_per_backend_and_process_wide():
+    x = np.array([0.1, 0.2])
+    for _ in range(3):
+        np.testing.assert_allclose(
+            di.gradient(di.AutoFiniteDiff(reuse_prep=False), sum_sin2, x), np.sin(2 * x), atol=1e-6
+        )
+    assert (di.prep_cache.misses, di.prep_cache.builds) == (0, 0)
+    assert repr(di.AutoFiniteDiff(reuse_prep=False)) == "AutoFiniteDiff(reuse_prep=False)"
+    di.prep_cache.enabled = False
+    try:
+        for _ in range(3):
+            di.gradient(di.AutoFiniteDiff(), sum_sin2, x)
+        assert (di.prep_cache.misses, di.prep_cache.builds) == (0, 0)
+    finally:
+        di.prep_cache.enabled = True
+    with pytest.raises(ValueError, match=r"AutoJAX\(reuse_prep='no'\): reuse_prep must be one of True, False"):
+        di.AutoJAX(reuse_prep="no")
+
+
+def test_a_collected_function_leaves_the_cache():
+    def make():
+        return lambda z: sum_sin2(z) * 2.0
+
+    f = make()
+    x = np.array([0.3])
+    for _ in range(3):
+        di.gradient(di.AutoFiniteDiff(), f, x)
+    assert len(di.prep_cache) == 1
+    del f
+    gc.collect()
+    assert len(di.prep_cache) == 0
+
+
+def test_the_cache_is_bounded():
+    cache = di.PrepCache(max_functions=3, max_keys=2)
+    functions = [lambda z, k=k: z * k for k in range(5)]
+    for f in functions:
+        for key in ("a", "b", "c"):
+            cache.seen(f, key)
+    assert cache.functions == 3
+    assert [list(f.__dict__["__diffinterface_preps__"].keys) for f in functions[2:]] == [["b", "c"]] * 3
+    assert all("__diffinterface_preps__" not in f.__dict__ for f in functions[:2])  # evicted
+
+
+def test_a_prepared_call_with_prep_still_checks_strictly_and_unprepared_calls_never_raise_a_mismatch():
+    x = np.array([1.0, 2.0])
+    for n in (2, 3, 2, 3, 4, 2):  # shapes alternate: each has its key, none gets another's preparation
+        g = di.gradient(di.AutoFiniteDiff(), sum_sin2, np.linspace(0.1, 0.5, n))
+        np.testing.assert_allclose(g, np.sin(2 * np.linspace(0.1, 0.5, n)), atol=1e-6)
+    prep = di.prepare_gradient(di.AutoFiniteDiff(), sum_sin2, x)
+    with pytest.raises(di.PreparationMismatchError, match="x: prepared for numpy float64 \\(2,\\)"):
+        di.gradient(di.AutoFiniteDiff(), sum_sin2, np.zeros(3), prep=prep)
+
+
+def test_a_function_sent_to_another_process_carries_no_preparation():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    scale = 3.0
+    f = lambda z: scale * sum_sin2(z)  # noqa: E731 - a closure, as users send to process pools
+    x = np.array([0.2, 0.4])
+    for _ in range(3):
+        di.gradient(di.AutoFiniteDiff(), f, x)
+    assert len(di.prep_cache) == 1
+    g = cloudpickle.loads(cloudpickle.dumps(f))
+    assert di.prep_cache.find(g, di.prep_cache.key("gradient", di.AutoFiniteDiff(), (x,), False)) is None
+    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), g, x), 3.0 * np.sin(2 * x), atol=1e-6)
