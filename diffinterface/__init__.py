@@ -6,6 +6,13 @@ Importing this package imports no engine: an adapter is loaded the first time it
 """
 
 from ._closures.state import declare_modules as declare_modules
+from ._core.configs import AutoAutograd as AutoAutograd
+from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
+from ._core.configs import AutoJAX as AutoJAX
+from ._core.configs import AutoTorch as AutoTorch
+from ._core.configs import Backend as Backend
+from ._core.configs import SecondOrder as SecondOrder
+from ._core.configs import check_available as check_available
 from ._core.contexts import Cache as Cache
 from ._core.contexts import Constant as Constant
 from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
@@ -15,13 +22,6 @@ from ._core.errors import PreparationMismatchError as PreparationMismatchError
 from ._frontend.prep import Prep as Prep
 from ._frontend.reuse import PrepCache as PrepCache
 from ._frontend.reuse import prep_cache as prep_cache
-from ._core.configs import AutoAutograd as AutoAutograd
-from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
-from ._core.configs import AutoJAX as AutoJAX
-from ._core.configs import AutoTorch as AutoTorch
-from ._core.configs import Backend as Backend
-from ._core.configs import SecondOrder as SecondOrder
-from ._core.configs import check_available as check_available
 from .first_order import (
     derivative,
     gradient,

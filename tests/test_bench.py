@@ -25,9 +25,7 @@ def _numpy(value):
     return np.asarray(value)
 
 
-BUILT_IN = [
-    e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface._core.configs"
-]
+BUILT_IN = [e for e in bench.installed_engines() if bench.config_class(e).__module__ == "diffinterface._core.configs"]
 
 
 @pytest.mark.parametrize("engine", BUILT_IN)

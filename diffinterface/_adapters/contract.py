@@ -45,9 +45,9 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from .._core.arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
+from .._core.configs import adapter_for
 from .._core.contexts import context_values
 from .._core.errors import structured_output_error
-from .._core.configs import adapter_for
 from .second_order import Nested
 
 

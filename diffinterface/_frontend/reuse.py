@@ -127,6 +127,7 @@ class PrepCache:
     def key(operator: str, backend: Any, args: tuple[Any, ...], holomorphic: bool) -> Any:
         """What a preparation of ``operator`` depends on besides ``f``; None where it cannot be told
         (an argument whose description is not hashable)."""
+        key: Any
         if len(args) == 1:  # x alone, the common case: no signature tuple built
             x = args[0]
             shape = getattr(x, "shape", None)

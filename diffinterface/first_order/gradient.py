@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._core.configs import Backend
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
-from .._core.configs import Backend
 
 
 def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:

@@ -28,9 +28,9 @@ import numpy as np
 
 from .._adapters.contract import Adapter, Runners
 from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
+from .._core.configs import adapter_for
 from .._core.errors import BackendNotAvailableError
 from .._frontend.sparse_results import SparsePlan
-from .._core.configs import adapter_for
 from ._coloring import conflict_size, csr_pattern, decompression
 from ._detectors import Problem
 
