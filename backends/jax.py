@@ -7,9 +7,11 @@
   (a reverse pushforward contracts ``jacrev``, a forward pullback or gradient ``jacfwd``).
 - hessian, hvp, second derivative: forward over reverse in every mode (``jacfwd(grad)``,
   ``jvp(grad)``, ``jvp`` of the ``jvp``).
-- ``jit=True``: preparation traces and compiles once; a prepared call passes the arrays to the
-  compiled function and nothing else. An unprepared call runs eagerly (compiling for one call costs
-  more than it saves); prepare to get the compiled path.
+- ``jit=True``: preparation traces and compiles the operator once (its value form, ``value_and_*``,
+  at its first call, as ``jax.jit`` compiles); a prepared call passes the arrays to the compiled
+  function and nothing else. A one-shot call runs eagerly (compiling for one call costs more than it
+  saves); the second call without ``prep=`` with the same function and shapes prepares
+  (``diffinterface.prep_cache``), and later ones take the compiled path.
 - float64 inputs are computed in float64 inside ``jax.enable_x64(True)`` (a thread-local context),
   entered only when the input is float64 and x64 is not already on; the user's global setting is
   never changed. float32 stays float32.
@@ -439,11 +441,12 @@ class _Prepared:
         return self._invoke(compiled, value, x, tangents, contexts, ahead)
 
     def compile_ahead(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> None:
-        """Lower and compile both forms for these arguments now (``jit(...).lower(...).compile()``),
-        so that preparation pays the compile and the first prepared call does not. JAX caches the
-        trace and the executable by the arguments' shapes and dtypes, which the prepared calls share."""
-        for compiled, value in ((self.plain_form, False), (self.value_form, True)):
-            self.run(compiled, value, x, tangents, contexts, ahead=True)
+        """Lower and compile the plain form for these arguments now (``jit(...).lower(...).compile()``),
+        so that preparation pays its compile and the first prepared call does not. JAX caches the trace
+        and the executable by the arguments' shapes and dtypes, which the prepared calls share. The
+        value form (``value_and_*``) compiles at its first call, as ``jax.jit`` does: compiling both
+        here made preparation cost two of JAX's own first calls where most users run one form."""
+        self.run(self.plain_form, False, x, tangents, contexts, ahead=True)
 
     def _invoke(
         self,
