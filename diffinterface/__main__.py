@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -82,9 +81,9 @@ SUMMARY_WIDTH = 100  # the summary table's lines fit this many columns
 
 def _summary(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
     """Per backend and array family: passed, failed, time; lines of at most SUMMARY_WIDTH columns."""
-    numbers = 8 + 8 + 9  # "  passed", "  failed", "     time"
-    backend_width = min(max([len("backend")] + [len(b) for b, _ in columns]), SUMMARY_WIDTH - numbers - 8)
     family_width = 6
+    rest = 2 + family_width + len("  passed  failed      time")  # after the backend's column
+    backend_width = min(max([len("backend")] + [len(b) for b, _ in columns]), SUMMARY_WIDTH - rest)
     lines = [f"{'backend':<{backend_width}}  {'family':<{family_width}}  passed  failed      time"]
     for backend, fam in columns:
         mine = [r for r in rows if r["backend"] == backend and r["family"] == fam]
@@ -167,7 +166,9 @@ def check(argv: list[str] | argparse.Namespace) -> int:
         for backend, fam, scenarios in plan:
             columns.append((repr(backend), fam))
 
-            def progress(i: int, n: int, outcome: Any, column: str = f"{backend!r} [{fam}]", offset: int = done) -> None:
+            def progress(
+                i: int, n: int, outcome: Any, column: str = f"{backend!r} [{fam}]", offset: int = done
+            ) -> None:
                 show(offset + i, total, f"{column}  {outcome.scenario.name}")
 
             for o in test_differentiation([backend], scenarios, raise_on_failure=False, progress=progress):

@@ -70,7 +70,19 @@ _COLUMNS = {
     ],
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
     "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max", "steady"],
-    "rules": ["backend", "rule", "inputs", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "steady", "within_1.1"],
+    "rules": [
+        "backend",
+        "rule",
+        "inputs",
+        "size",
+        "rule_s",
+        "by_hand_s",
+        "ratio",
+        "min",
+        "max",
+        "steady",
+        "within_1.1",
+    ],
     "sparse": [],  # diffinterface.sparse._bench.COLUMNS, filled below
     "structured": [],  # diffinterface._bench_structured.COLUMNS, filled below
     "distributed": [],  # diffinterface._bench_distributed.COLUMNS, filled below
