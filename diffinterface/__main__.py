@@ -12,11 +12,15 @@ into ``--out`` (default ``diffinterface-bench/``) and prints where; a quick subs
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import shutil
 import sys
+import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from .backends.configs import check_available, has_adapter, registered_backends
@@ -106,6 +110,40 @@ def _known_warning(message: warnings.WarningMessage) -> bool:
     return any(text in str(message.message) for text in KNOWN_WARNINGS)
 
 
+@contextlib.contextmanager
+def _jax_compilation_cache(directory: str | None) -> Iterator[None]:
+    """JAX's persistent compilation cache for the length of a check, in ``directory`` (kept: a later
+    check reuses it) or a temporary one (removed after).
+
+    Nearly all of check's JAX time is XLA compiling: the scenarios' unprepared calls run eagerly (a
+    small program per primitive and shape) and each preparation compiles its value and plain forms.
+    The same programs come back for the numpy and torch families (both float64) and in every later
+    check; JAX's cache, keyed by the program, the compile options and the versions, gives back the
+    executable XLA built for it the first time, so nothing that is tested changes. The settings are
+    put back afterwards (a check run inside another program leaves JAX as it found it)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    folder = directory or tempfile.mkdtemp(prefix="diffinterface-check-jax-")
+    settings: dict[str, Any] = {
+        "jax_compilation_cache_dir": folder,
+        "jax_persistent_cache_min_compile_time_secs": 0.0,  # the eager programs compile in ~10 ms each
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()  # a process that compiled before has already decided not to cache
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+        if directory is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
@@ -128,6 +166,12 @@ def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
         "-v", "--verbose", action="store_true", help="the full table: every scenario on every backend and family"
     )
     parser.add_argument("--json", metavar="FILE", help="also write every result (and the warnings) to FILE as JSON")
+    parser.add_argument(
+        "--jax-cache",
+        metavar="DIR",
+        help="keep JAX's compilation cache in DIR, so that a later check compiles less (default: a temporary "
+        "folder, removed after); only when JAX is checked",
+    )
 
 
 def _check_parser() -> argparse.ArgumentParser:
@@ -158,8 +202,14 @@ def check(argv: list[str] | argparse.Namespace) -> int:
     columns: list[tuple[str, str]] = []
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    uses_jax = any(b.engine == "jax" for b in backends) or (
+        "jax" in families and importlib.util.find_spec("jax") is not None
+    )
+    with contextlib.ExitStack() as stack:
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")  # each is counted here and reported once, after the results
+        if uses_jax:
+            stack.enter_context(_jax_compilation_cache(args.jax_cache))
         plan = [(b, fam, default_scenarios(fam)) for b in backends for fam in families]
         total = sum(len(s) for _, _, s in plan)
         show, done = _progress(sys.stderr), 0
