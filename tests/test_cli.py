@@ -11,8 +11,11 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
+
 import diffinterface.__main__ as cli
 import diffinterface.testing as testing
+from conftest import installed
 from diffinterface.__main__ import main
 
 
@@ -158,3 +161,24 @@ def test_readme_test_command_is_what_ci_runs():
     test_block = next(b for b in blocks if "pytest" in b)
     for line in test_block.strip().splitlines():
         assert line.strip() in ci, f"README test command line not in .ci/run: {line}"
+
+
+@pytest.mark.skipif(not installed("jax"), reason='needs jax: pip install -e ".[jax]"')
+def test_check_keeps_jax_compilations_in_its_cache_and_restores_the_settings(monkeypatch, tmp_path, capsys):
+    """check --jax-cache DIR: JAX's compilations land in DIR (a second check finds them there), the
+    scenarios pass as before, and JAX's settings are what they were."""
+    import jax
+
+    scenarios = [s for s in testing.default_scenarios() if s.name.startswith("gradient/")][:2]
+    monkeypatch.setattr(testing, "default_scenarios", lambda family="numpy": scenarios)
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {name: getattr(jax.config, name) for name in names}
+    cache = tmp_path / "jax-cache"
+    argv = ["check", "--backend", "jax", "--family", "numpy", "--jax-cache", str(cache)]
+    assert main(argv) == 0
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries, "nothing was cached"
+    assert {name: getattr(jax.config, name) for name in names} == before
+    assert main(argv) == 0  # the same programs under the same keys: a later check finds them
+    assert sorted(p.name for p in cache.iterdir()) == entries
+    assert re.search(r"^AutoJAX\(\)\s+numpy\s+2\s+0\s", capsys.readouterr().out, re.M)
