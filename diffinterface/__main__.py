@@ -34,16 +34,21 @@ def _clock(seconds: float) -> str:
 def _progress(stream: Any, tty: bool | None = None, every: float = 10.0) -> Any:
     """``show(done, total, label)``: on a terminal a bar rewritten in place (elapsed, an estimate of
     what remains, the current label); otherwise a plain line at each new label's column, every 10%
-    and at least every ``every`` seconds, so that a log never goes quiet for long."""
+    and at least every ``every`` seconds, so that a log never goes quiet for long. A new count
+    (bench counts each table on its own) starts a new estimate; the elapsed time runs on."""
     start = time.perf_counter()
     tty = stream.isatty() if tty is None else tty
-    state: dict[str, Any] = {"decile": -1, "at": start, "head": None}
+    state: dict[str, Any] = {"decile": -1, "at": start, "head": None, "count": (0, 0), "since": start, "last": start}
 
     def show(done: int, total: int, label: str) -> None:
         now = time.perf_counter()
         elapsed = now - start
+        if total != state["count"][1] or done < state["count"][0]:  # a new count: it began at the last call
+            state["since"] = now if done == 0 else state["last"]
+        state["count"], state["last"] = (done, total), now
         pct = 100 * done // max(total, 1)
-        left = f"~{_clock(elapsed / done * (total - done))} left" if done else "~?:?? left"
+        rate = (now - state["since"]) / done if done else None
+        left = f"~{_clock(rate * (total - done))} left" if rate else "~?:?? left"
         if tty:
             width = shutil.get_terminal_size((100, 24)).columns
             bar = "#" * (pct * 20 // 100)

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -182,3 +183,19 @@ def test_check_keeps_jax_compilations_in_its_cache_and_restores_the_settings(mon
     assert main(argv) == 0  # the same programs under the same keys: a later check finds them
     assert sorted(p.name for p in cache.iterdir()) == entries
     assert re.search(r"^AutoJAX\(\)\s+numpy\s+2\s+0\s", capsys.readouterr().out, re.M)
+
+
+def test_each_count_gets_its_own_estimate_of_what_remains(monkeypatch):
+    """bench counts each table on its own: a table of slow steps after one of fast ones is
+    estimated from its own steps (2 left of 4 at 60 s a step: 2:00), the elapsed time runs on."""
+    now = [0.0]
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    plain = io.StringIO()
+    show = cli._progress(plain, tty=False, every=0.0)
+    for i in range(11):  # a first table: 10 steps of 1 s
+        now[0] = float(i)
+        show(i, 10, "fast")
+    for i in range(3):  # a second: 60 s a step
+        now[0] = 10.0 + 60 * i
+        show(i, 4, "slow")
+    assert plain.getvalue().splitlines()[-1] == "  2/4 (50%) 130.0s ~2:00 left: slow"
