@@ -308,7 +308,7 @@ def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="every size, 21 rounds a ratio (about half an hour on 2 cores); default: a quick subset "
-        f"(about {_bench.QUICK_MINUTES} minutes on 2 cores)",
+        f"(about {_bench.QUICK_MINUTES} minutes on a quiet 2-core machine, several times that under load)",
     )
     parser.add_argument(
         "--backend", action="append", choices=_bench.engine_names(), help="repeatable; default: all installed"
@@ -351,17 +351,19 @@ def bench(argv: list[str] | argparse.Namespace) -> int:
     show = _progress(sys.stderr)
     done = _bench.run(engines, full=args.full, out=args.out, tables=args.table, progress=show, plots=not args.no_plots)
     overhead = done["results"].get("overhead", [])
-    misses = [r for r in overhead if r["within_budget"] != "yes"]
     unsteady = [(t, r) for t, rows in done["results"].items() for r in rows if r.get("steady") == "NO"]
+    overhead = [r for r in overhead if r.get("steady") != "NO"]  # an unsteady row is not a result
+    misses = [r for r in overhead if r["within_budget"] != "yes"]
     print(
         f"benchmarked {', '.join(engines)} in {time.perf_counter() - start:.0f} s ({'full' if args.full else 'quick'}); "
         f"{done['machine']['machine']}"
     )
     for path in done["written"]:
         print(f"  wrote {path}")
-    if overhead:
+    if done["results"].get("overhead"):
         print(
-            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of contract section 11"
+            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} steady rows' prepared calls within the budget "
+            "of contract section 11"
         )
         for r in misses:
             print(
@@ -369,8 +371,10 @@ def bench(argv: list[str] | argparse.Namespace) -> int:
             )
     if unsteady:
         print(
-            f"{len(unsteady)} row(s) flagged unsteady (rounds apart by more than {_bench.MAX_SPREAD}x after "
-            f"{_bench.QUICK.remeasure + 1} tries; a loaded machine): marked 'unsteady' in the tables, not results"
+            f"{len(unsteady)} of {sum('steady' in r for rows in done['results'].values() for r in rows)} timed rows "
+            "flagged unsteady "
+            f"(rounds more than {_bench.MAX_SPREAD:g}x apart after {_bench.QUICK.remeasure + 1} measurements: "
+            "a loaded machine): marked 'unsteady' in the tables, not results"
         )
     return 0
 

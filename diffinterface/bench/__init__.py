@@ -9,7 +9,7 @@ plots of time against size:
   preparation against the engine's own best direct call on the same input type. Calls are timed
   in alternating batches (:func:`ratio`): the times are the medians of the rounds and the ratio is
   the ratio of those two medians, with the smallest and largest per-round ratio beside it; a
-  measurement whose rounds are more than ``MAX_SPREAD`` (1.5x) apart is taken again, and a row
+  measurement whose rounds are more than ``MAX_SPREAD`` (2x) apart is taken again, and a row
   still that far apart is marked ``unsteady`` instead of printed as a result. The preparation is
   compared with the native's first call (which pays JAX's compilation).
 - ``cheap_gradient``: the prepared gradient over ``f`` itself.
