@@ -120,10 +120,12 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml, docs/): MkDocs with Material and mkdocstrings, every warning
-    an error (``strict: true``): a broken link, a missing page, a docstring mkdocstrings cannot read."""
+    an error (``strict: true``): a broken link, a missing page, a docstring mkdocstrings cannot read.
+    The site goes to ``site/`` at the repository's root (ignored by git); open ``site/index.html``."""
     session.install("-e", ".[docs]")
-    site = str(Path(session.create_tmp()) / "site")
-    session.run("mkdocs", "build", "--strict", "--site-dir", site, env={"NO_MKDOCS_2_WARNING": "1"})
+    site = ROOT / "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), env={"NO_MKDOCS_2_WARNING": "1"})
+    session.log(f"the site is in {site}; open {site / 'index.html'}")
 
 
 # measured 0.944 (2026-11-24); the rest is in the engines' adapters (diffinterface.backends.*, the root backends/)

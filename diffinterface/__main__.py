@@ -1,39 +1,67 @@
 """``python -m diffinterface check``: the scenario catalogue on every installed backend.
 ``python -m diffinterface bench``: the benchmarks (see ``diffinterface/bench/``).
 
-``check`` prints a table (scenario x backend and array family: pass, or FAIL with the error listed
-below) and exits with status 1 if anything failed. ``bench`` writes its tables (CSV, markdown) and
-plots (PNG) into ``--out`` and prints where; a quick subset by default, ``--full`` for all.
+``check`` shows a progress bar on a terminal (plain lines otherwise), then a summary per backend and
+array family (passed, failed, time), each failure in full and the warnings raised, once each; it
+exits with status 1 if anything failed. ``--verbose`` adds the table of every scenario,
+``--json FILE`` writes every result. ``bench`` writes its tables (CSV, markdown) and plots (PNG)
+into ``--out`` (default ``diffinterface-bench/``) and prints where; a quick subset by default,
+``--full`` for all.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import importlib.util
+import json
+import shutil
 import sys
+import tempfile
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from ._core.configs import check_available, has_adapter, registered_backends
 
 
-def _progress(stream: Any) -> Any:
-    """A progress line: rewritten in place on a terminal, every 10% otherwise."""
+def _clock(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _progress(stream: Any, tty: bool | None = None, every: float = 10.0) -> Any:
+    """``show(done, total, label)``: on a terminal a bar rewritten in place (elapsed, an estimate of
+    what remains, the current label); otherwise a plain line at each new label's column, every 10%
+    and at least every ``every`` seconds, so that a log never goes quiet for long. A new count
+    (bench counts each table on its own) starts a new estimate; the elapsed time runs on."""
     start = time.perf_counter()
-    tty = stream.isatty()
-    state = {"shown": -1}
+    tty = stream.isatty() if tty is None else tty
+    state: dict[str, Any] = {"decile": -1, "at": start, "head": None, "count": (0, 0), "since": start, "last": start}
 
     def show(done: int, total: int, label: str) -> None:
+        now = time.perf_counter()
+        elapsed = now - start
+        if total != state["count"][1] or done < state["count"][0]:  # a new count: it began at the last call
+            state["since"] = now if done == 0 else state["last"]
+        state["count"], state["last"] = (done, total), now
         pct = 100 * done // max(total, 1)
+        rate = (now - state["since"]) / done if done else None
+        left = f"~{_clock(rate * (total - done))} left" if rate else "~?:?? left"
         if tty:
-            bar = "#" * (pct // 4)
-            stream.write(f"\r[{bar:<25}] {done}/{total} {time.perf_counter() - start:5.1f}s {label[:60]:<60}")
+            width = shutil.get_terminal_size((100, 24)).columns
+            bar = "#" * (pct * 20 // 100)
+            line = f"[{bar:<20}] {done}/{total} {pct:3d}% {_clock(elapsed)} {left}  {label}"
+            stream.write("\r" + line[: width - 1].ljust(width - 1))
             if done == total:
                 stream.write("\n")
             stream.flush()
-        elif pct // 10 != state["shown"] or done == total:
-            state["shown"] = pct // 10
-            stream.write(f"  {done}/{total} ({pct}%) {time.perf_counter() - start:.1f}s {label}\n")
+            return
+        head = label.split("  ")[0]
+        if pct // 10 != state["decile"] or head != state["head"] or now - state["at"] >= every or done == total:
+            state.update(decile=pct // 10, at=now, head=head)
+            stream.write(f"  {done}/{total} ({pct}%) {elapsed:.1f}s {left}: {label}\n")
             stream.flush()
 
     return show
@@ -57,20 +85,115 @@ def _select(names: list[str] | None) -> tuple[list, list[str]]:
     return chosen, skipped
 
 
-def check(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m diffinterface check", description=__doc__)
+SUMMARY_WIDTH = 100  # the summary table's lines fit this many columns
+
+
+def _summary(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
+    """Per backend and array family: passed, failed, time; lines of at most SUMMARY_WIDTH columns."""
+    family_width = 6
+    rest = 2 + family_width + len("  passed  failed      time")  # after the backend's column
+    backend_width = min(max([len("backend")] + [len(b) for b, _ in columns]), SUMMARY_WIDTH - rest)
+    lines = [f"{'backend':<{backend_width}}  {'family':<{family_width}}  passed  failed      time"]
+    for backend, fam in columns:
+        mine = [r for r in rows if r["backend"] == backend and r["family"] == fam]
+        failed = sum(not r["passed"] for r in mine)
+        seconds = sum(r["seconds"] for r in mine)
+        name = backend if len(backend) <= backend_width else backend[: backend_width - 3] + "..."
+        lines.append(
+            f"{name:<{backend_width}}  {fam:<{family_width}}  {len(mine) - failed:>6}  {failed:>6}  {seconds:>7.1f}s"
+        )
+    return lines
+
+
+# Warnings that say nothing about the derivatives being checked, left out of the report, each with
+# why: array-api-compat notes that a caller (SciPy) asked for an older version of the array API
+# standard than the namespace it returns implements; the newer one is a superset for what is used.
+KNOWN_WARNINGS = ("version of the array API specification was requested but the returned namespace is actually",)
+
+
+def _known_warning(message: warnings.WarningMessage) -> bool:
+    return any(text in str(message.message) for text in KNOWN_WARNINGS)
+
+
+@contextlib.contextmanager
+def _jax_compilation_cache(directory: str | None) -> Iterator[None]:
+    """JAX's persistent compilation cache for the length of a check, in ``directory`` (kept: a later
+    check reuses it) or a temporary one (removed after).
+
+    Nearly all of check's JAX time is XLA compiling: the scenarios' unprepared calls run eagerly (a
+    small program per primitive and shape) and each preparation compiles its value and plain forms.
+    The same programs come back for the numpy and torch families (both float64) and in every later
+    check; JAX's cache, keyed by the program, the compile options and the versions, gives back the
+    executable XLA built for it the first time, so nothing that is tested changes. The settings are
+    put back afterwards (a check run inside another program leaves JAX as it found it)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    folder = directory or tempfile.mkdtemp(prefix="diffinterface-check-jax-")
+    settings: dict[str, Any] = {
+        "jax_compilation_cache_dir": folder,
+        "jax_persistent_cache_min_compile_time_secs": 0.0,  # the eager programs compile in ~10 ms each
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()  # a process that compiled before has already decided not to cache
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+        if directory is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         action="append",
-        help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; default: all installed",
+        metavar="NAME",
+        help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; "
+        "default: all installed",
     )
     parser.add_argument(
         "--family",
         action="append",
+        metavar="NAME",
         help="array family of the inputs (numpy, jax, torch); repeatable; default: all installed",
     )
-    parser.add_argument("--failures-only", action="store_true", help="print only the rows with a failure")
-    args = parser.parse_args(argv)
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--failures-only", action="store_true", help="the table of scenarios, only its rows with a failure"
+    )
+    shown.add_argument(
+        "-v", "--verbose", action="store_true", help="the full table: every scenario on every backend and family"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write every result (and the warnings) to FILE as JSON")
+    parser.add_argument(
+        "--jax-cache",
+        metavar="DIR",
+        help="keep JAX's compilation cache in DIR, so that a later check compiles less (default: a temporary "
+        "folder, removed after); only when JAX is checked",
+    )
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m diffinterface check", description=CHECK_HELP)
+    _add_check_arguments(parser)
+    return parser
+
+
+CHECK_HELP = (
+    "Run the scenario catalogue (analytic derivatives) on every installed backend, prepared and "
+    "unprepared, on every array family. Prints a summary per backend and family, then each failure "
+    "in full; exits with status 1 if anything failed."
+)
+
+
+def check(argv: list[str] | argparse.Namespace) -> int:
+    args = argv if isinstance(argv, argparse.Namespace) else _check_parser().parse_args(argv)
 
     from .testing import available_families, default_scenarios, test_differentiation
 
@@ -81,48 +204,111 @@ def check(argv: list[str]) -> int:
     if not backends:
         print("no backend to check")
         return 1
-    columns, results = [], {}
-    plan = [(b, fam, default_scenarios(fam)) for b in backends for fam in families]
-    total = sum(len(s) for _, _, s in plan)
-    show, done = _progress(sys.stderr), 0
-    for backend, fam, scenarios in plan:
-        column = f"{backend!r} [{fam}]"
-        columns.append(column)
+    columns: list[tuple[str, str]] = []
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    uses_jax = any(b.engine == "jax" for b in backends) or (
+        "jax" in families and importlib.util.find_spec("jax") is not None
+    )
+    with contextlib.ExitStack() as stack:
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")  # each is counted here and reported once, after the results
+        if uses_jax:
+            stack.enter_context(_jax_compilation_cache(args.jax_cache))
+        plan = [(b, fam, default_scenarios(fam)) for b in backends for fam in families]
+        total = sum(len(s) for _, _, s in plan)
+        show, done = _progress(sys.stderr), 0
+        for backend, fam, scenarios in plan:
+            columns.append((repr(backend), fam))
 
-        def progress(i: int, n: int, outcome: Any, column: str = column, offset: int = done) -> None:
-            show(offset + i, total, f"{column} {outcome.scenario.name}")
+            def progress(
+                i: int, n: int, outcome: Any, column: str = f"{backend!r} [{fam}]", offset: int = done
+            ) -> None:
+                show(offset + i, total, f"{column}  {outcome.scenario.name}")
 
-        for o in test_differentiation([backend], scenarios, raise_on_failure=False, progress=progress):
-            results[(o.scenario.name, column)] = o.error
-        done += len(scenarios)
-    names = list(dict.fromkeys(name for name, _ in results))
-    failures = [(name, col, err) for (name, col), err in results.items() if err is not None]
-    width = max(len(n) for n in names)
-    print(f"{'scenario':<{width}}  " + "  ".join(columns))
-    for name in names:
-        cells = [results.get((name, c), "") for c in columns]
-        if args.failures_only and all(c is None for c in cells):
-            continue
-        marks = ["pass" if c is None else ("-" if c == "" else "FAIL") for c in cells]
-        print(f"{name:<{width}}  " + "  ".join(f"{m:<{len(c)}}" for m, c in zip(marks, columns)))
-    for name, col, err in failures:
-        print(f"\nFAIL {name} on {col}:\n  " + err.replace("\n", "\n  "))
-    print(f"\n{len(results) - len(failures)} passed, {len(failures)} failed")
+            for o in test_differentiation([backend], scenarios, raise_on_failure=False, progress=progress):
+                rows.append(
+                    {
+                        "scenario": o.scenario.name,
+                        "backend": repr(backend),
+                        "family": fam,
+                        "passed": o.error is None,
+                        "error": o.error,
+                        "seconds": o.seconds,
+                    }
+                )
+            done += len(scenarios)
+    seconds = time.perf_counter() - start
+    failures = [r for r in rows if not r["passed"]]
+    if args.verbose or args.failures_only:
+        _table(columns, rows, failures_only=args.failures_only)
+        print()
+    for line in _summary(columns, rows):
+        print(line)
+    for r in failures:
+        print(f"\nFAIL {r['scenario']} on {r['backend']} [{r['family']}]:\n  " + r["error"].replace("\n", "\n  "))
+    reported = _warnings(caught)
+    if reported:
+        print(f"\n{len(reported)} warning{'s' * (len(reported) > 1)} raised during the check (each once):")
+        for w in reported:
+            print(f"  {w['count']}x {w['category']} at {w['where']}: {w['message']}")
+    if args.json:
+        from .bench import machine
+
+        record = {
+            "command": "check",
+            "machine": machine(),
+            "seconds": seconds,
+            "passed": len(rows) - len(failures),
+            "failed": len(failures),
+            "skipped": skipped,
+            "results": rows,
+            "warnings": reported,
+        }
+        with open(args.json, "w") as fh:
+            json.dump(record, fh, indent=1)
+        print(f"\nwrote {args.json}")
+    print(f"\n{len(rows) - len(failures)} passed, {len(failures)} failed in {_clock(seconds)}")
     return 1 if failures else 0
 
 
-def bench(argv: list[str]) -> int:
+def _warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
+    """The warnings raised during a check, each distinct one once with how often it came."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for w in caught:
+        if _known_warning(w):
+            continue
+        key = (w.category.__name__, str(w.message).splitlines()[0], f"{w.filename}:{w.lineno}")
+        counts[key] = counts.get(key, 0) + 1
+    return [{"category": c, "message": m, "where": where, "count": n} for (c, m, where), n in counts.items()]
+
+
+def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], failures_only: bool) -> None:
+    """Scenario x backend and family: pass, FAIL, or - where the scenario is not in that family."""
+    labels = [f"{b} [{fam}]" for b, fam in columns]
+    cell = {(r["scenario"], f"{r['backend']} [{r['family']}]"): r["passed"] for r in rows}
+    names = list(dict.fromkeys(r["scenario"] for r in rows))
+    width = max(len(n) for n in names)
+    print(f"{'scenario':<{width}}  " + "  ".join(labels))
+    for name in names:
+        passed = [cell.get((name, label)) for label in labels]
+        if failures_only and all(p is not False for p in passed):
+            continue
+        marks = ["-" if p is None else "pass" if p else "FAIL" for p in passed]
+        print(f"{name:<{width}}  " + "  ".join(f"{m:<{len(c)}}" for m, c in zip(marks, labels)).rstrip())
+
+
+BENCH_OUT = "diffinterface-bench"  # the default --out: a folder of the user's, never the recorded results
+
+
+def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     from . import bench as _bench
 
-    parser = argparse.ArgumentParser(
-        prog="python -m diffinterface bench",
-        description=_bench.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
     parser.add_argument(
         "--full",
         action="store_true",
-        help="every size, 21 rounds a ratio (minutes); default: a quick subset (under two minutes)",
+        help="every size, 21 rounds a ratio (about half an hour on 2 cores); default: a quick subset "
+        f"(about {_bench.QUICK_MINUTES} minutes on a quiet 2-core machine, several times that under load)",
     )
     parser.add_argument(
         "--backend", action="append", choices=_bench.engine_names(), help="repeatable; default: all installed"
@@ -130,11 +316,30 @@ def bench(argv: list[str]) -> int:
     parser.add_argument("--table", action="append", choices=_bench.TABLES, help="repeatable; default: all")
     parser.add_argument(
         "--out",
-        default=os.path.join("benchmarks", "results"),
-        help="where the tables and plots go (default: %(default)s)",
+        default=BENCH_OUT,
+        metavar="DIR",
+        help="where the tables and plots go, created if missing (default: %(default)s/ in the current "
+        "directory; the repository's recorded tables are benchmarks/results)",
     )
     parser.add_argument("--no-plots", action="store_true", help="tables only")
-    args = parser.parse_args(argv)
+
+
+def _bench_parser() -> argparse.ArgumentParser:
+    from . import bench as _bench
+
+    parser = argparse.ArgumentParser(
+        prog="python -m diffinterface bench",
+        description=_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_bench_arguments(parser)
+    return parser
+
+
+def bench(argv: list[str] | argparse.Namespace) -> int:
+    from . import bench as _bench
+
+    args = argv if isinstance(argv, argparse.Namespace) else _bench_parser().parse_args(argv)
     engines = _bench.installed_engines(args.backend)
     missing = sorted(set(args.backend or _bench.engine_names()) - set(engines))
     for name in missing:
@@ -146,6 +351,8 @@ def bench(argv: list[str]) -> int:
     show = _progress(sys.stderr)
     done = _bench.run(engines, full=args.full, out=args.out, tables=args.table, progress=show, plots=not args.no_plots)
     overhead = done["results"].get("overhead", [])
+    unsteady = [(t, r) for t, rows in done["results"].items() for r in rows if r.get("steady") == "NO"]
+    overhead = [r for r in overhead if r.get("steady") != "NO"]  # an unsteady row is not a result
     misses = [r for r in overhead if r["within_budget"] != "yes"]
     print(
         f"benchmarked {', '.join(engines)} in {time.perf_counter() - start:.0f} s ({'full' if args.full else 'quick'}); "
@@ -153,28 +360,58 @@ def bench(argv: list[str]) -> int:
     )
     for path in done["written"]:
         print(f"  wrote {path}")
-    if overhead:
+    if done["results"].get("overhead"):
         print(
-            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} prepared calls within the budget of contract section 11"
+            f"overhead: {len(overhead) - len(misses)} of {len(overhead)} steady rows' prepared calls within the budget "
+            "of contract section 11"
         )
         for r in misses:
             print(
                 f"  over budget: {r['backend']} {r['operator']} {r['shape']}: {r['prepared_ratio']:.3f} (budget {r['budget']})"
             )
+    if unsteady:
+        print(
+            f"{len(unsteady)} of {sum('steady' in r for rows in done['results'].values() for r in rows)} timed rows "
+            "flagged unsteady "
+            f"(rounds more than {_bench.MAX_SPREAD:g}x apart after {_bench.QUICK.remeasure + 1} measurements: "
+            "a loaded machine): marked 'unsteady' in the tables, not results"
+        )
     return 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m diffinterface",
+        description="diffinterface's command line: check the backends against the scenario catalogue, "
+        "or benchmark them against each engine's own calls.",
+        epilog="'python -m diffinterface COMMAND --help' describes each command's options.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    check_parser = commands.add_parser(
+        "check", help="run the scenario catalogue on every installed backend", description=CHECK_HELP
+    )
+    _add_check_arguments(check_parser)
+    check_parser.set_defaults(run=check)
+    from . import bench as _bench
+
+    bench_parser = commands.add_parser(
+        "bench",
+        help="time diffinterface against each engine's own best calls",
+        description=_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_bench_arguments(bench_parser)
+    bench_parser.set_defaults(run=bench)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    commands = {"check": check, "bench": bench}
-    if not argv or argv[0] not in commands:
-        print(
-            "usage: python -m diffinterface check [--backend NAME] [--family NAME] [--failures-only]\n"
-            "       python -m diffinterface bench [--full] [--backend NAME] [--table NAME] [--out DIR] [--no-plots]",
-            file=sys.stderr,
-        )
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        parser.print_help()
         return 2
-    return commands[argv[0]](argv[1:])
+    return int(args.run(args))
 
 
 if __name__ == "__main__":

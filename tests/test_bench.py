@@ -6,6 +6,8 @@ import csv
 import importlib
 import math
 import os
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -127,3 +129,65 @@ def test_the_structured_table_prices_jax_outputs_against_one(tmp_path):
         assert r["case"] == f"XLA, {k} outputs" and r["baseline"] == "XLA, 1 output" and r["backend"] == "jax.jit"
         assert 0 < r["ratio"] < math.inf and r["ours_s"] > 0 and r["baseline_s"] > 0
     assert any(r["case"] == "gradient" and r["baseline"] == "flat array" for r in rows)
+
+
+def test_a_rows_times_and_ratio_come_from_the_same_rounds():
+    """The ratio is the ratio of the two median times, so a row's times and ratio cannot
+    contradict each other, and it lies within the per-round spread (min, max)."""
+    timing = bench.Timing(rounds=5, seconds=0.004, warmup=0.0, remeasure=0)
+    r = bench.ratio(lambda: time.sleep(0.002), lambda: time.sleep(0.001), timing)
+    assert r["ratio"] == r["ours_s"] / r["native_s"]
+    assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
+    assert 1.2 < r["ratio"] < 3.0 and r["ours_s"] >= 0.002 and r["native_s"] >= 0.001
+
+
+def test_a_measurement_whose_rounds_disagree_is_remeasured_then_flagged(monkeypatch, tmp_path):
+    """ours takes 1 ms in one round and 6 ms in the next: rounds 6x apart, over MAX_SPREAD; it is
+    measured 1 + remeasure times, then flagged (steady False), and the markdown table prints
+    'unsteady' in place of its times and ratio while the CSV keeps the numbers."""
+    from diffinterface.bench import _timing
+
+    calls = {"ours": 0, "measurements": 0}
+    measure = _timing._interleaved
+
+    def counted(*args, **kwargs):
+        calls["measurements"] += 1
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(_timing, "_interleaved", counted)
+
+    def ours():  # batches of one call (seconds below one call): each round alternates its cost
+        calls["ours"] += 1
+        time.sleep(0.006 if calls["ours"] % 2 else 0.001)
+
+    timing = bench.Timing(rounds=4, seconds=0.0001, warmup=0.0, remeasure=2)
+    r = bench.ratio(ours, lambda: time.sleep(0.001), timing)
+    assert calls["measurements"] == 3 and r["steady"] is False
+    assert r["ratio_max"] > bench.MAX_SPREAD * r["ratio_min"]
+    row = {"case": "jittery", **_timing.columns(r, "ours_s", "native_s")}
+    steady_row = {
+        "case": "steady",
+        **_timing.columns({**r, "ratio_min": 1.0, "ratio_max": 1.1, "steady": True}, "ours_s", "native_s"),
+    }
+    cols = ["case", "ours_s", "native_s", "ratio", "min", "max", "steady"]
+    bench.write_table(str(tmp_path / "t"), "t", bench.machine(), [row, steady_row], cols)
+    md = (tmp_path / "t.md").read_text().splitlines()
+    jittery = next(line for line in md if line.startswith("| jittery"))
+    assert jittery.count("unsteady") == 3 and f"{r['ratio_max']:.3f}" in jittery and jittery.endswith("| NO |")
+    assert "unsteady" not in next(line for line in md if line.startswith("| steady"))
+    with open(tmp_path / "t.csv") as fh:
+        saved = next(csv.DictReader(fh))
+    assert float(saved["ratio"]) == r["ratio"] and saved["steady"] == "NO"
+
+
+def test_bench_writes_into_a_folder_of_the_users_by_default(tmp_path, monkeypatch, capsys):
+    """Not into the repository's recorded benchmarks/results: a diffinterface-bench/ folder in the
+    current directory, which git ignores should it be made inside a clone."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--backend", "finitediff", "--table", "finite_differences"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "diffinterface-bench" / "finite_differences.md").exists()
+    assert os.path.join("diffinterface-bench", "finite_differences.md") in out
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ignored = subprocess.run(["git", "check-ignore", "-q", "diffinterface-bench/overhead.csv"], cwd=root)
+    assert ignored.returncode == 0, "diffinterface-bench/ is not in .gitignore"

@@ -1,42 +1,148 @@
-"""``python -m diffinterface check``: a table, a progress display, and an exit status that tells."""
+"""``python -m diffinterface``: help at every level, ``check``'s summary, progress, failures, JSON and warnings."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import re
 import subprocess
 import sys
+import types
+import warnings
 from pathlib import Path
 
+import pytest
+
+import diffinterface.__main__ as cli
 import diffinterface.testing as testing
+from conftest import installed
 from diffinterface.__main__ import main
 
 
-def test_check_runs_the_catalogue_and_prints_a_table():
+def test_check_runs_the_catalogue_and_prints_a_summary():
     run = subprocess.run(
         [sys.executable, "-m", "diffinterface", "check", "--backend", "finitediff", "--family", "numpy"],
         capture_output=True,
         text=True,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    lines = run.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("scenario"))
-    assert "AutoFiniteDiff() [numpy]" in header
-    assert re.search(r"^gradient/quadratic_form/closure\s+pass\s*$", run.stdout, re.M)
     n = len(testing.default_scenarios())
-    assert lines[-1] == f"{n} passed, 0 failed"
-    assert f"{n}/{n} (100%)" in run.stderr  # progress goes to stderr
+    assert re.search(rf"^AutoFiniteDiff\(\)\s+numpy\s+{n}\s+0\s+\d+\.\d+s$", run.stdout, re.M), run.stdout
+    assert re.fullmatch(rf"{n} passed, 0 failed in \d+:\d\d", run.stdout.splitlines()[-1])
+    assert "gradient/quadratic_form/closure" not in run.stdout  # the full table only with --verbose
+    # piped, the progress is plain lines on stderr (no carriage returns), the last at 100%
+    assert "\r" not in run.stderr and f"{n}/{n} (100%)" in run.stderr.splitlines()[-1]
 
 
-def test_check_reports_a_failure_with_its_error_and_exit_status(monkeypatch, capsys):
+def test_check_verbose_prints_the_full_table(capsys):
+    assert main(["check", "--backend", "finitediff", "--family", "numpy", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("scenario"))
+    assert "AutoFiniteDiff() [numpy]" in header
+    assert re.search(r"^gradient/quadratic_form/closure\s+pass$", out, re.M)
+
+
+def _one_wrong(monkeypatch):
     good = testing.default_scenarios()[0]
     wrong = dataclasses.replace(good, first=good.first + 1.0, name="pushforward/deliberately_wrong")
     monkeypatch.setattr(testing, "default_scenarios", lambda family="numpy": [good, wrong])
+
+
+def test_check_reports_a_failure_with_its_error_and_exit_status(monkeypatch, capsys):
+    _one_wrong(monkeypatch)
     assert main(["check", "--backend", "finitediff", "--family", "numpy"]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"^pushforward/deliberately_wrong\s+FAIL", out, re.M)
+    assert re.search(r"^AutoFiniteDiff\(\)\s+numpy\s+1\s+1\s", out, re.M)
     assert "FAIL pushforward/deliberately_wrong on AutoFiniteDiff() [numpy]:" in out
-    assert "max error" in out and out.rstrip().endswith("1 passed, 1 failed")
+    assert "max error 1 exceeds" in out
+    assert re.fullmatch(r"1 passed, 1 failed in \d+:\d\d", out.rstrip().splitlines()[-1])
+    # --failures-only (what CI runs): the table's failing rows, and the failure in full
+    assert main(["check", "--backend", "finitediff", "--family", "numpy", "--failures-only"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^pushforward/deliberately_wrong\s+FAIL$", out, re.M)
+    assert testing.default_scenarios()[0].name + " " not in out
+
+
+def test_check_json_writes_every_result(monkeypatch, tmp_path, capsys):
+    _one_wrong(monkeypatch)
+    path = tmp_path / "check.json"
+    assert main(["check", "--backend", "finitediff", "--family", "numpy", "--json", str(path)]) == 1
+    record = json.loads(path.read_text())
+    assert record["passed"] == 1 and record["failed"] == 1 and record["machine"]["machine"]
+    by_name = {r["scenario"]: r for r in record["results"]}
+    assert by_name["pushforward/deliberately_wrong"]["passed"] is False
+    assert "max error 1 exceeds" in by_name["pushforward/deliberately_wrong"]["error"]
+    good = by_name[testing.default_scenarios()[0].name]
+    assert good["passed"] is True and good["error"] is None and good["seconds"] > 0
+    assert good["backend"] == "AutoFiniteDiff()" and good["family"] == "numpy"
+    assert f"wrote {path}" in capsys.readouterr().out
+
+
+def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
+    """A warning raised during the check does not land in the middle of the output: it is counted
+    and reported once, after the summary; known-harmless ones (KNOWN_WARNINGS) are left out."""
+    good = testing.default_scenarios()[0]
+
+    def f(x):
+        warnings.warn("a warning from the user's f", RuntimeWarning, stacklevel=1)
+        warnings.warn(f"The 2023.12 {cli.KNOWN_WARNINGS[0]} version 2025.12", UserWarning, stacklevel=1)
+        return good.f(x)
+
+    noisy = dataclasses.replace(good, f=f, name="pushforward/noisy")
+    monkeypatch.setattr(testing, "default_scenarios", lambda family="numpy": [noisy])
+    assert main(["check", "--backend", "finitediff", "--family", "numpy"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "Warning" not in captured.err
+    assert re.search(r"^1 warning raised during the check \(each once\):$", out, re.M)
+    assert re.search(r"^  \d+x RuntimeWarning at .*test_cli\.py:\d+: a warning from the user's f$", out, re.M)
+    assert "array API specification" not in out
+    assert out.index("warning raised") > out.index("passed  failed")
+
+
+def test_help_at_every_level_exits_0():
+    for argv in ([], ["check"], ["bench"]):
+        run = subprocess.run([sys.executable, "-m", "diffinterface", *argv, "--help"], capture_output=True, text=True)
+        assert run.returncode == 0 and run.stderr == "", (argv, run.stderr)
+        assert run.stdout.startswith(f"usage: python -m diffinterface {argv[0] if argv else ''}".rstrip())
+    top = subprocess.run([sys.executable, "-m", "diffinterface", "--help"], capture_output=True, text=True).stdout
+    assert re.search(r"^    check\s+run the scenario catalogue", top, re.M)
+    assert re.search(r"^    bench\s+time diffinterface", top, re.M)
+    check = subprocess.run(
+        [sys.executable, "-m", "diffinterface", "check", "--help"], capture_output=True, text=True
+    ).stdout
+    for option in ("--backend NAME", "--family NAME", "--failures-only", "--verbose", "--json FILE"):
+        assert option in check, option
+    # no command: the help, and the status of a usage error
+    bare = subprocess.run([sys.executable, "-m", "diffinterface"], capture_output=True, text=True)
+    assert bare.returncode == 2 and "COMMAND" in bare.stdout
+
+
+def test_summary_fits_100_columns():
+    """Per backend and family one line, under 100 columns even for a long backend repr."""
+    rows = [
+        {"scenario": "s", "backend": "AutoJAX()", "family": "numpy", "passed": True, "seconds": 1.5},
+        {"scenario": "t", "backend": "AutoJAX()", "family": "numpy", "passed": False, "seconds": 2.0},
+        {"scenario": "s", "backend": "SecondOrder(" + "x" * 150 + ")", "family": "torch", "passed": True, "seconds": 1},
+    ]
+    lines = cli._summary([("AutoJAX()", "numpy"), (rows[2]["backend"], "torch")], rows)
+    assert all(len(line) <= cli.SUMMARY_WIDTH == 100 for line in lines)
+    assert re.fullmatch(r"AutoJAX\(\)\s+numpy\s+1\s+1\s+3\.5s", lines[1])
+    assert lines[2].startswith("SecondOrder(xxx") and "...  torch" in lines[2]
+
+
+def test_progress_bar_on_a_terminal_and_plain_lines_otherwise():
+    terminal, plain = io.StringIO(), io.StringIO()
+    bar, lines = cli._progress(terminal, tty=True), cli._progress(plain, tty=False)
+    for i in range(1, 5):
+        bar(i, 4, f"AutoJAX() [numpy]  gradient/s{i}")
+        lines(i, 4, f"AutoJAX() [numpy]  gradient/s{i}")
+    shown = terminal.getvalue()
+    assert shown.count("\r") == 4 and shown.endswith("\n")
+    last = shown.split("\r")[-1]
+    assert re.match(r"\[#{20}\] 4/4 100% 0:00 ~0:00 left  AutoJAX\(\) \[numpy\]  gradient/s4", last)
+    assert "\r" not in plain.getvalue() and plain.getvalue().splitlines()[-1].startswith("  4/4 (100%)")
 
 
 def test_check_rejects_an_unknown_backend():
@@ -56,3 +162,40 @@ def test_readme_test_command_is_what_ci_runs():
     test_block = next(b for b in blocks if "pytest" in b)
     for line in test_block.strip().splitlines():
         assert line.strip() in ci, f"README test command line not in .ci/run: {line}"
+
+
+@pytest.mark.skipif(not installed("jax"), reason='needs jax: pip install -e ".[jax]"')
+def test_check_keeps_jax_compilations_in_its_cache_and_restores_the_settings(monkeypatch, tmp_path, capsys):
+    """check --jax-cache DIR: JAX's compilations land in DIR (a second check finds them there), the
+    scenarios pass as before, and JAX's settings are what they were."""
+    import jax
+
+    scenarios = [s for s in testing.default_scenarios() if s.name.startswith("gradient/")][:2]
+    monkeypatch.setattr(testing, "default_scenarios", lambda family="numpy": scenarios)
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {name: getattr(jax.config, name) for name in names}
+    cache = tmp_path / "jax-cache"
+    argv = ["check", "--backend", "jax", "--family", "numpy", "--jax-cache", str(cache)]
+    assert main(argv) == 0
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries, "nothing was cached"
+    assert {name: getattr(jax.config, name) for name in names} == before
+    assert main(argv) == 0  # the same programs under the same keys: a later check finds them
+    assert sorted(p.name for p in cache.iterdir()) == entries
+    assert re.search(r"^AutoJAX\(\)\s+numpy\s+2\s+0\s", capsys.readouterr().out, re.M)
+
+
+def test_each_count_gets_its_own_estimate_of_what_remains(monkeypatch):
+    """bench counts each table on its own: a table of slow steps after one of fast ones is
+    estimated from its own steps (2 left of 4 at 60 s a step: 2:00), the elapsed time runs on."""
+    now = [0.0]
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    plain = io.StringIO()
+    show = cli._progress(plain, tty=False, every=0.0)
+    for i in range(11):  # a first table: 10 steps of 1 s
+        now[0] = float(i)
+        show(i, 10, "fast")
+    for i in range(3):  # a second: 60 s a step
+        now[0] = 10.0 + 60 * i
+        show(i, 4, "slow")
+    assert plain.getvalue().splitlines()[-1] == "  2/4 (50%) 130.0s ~2:00 left: slow"

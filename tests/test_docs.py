@@ -46,6 +46,21 @@ def test_every_page_is_in_the_site_and_every_local_link_resolves():
             assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
 
 
+def test_the_site_goes_where_the_readme_says_and_git_ignores_it():
+    """``nox -s docs`` and a plain ``mkdocs build`` write the site to the same folder, the one the
+    README names, and git ignores it (a build leaves ``git status`` clean)."""
+    site_dir = re.search(r"^site_dir: (\S+)$", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
+    assert site_dir == "site"
+    docs_session = (ROOT / "noxfile.py").read_text().split("def docs(")[1].split("\n@nox.session")[0]
+    assert 'site = ROOT / "site"' in docs_session and '"--site-dir", str(site)' in docs_session
+    assert (
+        "nox -s docs            # the documentation site, warnings as errors, into site/"
+        in (ROOT / "README.md").read_text()
+    )
+    ignored = subprocess.run(["git", "check-ignore", "-q", "site/index.html"], cwd=ROOT)
+    assert ignored.returncode == 0, "site/ is not in .gitignore"
+
+
 def test_nothing_in_the_repository_points_outside_it():
     outside = ("../" + "shared", "SPEC" + ".md")  # written in two parts: this file names them too
     files = [ROOT / name for name in ("README.md", "pyproject.toml", "noxfile.py", "mkdocs.yml", ".ci/run")]

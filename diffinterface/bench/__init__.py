@@ -1,13 +1,17 @@
 """``python -m diffinterface bench``: what diffinterface costs against each engine's own best call.
 
-Tables (CSV and markdown with the machine, versions and date, in ``--out``, by default
-``benchmarks/results``), and PNG plots of time against size:
+Tables (CSV and markdown with the machine, versions and date, in ``--out``: by default a folder
+``diffinterface-bench/`` in the current directory, created if missing; the repository's recorded
+tables are in ``benchmarks/results``, written only with ``--out benchmarks/results``), and PNG
+plots of time against size:
 
 - ``overhead``: per backend, operator and size, the prepared call, the unprepared call and the
   preparation against the engine's own best direct call on the same input type. Calls are timed
-  in alternating batches (:func:`ratio`): the ratio is the median of the per-round ratios, with
-  the smallest and largest round. The preparation is compared with the native's first call
-  (which pays JAX's compilation).
+  in alternating batches (:func:`ratio`): the times are the medians of the rounds and the ratio is
+  the ratio of those two medians, with the smallest and largest per-round ratio beside it; a
+  measurement whose rounds are more than ``MAX_SPREAD`` (2x) apart is taken again, and a row
+  still that far apart is marked ``unsteady`` instead of printed as a result. The preparation is
+  compared with the native's first call (which pays JAX's compilation).
 - ``cheap_gradient``: the prepared gradient over ``f`` itself.
 - ``mode_choice``: jacobians of tall and wide maps, ``mode=None`` against the better of
   ``"forward"`` and ``"reverse"``.
@@ -19,8 +23,9 @@ Tables (CSV and markdown with the machine, versions and date, in ``--out``, by d
 - ``catalogue``: :func:`diffinterface.testing.benchmark_differentiation` over the scenario
   catalogue (prepared, unprepared and preparation times, and ``f``-evaluation counts).
 
-The quick default (a subset of sizes and fewer rounds) takes under two minutes; ``--full`` runs
-every size with 21 rounds of about 30 ms per call kind.
+The quick default (a subset of sizes and fewer rounds) takes about ``QUICK_MINUTES`` (3) minutes
+on a 2-core x86_64 VM with every engine installed; ``--full`` runs every size with 21 rounds of
+about 30 ms per call kind (about half an hour).
 """
 
 from .._closures.state import declare_modules
@@ -41,7 +46,9 @@ from ._engines import engine as engine  # noqa: E402
 from ._engines import engine_names as engine_names  # noqa: E402
 from ._engines import installed_engines as installed_engines  # noqa: E402
 from ._timing import FULL as FULL  # noqa: E402
+from ._timing import MAX_SPREAD as MAX_SPREAD  # noqa: E402
 from ._timing import QUICK as QUICK  # noqa: E402
+from ._timing import QUICK_MINUTES as QUICK_MINUTES  # noqa: E402
 from ._timing import Timing as Timing  # noqa: E402
 from ._timing import machine as machine  # noqa: E402
 from ._timing import once as once  # noqa: E402

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._engines import installed_engines
-from ._timing import FULL, QUICK, Timing, machine, write_table
+from ._timing import FULL, MAX_SPREAD, QUICK, Timing, machine, write_table
 from .catalogue import catalogue
 from .cheap_gradient import cheap_gradient
 from .closures import closures
@@ -49,11 +49,12 @@ _COLUMNS = {
         "native_first_s",
         "prepare_ratio",
         "within_budget",
+        "steady",
         "frontend_us",
         "adapter_us",
         "reason",
     ],
-    "cheap_gradient": ["backend", "size", "inputs", "gradient_s", "f_s", "gradient_over_f", "min", "max"],
+    "cheap_gradient": ["backend", "size", "inputs", "gradient_s", "f_s", "gradient_over_f", "min", "max", "steady"],
     "mode_choice": [
         "backend",
         "shape",
@@ -64,11 +65,24 @@ _COLUMNS = {
         "auto_over_better",
         "min",
         "max",
+        "steady",
         "within_1.1",
     ],
     "finite_differences": ["function", "method", "f_evaluations", "max_rel_error", "error"],
-    "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max"],
-    "rules": ["backend", "rule", "inputs", "size", "rule_s", "by_hand_s", "ratio", "min", "max", "within_1.1"],
+    "closures": ["backend", "function", "operator", "size", "duplicated_s", "const_s", "ratio", "min", "max", "steady"],
+    "rules": [
+        "backend",
+        "rule",
+        "inputs",
+        "size",
+        "rule_s",
+        "by_hand_s",
+        "ratio",
+        "min",
+        "max",
+        "steady",
+        "within_1.1",
+    ],
     "sparse": [],  # diffinterface.sparse._bench.COLUMNS, filled below
     "structured": [],  # diffinterface._bench_structured.COLUMNS, filled below
     "distributed": [],  # diffinterface._bench_distributed.COLUMNS, filled below
@@ -102,8 +116,11 @@ _TITLES = {
 def _notes(table: str, timing: Timing) -> str:
     how = (
         f"Interleaved timing: {timing.rounds} rounds of batches of about {timing.seconds * 1e3:.0f} ms of each "
-        f"call, after {timing.warmup} s of warm-up; a ratio is the median of the per-round ratios, min and max "
-        f"the smallest and largest round."
+        f"call, after {timing.warmup} s of warm-up; the times are the medians of the rounds and a ratio is the "
+        f"ratio of the two medians (so a row's times and ratio agree), min and max the smallest and largest "
+        f"per-round ratio. A measurement whose rounds are more than {MAX_SPREAD}x apart (max / min) is taken "
+        f"again, up to {timing.remeasure} more times; a row still that far apart is marked `unsteady` in place "
+        f"of its times and ratios (steady: NO; the CSV keeps the numbers) and is not a result."
     )
     return {
         "overhead": how + " Natives: JAX `jax.jit` of `grad`, `jvp(grad)`, `hessian`, `jvp`, `vjp`, `jacfwd` (tall) "
@@ -160,13 +177,14 @@ def _distributed_bench() -> Any:
 def run(
     engines: list[str] | None = None,
     full: bool = False,
-    out: str = os.path.join("benchmarks", "results"),
+    out: str = "diffinterface-bench",
     tables: list[str] | None = None,
     progress: Callable[..., Any] | None = None,
     plots: bool = True,
     timing: Timing | None = None,
 ) -> dict[Any, Any]:
-    """Run the benchmarks and write their tables; returns ``{"results": {table: rows}, "written":
+    """Run the benchmarks and write their tables into ``out`` (created if missing; the repository's
+    recorded tables are ``benchmarks/results``, written only when asked for); returns ``{"results": {table: rows}, "written":
     paths, "machine": record}``. ``timing`` overrides the rounds of ``QUICK`` or ``FULL``."""
     engines = installed_engines(engines)
     timing = timing or (FULL if full else QUICK)

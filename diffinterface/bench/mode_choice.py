@@ -52,6 +52,7 @@ def mode_choice(
                 "auto_over_better": r["ratio"],
                 "min": r["ratio_min"],
                 "max": r["ratio_max"],
+                "steady": "yes" if r["steady"] and fwd["steady"] else "NO",
                 "within_1.1": "yes" if r["ratio"] <= 1.1 else "NO",
             }
         )

@@ -168,6 +168,7 @@ def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[.
                 "prepare_ratio": prep_s / first_s,
                 "budget": budget(size),
                 "within_budget": "yes" if within else "NO",
+                "steady": "yes" if prepared["steady"] and unprepared["steady"] else "NO",
                 **split,
             }
         )

@@ -39,6 +39,7 @@ COLUMNS = [
     "ratio",
     "min",
     "max",
+    "steady",
     "within_1.1",
 ]
 
@@ -204,6 +205,7 @@ def structured(
                     "ratio": r["ratio"],
                     "min": r["ratio_min"],
                     "max": r["ratio_max"],
+                    "steady": "yes" if r["steady"] else "NO",
                     "within_1.1": r["ratio"] <= 1.1 if (case, baseline_label) == ("gradient", "flat array") else "",
                 }
             )
