@@ -52,7 +52,8 @@ def test_each_native_computes_what_ours_computes(engine):
                 ours, native = _numpy(ours), _numpy(native)
                 assert ours.shape == native.shape, (operator, size)
                 assert np.allclose(ours, native, rtol=tol, atol=tol), (operator, size)
-                assert np.allclose(_numpy(case["unprepared"]()), native, rtol=tol, atol=tol)
+                for call in ("unprepared", "repeated", "repeated", "fresh"):  # the second repeat reuses a prep
+                    assert np.allclose(_numpy(case[call]()), native, rtol=tol, atol=tol), (operator, call)
                 case["prepare"]()
                 case["native_first"]()
                 checked += 1
@@ -73,7 +74,15 @@ def test_bench_writes_every_table_and_the_plots(tmp_path, capsys):
         rows = list(csv.DictReader(fh))
     assert {r["backend"] for r in rows} == {repr(bench.config(e)) for e in engines}
     for r in rows:
-        for key in ("prepared_ratio", "unprepared_ratio", "prepare_ratio"):
+        for key in (
+            "prepared_ratio",
+            "unprepared_ratio",
+            "repeated_unprepared_ratio",
+            "repeated_over_prepared",
+            "fresh_over_unprepared",
+            "prepare_ratio",
+            "first_call_ratio",
+        ):
             assert 0 < float(r[key]) < math.inf
         assert r["within_budget"] in ("yes", "NO")
 

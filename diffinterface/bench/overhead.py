@@ -79,13 +79,19 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
     plain, prepare = getattr(di, name_), getattr(di, f"prepare_{name_}")
     args = (x, t) if t is not None else (x,)
     prep = prepare(backend, f, *args)
+    one_shot = config(name, reuse_prep=False)
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     return {
         "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
         # the adapter's runner, without the frontend: its result is the engine's array (waited for)
         "runner": lambda: eng.ready(runner(x, tangents, ())),
-        "unprepared": lambda: ready(plain(backend, f, *args)),
+        # a call without prep= that reuses nothing (reuse_prep=False): what a one-shot call costs
+        "unprepared": lambda: ready(plain(one_shot, f, *args)),
+        # the same f called without prep= in a loop: diffinterface.prep_cache's kept preparation
+        "repeated": lambda: ready(plain(backend, f, *args)),
+        # a new function at every call (a lambda written in the loop): the cache's miss, then a one-shot call
+        "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
         "prepare": lambda: prepare(backend, f, *args),
         "native": native,
         # the cold call; with numpy inputs, the engine's own (its first call's cost is the trace)
@@ -134,8 +140,12 @@ def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[.
             again = ratio(case["prepared"], case["native"], timing)
             prepared = min(first, again, key=lambda r: r["ratio"])
         unprepared = ratio(case["unprepared"], case["native"], timing)
+        repeated = ratio(case["repeated"], case["native"], timing)
+        over_prepared = ratio(case["repeated"], case["prepared"], timing)
+        fresh = ratio(case["fresh"], case["unprepared"], timing)
         prep_s = once(case["prepare"], timing.prep_repeat)
         first_s = once(case["native_first"], timing.prep_repeat)
+        first_call_s = once(case["fresh"], timing.prep_repeat)
         within = prepared["ratio"] <= budget(size)
         split = {"frontend_us": "", "adapter_us": "", "reason": ""}
         if not within:  # where the time goes: the frontend (check, dispatch) and the adapter's runner
@@ -163,12 +173,18 @@ def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[.
                 "unprepared_ratio": unprepared["ratio"],
                 "unprepared_min": unprepared["ratio_min"],
                 "unprepared_max": unprepared["ratio_max"],
+                "repeated_unprepared_s": repeated["ours_s"],
+                "repeated_unprepared_ratio": repeated["ratio"],
+                "repeated_over_prepared": over_prepared["ratio"],
+                "fresh_over_unprepared": fresh["ratio"],
                 "prepare_s": prep_s,
                 "native_first_s": first_s,
                 "prepare_ratio": prep_s / first_s,
+                "first_call_s": first_call_s,
+                "first_call_ratio": first_call_s / first_s,
                 "budget": budget(size),
                 "within_budget": "yes" if within else "NO",
-                "steady": "yes" if prepared["steady"] and unprepared["steady"] else "NO",
+                "steady": "yes" if all(r["steady"] for r in (prepared, unprepared, repeated, over_prepared)) else "NO",
                 **split,
             }
         )
