@@ -68,7 +68,7 @@ def test_colorings_of_random_patterns_decompress_exactly(order, seed):
     _check_columns(p, coloring.columns(p), rng)
     _check_rows(p, coloring.rows(p), rng)
     H = _symmetric(_random_pattern(rng, n, n, rng.uniform(0.01, 0.2)), rng)
-    colors = coloring.symmetric(H)
+    colors = coloring.star(H)
     _check_star(H, colors)
     # a star coloring is a distance-1 coloring: no edge joins two vertices of one color
     r, c = H.nonzero()
@@ -107,12 +107,12 @@ def test_known_color_counts(order):
     arrow.setdiag(1)
     arrow = csr_pattern(arrow)
     assert coloring.columns(arrow).max() + 1 == n
-    colors = coloring.symmetric(arrow)
+    colors = coloring.star(arrow)
     assert colors.max() + 1 == 2
     _check_star(_symmetric(arrow, np.random.default_rng(0)), colors)
     # a banded Hessian of half-bandwidth 2: a star coloring needs at most as many colors as columns
     band = _banded(1000, 2)
-    assert coloring.symmetric(band).max() + 1 <= coloring.columns(band).max() + 1
+    assert coloring.star(band).max() + 1 <= coloring.columns(band).max() + 1
 
 
 def test_no_more_colors_than_scipy_group_columns():
