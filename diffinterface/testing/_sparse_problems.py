@@ -11,7 +11,10 @@ engine and on the sparsity tracer; each reference is a closed form assembled wit
 - :func:`arrowhead`: ``sum(cos(x_0 + x_i), i >= 1) + sum(x**2) / 2``, whose Hessian is an
   arrowhead (2 star colors, n column colors);
 - :func:`banded`: ``sum(sin(x_i + 2 x_{i+1} + 3 x_{i+2})) + sum(x**4) / 12``, a Hessian of
-  half-bandwidth 2.
+  half-bandwidth 2 (5 star colors, 3 acyclic);
+- :func:`arrowhead_map`: a Jacobian with a full first row and column and a diagonal (3 products as
+  a bicoloring, n in one direction);
+- :func:`pairs`: a Hessian with the pattern of any graph (random symmetric patterns).
 """
 
 from __future__ import annotations
@@ -96,6 +99,27 @@ def brusselator_x0(size: int) -> np.ndarray:
     return np.concatenate([(22 * yy * (1 - yy) ** 1.5).ravel(), (27 * xx * (1 - xx) ** 1.5).ravel()])
 
 
+# -- an arrowhead Jacobian -------------------------------------------------------------------------
+
+
+def arrowhead_map(x: Any) -> Any:
+    """``y_0 = sum(sin(x))``, ``y_i = x_i**2 + x_0 x_i``: a Jacobian with a full first row, a full
+    first column and a diagonal (n colors in either direction alone, 3 products as a bicoloring)."""
+    xp = array_namespace(x)
+    return xp.concat([xp.reshape(xp.sum(xp.sin(x)), (1,)), x[1:] * x[1:] + x[0] * x[1:]])
+
+
+def arrowhead_map_jacobian(x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    n = x.size
+    rest = np.arange(1, n)
+    rows = np.concatenate([np.zeros(n, int), rest, rest])
+    cols = np.concatenate([np.arange(n), np.zeros(n - 1, int), rest])
+    vals = np.concatenate([np.cos(x), x[1:], 2 * x[1:] + x[0]])
+    return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(n, n)))
+
+
 # -- Hessians ----------------------------------------------------------------------------------------
 
 
@@ -122,6 +146,31 @@ def banded(x: Any) -> Any:
     xp = array_namespace(x)
     a, b, c = WEIGHTS
     return xp.sum(xp.sin(a * x[:-2] + b * x[1:-1] + c * x[2:])) + xp.sum(x**4) / 12
+
+
+def pairs(edges: np.ndarray) -> Callable[[Any], Any]:
+    """``f(x) = sum(sin(x_i x_j) for (i, j) in edges) + sum(x**4) / 12``: a Hessian with the
+    pattern of the graph ``edges`` (an ``(E, 2)`` integer array, i != j) and the diagonal."""
+    first, second = np.ascontiguousarray(edges[:, 0]), np.ascontiguousarray(edges[:, 1])
+
+    def f(x: Any) -> Any:
+        xp = array_namespace(x)
+        return xp.sum(xp.sin(x[first] * x[second])) + xp.sum(x**4) / 12
+
+    return f
+
+
+def pairs_hessian(edges: np.ndarray, x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    i, j = edges[:, 0], edges[:, 1]
+    t = x[i] * x[j]
+    c, s = np.cos(t), np.sin(t)
+    off = c - t * s  # d2/dxi dxj sin(xi xj)
+    rows = np.concatenate([i, j, i, j, np.arange(x.size)])
+    cols = np.concatenate([j, i, i, j, np.arange(x.size)])
+    vals = np.concatenate([off, off, -(x[j] ** 2) * s, -(x[i] ** 2) * s, x**2])
+    return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(x.size, x.size)))
 
 
 def banded_hessian(x: Any) -> Any:
