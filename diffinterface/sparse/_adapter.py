@@ -125,6 +125,10 @@ class SparseAdapter(Adapter):
         pattern = csr_pattern(detected, (n, n))
         pattern = csr_pattern(pattern + pattern.T)  # symmetric, whatever the detector gave
         kind, colors = backend.coloring.hessian(pattern)
+        if kind == "acyclic" and getattr(backend.coloring, "symmetric", None) == "auto" and _single(x):
+            # substitution sums along two-colored trees: in float32 its rounding grows with a tree's
+            # size (2e-5 relative on a band of n = 1e4), so "auto" keeps direct recovery there
+            kind, colors = "star", backend.coloring.star(pattern)
         plan = Plan(pattern, colors, kind)
         if kind == "acyclic":  # the products to gather, then the substitution (_solver)
             plan.substitution = substitution(pattern, colors)
@@ -202,15 +206,21 @@ class SparseAdapter(Adapter):
             return Plan(pattern, coloring.rows(pattern), "rows")
         col_cost, row_cost = conflict_size(pattern), conflict_size(csr_pattern(pattern.T))
         plans = []
-        if col_cost <= CONFLICT_LIMIT or col_cost <= row_cost:
+        if col_cost <= CONFLICT_LIMIT:
             plans.append(Plan(pattern, coloring.columns(pattern), "columns"))
-        if row_cost <= CONFLICT_LIMIT or row_cost < col_cost:
+        if row_cost <= CONFLICT_LIMIT:
             plans.append(Plan(pattern, coloring.rows(pattern), "rows"))
-        fewest = min(p.n_colors for p in plans)
-        # both directions at once (mode=None: the engine has both products), where it may pay
+        fewest = min((p.n_colors for p in plans), default=None)
+        # both directions at once (mode=None: the engine has both products), where it may pay; an
+        # arrowhead's conflict graphs are n x n and full, its bicoloring 3 products
         bicolor = getattr(coloring, "bidirectional", None)
-        if bicolor is not None and fewest > 2 and (pattern.nnz <= BICOLOR_LIMIT or fewest > BICOLOR_ABOVE):
-            plans.append(Plan(pattern, bicolor(pattern), "bidirectional"))
+        if bicolor is not None and (fewest is None or fewest > 2):
+            if fewest is None or pattern.nnz <= BICOLOR_LIMIT or fewest > BICOLOR_ABOVE:
+                plans.append(Plan(pattern, bicolor(pattern), "bidirectional"))
+        if not plans:  # both conflict graphs past the limit: the smaller one
+            if col_cost <= row_cost:
+                return Plan(pattern, coloring.columns(pattern), "columns")
+            return Plan(pattern, coloring.rows(pattern), "rows")
         return min(plans, key=lambda p: p.n_colors)  # columns, then rows, first: kept on a tie
 
     def _bidirectional(self, plan: Plan, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
@@ -251,6 +261,12 @@ class SparseAdapter(Adapter):
 
 
 # -- seeds and decompression -------------------------------------------------------------------------
+
+
+def _single(x: Any) -> bool:
+    """Whether ``x`` holds floats of at most single precision (float32, complex64 and smaller)."""
+    dtype = np.dtype(dtype_name(x))
+    return dtype.itemsize < (16 if dtype.kind == "c" else 8)
 
 
 def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) -> tuple[Any, ...]:

@@ -249,13 +249,18 @@ def _dynamic_order(graph: Any, degrees: np.ndarray, order: str) -> list[int]:
 
 def _greedy(graph: Any, order: list[int], passes: int = 0, seed: int = 0) -> np.ndarray:
     """Distance-1 greedy coloring of ``graph`` (CSR adjacency) in ``order``, then ``passes`` rounds
-    of Culberson's iterated greedy (:func:`_recolor`), which never add a color."""
+    of Culberson's iterated greedy (:func:`_recolor`), which never add a color (stopped after six
+    passes without a gain)."""
     colors = _greedy_pass(graph, order)
     rng = np.random.default_rng(seed)
+    best, since = _count(colors), 0
     for k in range(passes):
         count = _count(colors)
-        if count <= 1:
+        if count < best:
+            best, since = count, 0
+        if count <= 1 or since == 6:  # two rounds of the three class orders without a gain: done
             break
+        since += 1
         # the classes in reverse order, largest first, or shuffled, in turn (Culberson 1992)
         if k % 3 == 0:
             classes = np.arange(count)[::-1]

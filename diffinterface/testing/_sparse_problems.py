@@ -50,6 +50,32 @@ def diffusion_jacobian(x: Any) -> Any:
     return _sp().diags_array([np.ones(n - 1), -2 - 3 * x**2, np.ones(n - 1)], offsets=[-1, 0, 1], format="csr")
 
 
+# -- 3-D diffusion -----------------------------------------------------------------------------------
+
+
+def diffusion3d(x: Any) -> Any:
+    """``y = L x - x**3`` with ``L`` the seven-point Laplacian on a periodic ``N x N x N`` grid
+    (``x.size = N**3``): a Jacobian with 7 nonzeros per row."""
+    xp = array_namespace(x)
+    size = int(round(x.shape[0] ** (1 / 3)))
+    u = xp.reshape(x, (size, size, size))
+    lap = -6 * u
+    for axis in range(3):
+        lap = lap + xp.roll(u, 1, axis=axis) + xp.roll(u, -1, axis=axis)
+    return xp.reshape(lap - u**3, (-1,))
+
+
+def diffusion3d_jacobian(x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    size = int(round(x.size ** (1 / 3)))
+    ring = sp.diags_array([np.ones(size - 1), np.ones(size - 1)], offsets=[-1, 1], shape=(size, size), format="lil")
+    ring[0, size - 1] = ring[size - 1, 0] = 1
+    ring, eye = sp.csr_array(ring), sp.eye_array(size, format="csr")
+    lap = sp.kron(sp.kron(ring, eye), eye) + sp.kron(sp.kron(eye, ring), eye) + sp.kron(sp.kron(eye, eye), ring)
+    return sp.csr_array(lap + sp.diags_array(-6 - 3 * x**2))
+
+
 # -- 2-D Brusselator -------------------------------------------------------------------------------
 
 BRUSSELATOR_A, BRUSSELATOR_B, BRUSSELATOR_ALPHA = 3.4, 1.0, 10.0
