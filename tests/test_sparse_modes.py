@@ -177,3 +177,14 @@ def test_acyclic_and_bicolored_with_jax_arrays():
         with enable_x64(True):
             dense = np.asarray(result.todense())
         np.testing.assert_allclose(dense, reference(x_np).toarray(), rtol=1e-10, atol=1e-10)
+
+
+def test_auto_keeps_direct_recovery_in_single_precision():
+    # substitution's rounding grows with a two-colored tree's size: in float32 "auto" takes star
+    x = np.linspace(-1, 1, 400)
+    backend = di.AutoFiniteDiff()
+    assert di.prepare_hessian(AutoSparse(backend), problems.banded, x).sparse_mode == "acyclic"
+    single = di.prepare_hessian(AutoSparse(backend), problems.banded, x.astype(np.float32))
+    assert (single.sparse_mode, single.ncolors) == ("star", 5)
+    asked = AutoSparse(backend, coloring=GreedyColoring(symmetric="acyclic"))
+    assert di.prepare_hessian(asked, problems.banded, x.astype(np.float32)).sparse_mode == "acyclic"

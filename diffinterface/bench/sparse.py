@@ -290,11 +290,11 @@ BEYOND_NOTES = (
     "`bidirectional`; Hessian-vector products for `star`/`acyclic`). Orders rows: `GreedyColoring(order)` on the "
     "Brusselator's pattern alone (`color_s` includes the conflict graph and the recoloring passes). `detect_s`: "
     "`TracerSparsityDetector`; `color_s`: the coloring alone; `asdex_detect_color_s`: `asdex.jacobian_coloring` "
-    "(its detection and coloring). `sparse_s`: median of single prepared calls on float32 JAX arrays (float64 numpy "
+    "(its detection and coloring). `prepare_s`: ours, detection, coloring, the index and JAX's compilation. `sparse_s`: median of single prepared calls on float32 JAX arrays (float64 numpy "
     "for autograd, torch's own float64 tensors); `over_asdex`: interleaved ratio of our prepared call over "
     "`jax.jit(asdex.jacobian_from_coloring(f, coloring))` (Hessians: `hessian_from_coloring`). 1e6-unknown rows: "
-    "detection, coloring, preparation and the call each in a fresh process; `peak_mb`: that process's peak "
-    "resident memory (ru_maxrss, Python and the libraries included), `asdex_peak_mb` the same for asdex's "
+    "detection, coloring, preparation and the call in a fresh process; `peak_mb`: that process's peak "
+    "resident memory (VmHWM, Python, JAX and XLA's compilation included), `asdex_peak_mb` the same for asdex's "
     "coloring and call. Goals (issue 42): the arrowhead in <= 4 products on every AD engine; the Brusselator "
     "N = 64 in <= 10 colors and within 1.1x of asdex; 1e6 unknowns detected and colored in < 10 s and within "
     "1.2x of asdex."
@@ -424,8 +424,7 @@ def _asdex_row(row: dict[str, Any], f: Any, x: Any, is_jac: bool, ours: Any, tim
 
 
 _SCALE_SCRIPT = """
-import json, resource, sys, time
-import numpy as np
+import json, sys
 from diffinterface.bench.sparse import _scale_measure
 print(json.dumps(_scale_measure(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
 """
@@ -465,8 +464,6 @@ def _scale_problem(name: str, size: int) -> tuple[Any, Any, np.ndarray]:
 def _scale_measure(name: str, size: int, who: str) -> dict[str, Any]:
     """Run in a fresh process: detection, coloring, preparation and one call (ours) or asdex's
     coloring and compiled call, with the peak resident memory of the process."""
-    import resource
-
     import jax.numpy as jnp
 
     from ._timing import once
@@ -494,7 +491,7 @@ def _scale_measure(name: str, size: int, who: str) -> dict[str, Any]:
         row.update(coloring="GreedyColoring()", mode=prep.sparse_mode, colors=prep.ncolors)
         row["sparse_s"] = once(lambda: _block(jacobian(backend, f, x, prep=prep)), 5)
         row["max_rel_error"] = _rel_error_sparse(jacobian(backend, f, x, prep=prep), reference(x_np))
-        row["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        row["peak_mb"] = _peak_mb()
     else:
         import asdex
         import jax
@@ -505,8 +502,16 @@ def _scale_measure(name: str, size: int, who: str) -> dict[str, Any]:
         row["asdex_colors"] = int(colored.num_colors)
         fa = jax.jit(asdex.jacobian_from_coloring(f, colored))
         fa(x).data.block_until_ready()
-        row["asdex_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        row["asdex_peak_mb"] = _peak_mb()
     return row
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM`` (``ru_maxrss`` keeps the parent's peak
+    across fork and exec on Linux)."""
+    with open("/proc/self/status") as fh:
+        kb = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    return kb / 1024
 
 
 def _scale_calls(name: str, size: int) -> tuple[Any, Any, Any]:

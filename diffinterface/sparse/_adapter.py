@@ -214,14 +214,21 @@ class SparseAdapter(Adapter):
         # both directions at once (mode=None: the engine has both products), where it may pay; an
         # arrowhead's conflict graphs are n x n and full, its bicoloring 3 products
         bicolor = getattr(coloring, "bidirectional", None)
-        if bicolor is not None and (fewest is None or fewest > 2):
-            if fewest is None or pattern.nnz <= BICOLOR_LIMIT or fewest > BICOLOR_ABOVE:
+        if bicolor is not None and fewest is not None and fewest > 2:
+            if pattern.nnz <= BICOLOR_LIMIT or fewest > BICOLOR_ABOVE:
                 plans.append(Plan(pattern, bicolor(pattern), "bidirectional"))
-        if not plans:  # both conflict graphs past the limit: the smaller one
-            if col_cost <= row_cost:
-                return Plan(pattern, coloring.columns(pattern), "columns")
-            return Plan(pattern, coloring.rows(pattern), "rows")
-        return min(plans, key=lambda p: p.n_colors)  # columns, then rows, first: kept on a tie
+        if plans:
+            return min(plans, key=lambda p: p.n_colors)  # columns, then rows, first: kept on a tie
+        # both conflict graphs past the limit: the smaller one, unless a bicoloring beats the fewest
+        # colors it could take (the most nonzeros in one row for columns, in one column for rows)
+        side = "columns" if col_cost <= row_cost else "rows"
+        line = pattern if side == "columns" else csr_pattern(pattern.T)
+        bound = int(np.diff(line.indptr).max(initial=0))
+        if bicolor is not None and bound > BICOLOR_ABOVE:
+            bicolored = Plan(pattern, bicolor(pattern), "bidirectional")
+            if bicolored.n_colors < bound:
+                return bicolored
+        return Plan(pattern, getattr(coloring, side)(pattern), side)
 
     def _bidirectional(self, plan: Plan, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
         """A bicoloring's runners: the dense backend's batched pushforward along the column seeds and
