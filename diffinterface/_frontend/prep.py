@@ -148,7 +148,8 @@ class Prep:
 
     @property
     def colors(self) -> Any:
-        """The color of each column (forward), row (reverse) or index (Hessian); AutoSparse only."""
+        """The color of each column (forward), row (reverse) or index (Hessian); ``(column_colors,
+        row_colors)`` for a bicoloring (-1: in no seed); AutoSparse only."""
         return self._sparse("colors").colors
 
     @property
