@@ -10,9 +10,22 @@ import pytest
 sp = pytest.importorskip("scipy.sparse")
 
 from diffinterface.sparse import GreedyColoring  # noqa: E402
-from diffinterface.sparse._coloring import csr_pattern, decompression  # noqa: E402
+from diffinterface.sparse._coloring import (  # noqa: E402
+    bidirectional_decompression,
+    csr_pattern,
+    decompression,
+    substitution,
+)
 
-ORDERS = ["largest_first", "natural"]
+ORDERS = [
+    "largest_first",
+    "natural",
+    "smallest_last",
+    "incidence_degree",
+    "dynamic_largest_first",
+    "random",
+    "best",
+]
 
 
 def _random_pattern(rng, m, n, density):
@@ -68,7 +81,7 @@ def test_colorings_of_random_patterns_decompress_exactly(order, seed):
     _check_columns(p, coloring.columns(p), rng)
     _check_rows(p, coloring.rows(p), rng)
     H = _symmetric(_random_pattern(rng, n, n, rng.uniform(0.01, 0.2)), rng)
-    colors = coloring.symmetric(H)
+    colors = coloring.star(H)
     _check_star(H, colors)
     # a star coloring is a distance-1 coloring: no edge joins two vertices of one color
     r, c = H.nonzero()
@@ -91,7 +104,8 @@ def _banded(n, k):
     return csr_pattern(sp.diags_array([np.ones(n - abs(d)) for d in range(-k, k + 1)], offsets=range(-k, k + 1)))
 
 
-@pytest.mark.parametrize("order", ORDERS)
+# dynamic largest first spreads its first picks apart: 6 colors on a band of half-width 2 (5 is optimal)
+@pytest.mark.parametrize("order", ["largest_first", "natural", "smallest_last", "incidence_degree", "best"])
 def test_known_color_counts(order):
     coloring = GreedyColoring(order)
     tri = _banded(1000, 1)
@@ -107,12 +121,12 @@ def test_known_color_counts(order):
     arrow.setdiag(1)
     arrow = csr_pattern(arrow)
     assert coloring.columns(arrow).max() + 1 == n
-    colors = coloring.symmetric(arrow)
+    colors = coloring.star(arrow)
     assert colors.max() + 1 == 2
     _check_star(_symmetric(arrow, np.random.default_rng(0)), colors)
     # a banded Hessian of half-bandwidth 2: a star coloring needs at most as many colors as columns
     band = _banded(1000, 2)
-    assert coloring.symmetric(band).max() + 1 <= coloring.columns(band).max() + 1
+    assert coloring.star(band).max() + 1 <= coloring.columns(band).max() + 1
 
 
 def test_no_more_colors_than_scipy_group_columns():
@@ -136,3 +150,146 @@ def test_coloring_time_on_a_banded_pattern_of_1e5():
     elapsed = time.perf_counter() - start
     assert colors.max() + 1 == 3
     assert elapsed < 5.0, elapsed  # the issue's budget is 1 s for detection and coloring (measured in the bench)
+
+
+# -- the coloring properties, checked directly (issue 42) --------------------------------------------
+
+
+def _distinct_per_line(p, colors):
+    """Each row of p meets columns of distinct colors (a column coloring's definition)."""
+    for i in range(p.shape[0]):
+        c = colors[p.indices[p.indptr[i] : p.indptr[i + 1]]]
+        assert len(set(c.tolist())) == c.size, (i, c)
+
+
+def _edges(H):
+    r, c = sp.csr_array(H).nonzero()
+    keep = r != c
+    return r[keep], c[keep]
+
+
+def _assert_star(H, colors):
+    """Distance-1, and no path on four vertices with two colors: for each edge v-w, no neighbor x of
+    w (x != v) with v's color having a neighbor y != w with w's color."""
+    r, c = _edges(H)
+    assert not np.any(colors[r] == colors[c])
+    nbrs = [set() for _ in range(H.shape[0])]
+    for a, b in zip(r.tolist(), c.tolist()):
+        nbrs[a].add(b)
+    for v, w in zip(r.tolist(), c.tolist()):
+        for x in nbrs[w] - {v}:
+            if colors[x] == colors[v]:
+                assert not any(colors[y] == colors[w] for y in nbrs[x] - {w}), (v, w, x)
+
+
+def _assert_acyclic(H, colors):
+    """Distance-1, and the edges between any two colors form a forest (edges = vertices - trees)."""
+    from scipy.sparse.csgraph import connected_components
+
+    r, c = _edges(H)
+    assert not np.any(colors[r] == colors[c])
+    upper = r < c
+    r, c = r[upper], c[upper]
+    for a in range(colors.max() + 1):
+        for b in range(a + 1, colors.max() + 1):
+            pick = ((colors[r] == a) & (colors[c] == b)) | ((colors[r] == b) & (colors[c] == a))
+            if not pick.any():
+                continue
+            verts, local = np.unique(np.concatenate([r[pick], c[pick]]), return_inverse=True)
+            k = pick.sum()
+            g = sp.csr_array((np.ones(k), (local[:k], local[k:])), shape=(verts.size, verts.size))
+            trees = connected_components(g, directed=False)[0]
+            assert k == verts.size - trees, (a, b)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("seed", range(8))
+def test_every_order_gives_valid_colorings(order, seed):
+    rng = np.random.default_rng(100 + seed)
+    m, n = rng.integers(2, 50, size=2)
+    p = _random_pattern(rng, m, n, rng.uniform(0.02, 0.3))
+    coloring = GreedyColoring(order, seed=seed)
+    cols, rows = coloring.columns(p), coloring.rows(p)
+    _distinct_per_line(p, cols)
+    _distinct_per_line(csr_pattern(p.T), rows)
+    _check_columns(p, cols, rng)
+    _check_rows(p, rows, rng)
+    H = _symmetric(_random_pattern(rng, n, n, rng.uniform(0.02, 0.25)), rng)
+    star, acyclic = coloring.star(H), coloring.acyclic(H)
+    _assert_star(H, star)
+    _assert_acyclic(H, acyclic)
+    _check_star(H, star)
+    _check_acyclic(H, acyclic)
+    kind, colors = coloring.hessian(H)
+    assert kind == ("acyclic" if acyclic.max() < star.max() else "star")
+    # a bicoloring: every nonzero read from its column's forward product or its row's reverse one
+    fwd, rev = coloring.bidirectional(p)
+    _check_bidirectional(p, fwd, rev, rng)
+
+
+def _check_acyclic(H, colors):
+    B = (H @ _seeds(colors)).T
+    got = substitution(H, colors)(B)
+    ref = sp.csr_array(H).data
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+
+
+def _check_bidirectional(p, fwd, rev, rng):
+    J = _values(p, rng)
+    m, n = p.shape
+    rows = np.repeat(np.arange(m), np.diff(p.indptr))
+    for i, j in zip(rows.tolist(), p.indices.tolist()):  # the definition, entry by entry
+        by_column = fwd[j] >= 0 and sum(fwd[k] == fwd[j] for k in p.indices[p.indptr[i] : p.indptr[i + 1]]) == 1
+        by_row = rev[i] >= 0 and sum(rev[r] == rev[i] for r in rows[p.indices == j]) == 1
+        assert by_column or by_row, (i, j)
+    column_seeds = np.eye(max(fwd.max() + 1, 1))[np.maximum(fwd, 0)] * (fwd >= 0)[:, None]  # -1: in no seed
+    row_seeds = np.eye(max(rev.max() + 1, 1))[np.maximum(rev, 0)] * (rev >= 0)[:, None]
+    F = (J @ column_seeds).T
+    R = row_seeds.T @ J.toarray()
+    stacked = np.concatenate([F[: fwd.max() + 1].ravel(), R[: rev.max() + 1].ravel()])
+    np.testing.assert_array_equal(stacked[bidirectional_decompression(p, fwd, rev)], J.data)
+
+
+def test_invalid_acyclic_and_bidirectional_colorings_are_errors():
+    cycle = csr_pattern(sp.csr_array(np.array([[1, 1, 0, 1], [1, 1, 1, 0], [0, 1, 1, 1], [1, 0, 1, 1]])))
+    with pytest.raises(ValueError, match="cycle on two colors.*not a valid acyclic coloring"):
+        substitution(cycle, np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match=r"acyclic coloring does not determine the entries \(0, 1\)"):
+        substitution(cycle, np.array([0, 0, 1, 2]))
+    full = csr_pattern(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="bidirectional coloring does not determine"):
+        bidirectional_decompression(full, np.array([0, 0]), np.array([-1, -1]))
+
+
+def test_orders_count_colors_as_published():
+    from diffinterface.testing._sparse_problems import brusselator_jacobian, brusselator_x0
+
+    # issue 42: the Brusselator N = 64 in at most 10 colors by default (largest first: more)
+    J = csr_pattern(brusselator_jacobian(brusselator_x0(64)))
+    default = GreedyColoring().columns(J).max() + 1
+    assert default <= 10
+    assert GreedyColoring("best").columns(J).max() + 1 <= default
+    _distinct_per_line(J, GreedyColoring().columns(J))
+    # a band of half-width 2: 5 star colors, 3 acyclic; "auto" keeps the fewer
+    band = _banded(1000, 2)
+    assert GreedyColoring().star(band).max() + 1 == 5
+    assert GreedyColoring().acyclic(band).max() + 1 == 3
+    kind, colors = GreedyColoring().hessian(band)
+    assert kind == "acyclic" and colors.max() + 1 == 3
+    assert GreedyColoring(symmetric="star").hessian(band)[0] == "star"
+    # random is seeded: the same seed, the same colors
+    p = _random_pattern(np.random.default_rng(3), 60, 60, 0.1)
+    a, b = GreedyColoring("random", seed=5).columns(p), GreedyColoring("random", seed=5).columns(p)
+    np.testing.assert_array_equal(a, b)
+    # the arrowhead: n colors in one direction, 3 products as a bicoloring (issue 42: at most 4)
+    n = 10_000
+    arrow = sp.lil_array((n, n))
+    arrow[0, :] = 1
+    arrow[:, 0] = 1
+    arrow.setdiag(1)
+    arrow = csr_pattern(arrow)
+    fwd, rev = GreedyColoring().bidirectional(arrow)
+    assert (fwd.max() + 1) + (rev.max() + 1) <= 3
+    _check_bidirectional(
+        csr_pattern(arrow[:300, :300]), *GreedyColoring().bidirectional(arrow[:300, :300]), np.random.default_rng(0)
+    )

@@ -148,13 +148,20 @@ class Prep:
 
     @property
     def colors(self) -> Any:
-        """The color of each column (forward), row (reverse) or index (Hessian); AutoSparse only."""
+        """The color of each column (forward), row (reverse) or index (Hessian); ``(column_colors,
+        row_colors)`` for a bicoloring (-1: in no seed); AutoSparse only."""
         return self._sparse("colors").colors
 
     @property
+    def ncolors(self) -> int:
+        """The products one call makes (pushforwards plus pullbacks, or Hessian-vector products); AutoSparse only."""
+        return self._sparse("ncolors").n_colors
+
+    @property
     def sparse_mode(self) -> str:
-        """How the sparse derivative is evaluated: "columns" (pushforwards), "rows" (pullbacks) or
-        "star" (Hessian-vector products); AutoSparse only."""
+        """How the sparse derivative is evaluated: "columns" (pushforwards), "rows" (pullbacks),
+        "bidirectional" (both; ``colors`` is then ``(column_colors, row_colors)``), "star" or
+        "acyclic" (Hessian-vector products; acyclic: recovered by substitution); AutoSparse only."""
         return self._sparse("sparse_mode").mode
 
     def __repr__(self) -> str:

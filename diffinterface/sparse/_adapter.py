@@ -31,10 +31,40 @@ from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_f
 from .._core.configs import adapter_for
 from .._core.errors import BackendNotAvailableError
 from .._frontend.sparse_results import SparsePlan
-from ._coloring import conflict_size, csr_pattern, decompression
+from ._coloring import (
+    Substitution,
+    bidirectional_decompression,
+    conflict_size,
+    csr_pattern,
+    decompression,
+    substitution,
+)
 from ._detectors import Problem
 
 CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth building for a coloring
+# a bicoloring (a star coloring of the bipartite graph, in Python) is tried where the pattern has at
+# most this many nonzeros, or where the one-sided colorings need more than BICOLOR_ABOVE products
+BICOLOR_LIMIT = 1_000_000
+BICOLOR_ABOVE = 64
+
+
+class Plan(SparsePlan):
+    """A :class:`SparsePlan` that also knows the row colors of a bicoloring (mode ``"bidirectional"``:
+    ``colors`` is then ``(column_colors, row_colors)``, -1 for a column or row in no seed) and the
+    substitution of an acyclic coloring (mode ``"acyclic"``)."""
+
+    __slots__ = ("substitution",)
+
+    def __init__(self, sparsity: Any, colors: Any, mode: str) -> None:
+        super().__init__(sparsity, colors, mode)
+        self.substitution: Substitution | None = None
+
+    @property
+    def n_colors(self) -> int:
+        """The products one call makes: forward plus reverse for a bicoloring."""
+        if self.mode == "bidirectional":
+            return sum(int(c.max()) + 1 if c.size else 0 for c in self.colors)
+        return super().n_colors
 
 
 class SparseAdapter(Adapter):
@@ -81,6 +111,8 @@ class SparseAdapter(Adapter):
             (m, n),
         )
         plan = self._jacobian_plan(pattern)
+        if plan.mode == "bidirectional":
+            return self._bidirectional(plan, target, x, contexts, info)
         forward = plan.mode == "columns"
         plan.index = decompression(pattern, plan.colors, plan.mode)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
@@ -92,26 +124,41 @@ class SparseAdapter(Adapter):
         detected = backend.sparsity_detector.hessian_sparsity(self._problem(target, info), x, contexts, backend.dense)
         pattern = csr_pattern(detected, (n, n))
         pattern = csr_pattern(pattern + pattern.T)  # symmetric, whatever the detector gave
-        plan = SparsePlan(pattern, backend.coloring.symmetric(pattern), "star")
-        plan.index = decompression(pattern, plan.colors, "star")
+        kind, colors = backend.coloring.hessian(pattern)
+        if kind == "acyclic" and getattr(backend.coloring, "symmetric", None) == "auto" and _single(x):
+            # substitution sums along two-colored trees: in float32 its rounding grows with a tree's
+            # size (2e-5 relative on a band of n = 1e4), so "auto" keeps direct recovery there
+            kind, colors = "star", backend.coloring.star(pattern)
+        plan = Plan(pattern, colors, kind)
+        if kind == "acyclic":  # the products to gather, then the substitution (_solver)
+            plan.substitution = substitution(pattern, colors)
+            plan.index = plan.substitution.gather
+        else:
+            plan.index = decompression(pattern, colors, kind)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape, x)
         return self._runners(plan, "hvp", target, x, contexts, info)
 
-    def _runners(
-        self, plan: SparsePlan, operator: str, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
-    ) -> Runners:
+    def _runners(self, plan: Plan, operator: str, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
         """The runners of one sparse derivative: the dense adapter's compressed program where it has
         one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
         its batched ``operator`` over the seeds and the gather here."""
-        build = _builder(plan.sparsity, x)
         fam = family(x)
-        star = plan.mode == "star"
+        star = plan.mode in ("star", "acyclic")
+        # data -> sparse matrix: the substitution first for an acyclic coloring
+        build = _builder(plan.sparsity, x)
+        if plan.mode == "acyclic":
+            solve, make = _solver(plan.substitution, x), build
+
+            def build(data: Any) -> Any:
+                return make(solve(data))
+
         compressed = getattr(self.dense, "prepare_compressed", None)
         if compressed is not None and plan.seeds:
             stacked = np.stack([np.asarray(to_family(s, NUMPY)) for s in plan.seeds])
-            own = fam == getattr(self.backend.dense, "engine", None)  # x in the engine's family: its sparse type
+            # x in the engine's family: its sparse type, built in the compiled program (direct recovery)
+            own = fam == getattr(self.backend.dense, "engine", None) and plan.mode != "acyclic"
             inner = compressed(
-                plan.mode,
+                "star" if star else plan.mode,
                 target,
                 x,
                 stacked,
@@ -150,23 +197,83 @@ class SparseAdapter(Adapter):
 
         return Runners(plain, value, plan)
 
-    def _jacobian_plan(self, pattern: Any) -> SparsePlan:
+    def _jacobian_plan(self, pattern: Any) -> Plan:
         coloring = self.backend.coloring
         mode = getattr(self.backend.dense, "mode", None)
         if mode == "forward" or (mode is None and pattern.shape[0] == 0):
-            return SparsePlan(pattern, coloring.columns(pattern), "columns")
+            return Plan(pattern, coloring.columns(pattern), "columns")
         if mode == "reverse":
-            return SparsePlan(pattern, coloring.rows(pattern), "rows")
+            return Plan(pattern, coloring.rows(pattern), "rows")
         col_cost, row_cost = conflict_size(pattern), conflict_size(csr_pattern(pattern.T))
         plans = []
-        if col_cost <= CONFLICT_LIMIT or col_cost <= row_cost:
-            plans.append(SparsePlan(pattern, coloring.columns(pattern), "columns"))
-        if row_cost <= CONFLICT_LIMIT or row_cost < col_cost:
-            plans.append(SparsePlan(pattern, coloring.rows(pattern), "rows"))
-        return min(plans, key=lambda p: p.n_colors)  # columns first: kept on a tie
+        if col_cost <= CONFLICT_LIMIT:
+            plans.append(Plan(pattern, coloring.columns(pattern), "columns"))
+        if row_cost <= CONFLICT_LIMIT:
+            plans.append(Plan(pattern, coloring.rows(pattern), "rows"))
+        fewest = min((p.n_colors for p in plans), default=None)
+        # both directions at once (mode=None: the engine has both products), where it may pay; an
+        # arrowhead's conflict graphs are n x n and full, its bicoloring 3 products
+        bicolor = getattr(coloring, "bidirectional", None)
+        if bicolor is not None and fewest is not None and fewest > 2:
+            if pattern.nnz <= BICOLOR_LIMIT or fewest > BICOLOR_ABOVE:
+                plans.append(Plan(pattern, bicolor(pattern), "bidirectional"))
+        if plans:
+            return min(plans, key=lambda p: p.n_colors)  # columns, then rows, first: kept on a tie
+        # both conflict graphs past the limit: the smaller one, unless a bicoloring beats the fewest
+        # colors it could take (the most nonzeros in one row for columns, in one column for rows)
+        side = "columns" if col_cost <= row_cost else "rows"
+        line = pattern if side == "columns" else csr_pattern(pattern.T)
+        bound = int(np.diff(line.indptr).max(initial=0))
+        if bicolor is not None and bound > BICOLOR_ABOVE:
+            bicolored = Plan(pattern, bicolor(pattern), "bidirectional")
+            if bicolored.n_colors < bound:
+                return bicolored
+        return Plan(pattern, getattr(coloring, side)(pattern), side)
+
+    def _bidirectional(self, plan: Plan, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+        """A bicoloring's runners: the dense backend's batched pushforward along the column seeds and
+        pullback along the row seeds, the results gathered from both."""
+        column_colors, row_colors = plan.colors
+        plan.index = bidirectional_decompression(plan.sparsity, column_colors, row_colors)
+        kf, kr = int(column_colors.max(initial=-1)) + 1, int(row_colors.max(initial=-1)) + 1
+        forward_seeds = _seeds(column_colors, kf, info.x_shape, x)
+        reverse_seeds = _seeds(row_colors, kr, info.y_shape, x)
+        plan.seeds = forward_seeds + reverse_seeds
+        build, gather = _builder(plan.sparsity, x), _gatherer(plan.index, x)
+        forward = self.dense.prepare("pushforward", target, x, forward_seeds, contexts, info) if kf else None
+        reverse = self.dense.prepare("pullback", target, x, reverse_seeds, contexts, info) if kr else None
+
+        def products(x: Any, cs: Any, value: bool) -> tuple[Any, tuple[Any, ...]]:
+            y, parts = None, ()
+            if forward is not None:
+                y, parts = forward.value(x, forward_seeds, cs) if value else (None, forward.plain(x, forward_seeds, cs))
+            if reverse is not None:
+                if value and y is None:
+                    y, back = reverse.value(x, reverse_seeds, cs)
+                else:
+                    back = reverse.plain(x, reverse_seeds, cs)
+                parts = (*parts, *back)
+            if value and y is None:
+                y = self.dense.evaluate(target, x, cs)
+            return y, parts
+
+        def plain(x: Any, tangents: Any, cs: Any) -> Any:
+            return build(gather(products(x, cs, False)[1]))
+
+        def value(x: Any, tangents: Any, cs: Any) -> Any:
+            y, parts = products(x, cs, True)
+            return y, build(gather(parts))
+
+        return Runners(plain, value, plan)
 
 
 # -- seeds and decompression -------------------------------------------------------------------------
+
+
+def _single(x: Any) -> bool:
+    """Whether ``x`` holds floats of at most single precision (float32, complex64 and smaller)."""
+    dtype = np.dtype(dtype_name(x))
+    return dtype.itemsize < (16 if dtype.kind == "c" else 8)
 
 
 def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) -> tuple[Any, ...]:
@@ -181,7 +288,7 @@ def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) ->
 
 
 def _gatherer(index: np.ndarray, x: Any) -> Any:
-    """``parts -> nonzeros``: the compressed results (in any family) stacked
+    """``parts -> nonzeros``: the compressed results (in any family) concatenated flat
     and gathered at ``index`` in ``x``'s family (the index made once, on x's device)."""
     fam = family(x)
     if fam == TORCH:
@@ -193,7 +300,7 @@ def _gatherer(index: np.ndarray, x: Any) -> Any:
             if not parts:
                 return torch.zeros(0, dtype=x.dtype, device=x.device)
             parts = tuple(to_family(p, fam, like=x) for p in parts)
-            return torch.stack([p.reshape(-1) for p in parts]).reshape(-1)[where]
+            return torch.cat([p.reshape(-1) for p in parts])[where]
 
         return gather_torch
     if fam == JAX:
@@ -201,7 +308,7 @@ def _gatherer(index: np.ndarray, x: Any) -> Any:
         import jax.numpy as jnp
 
         dtype = np.dtype(str(x.dtype))
-        take = jax.jit(lambda parts: jnp.stack([jnp.reshape(p, (-1,)) for p in parts]).reshape(-1)[index])
+        take = jax.jit(lambda parts: jnp.concatenate([jnp.reshape(p, (-1,)) for p in parts])[index])
 
         def gather_jax(parts: tuple[Any, ...]) -> Any:
             with families()[JAX].computing(dtype):
@@ -217,9 +324,50 @@ def _gatherer(index: np.ndarray, x: Any) -> Any:
     def gather_numpy(parts: tuple[Any, ...]) -> Any:
         if not parts:
             return np.zeros(0, dtype=dtype)
-        return np.stack([np.reshape(to_family(p, NUMPY), (-1,)) for p in parts]).reshape(-1)[index]
+        return np.concatenate([np.reshape(to_family(p, NUMPY), (-1,)) for p in parts])[index]
 
     return gather_numpy
+
+
+def _solver(sub: Any, x: Any) -> Any:
+    """``gathered -> nonzeros`` for an acyclic coloring (:class:`._coloring.Substitution`), in ``x``'s
+    family: signs, one cumulative sum and the differences at each entry's range."""
+    fam = family(x)
+    if fam == TORCH:
+        import torch
+
+        dev = x.device
+        signs, entry = (torch.as_tensor(a, dtype=x.dtype, device=dev) for a in (sub.signs, sub.entry_signs))
+        lo, hi = (torch.as_tensor(a, device=dev) for a in (sub.lo, sub.hi))  # int64: torch's index type
+
+        def solve_torch(data: Any) -> Any:
+            s = torch.nn.functional.pad(torch.cumsum(signs * data, 0), (1, 0))
+            return entry * (s[hi] - s[lo])
+
+        return solve_torch
+    if fam == JAX:
+        import jax
+        import jax.numpy as jnp
+
+        dtype = np.dtype(str(x.dtype))
+        lo, hi = sub.lo.astype(np.int32), sub.hi.astype(np.int32)
+
+        @jax.jit
+        def run(data: Any) -> Any:
+            t = jnp.asarray(sub.signs, dtype) * data
+            s = jnp.concatenate([jnp.zeros(1, dtype), jnp.cumsum(t)])
+            return jnp.asarray(sub.entry_signs, dtype) * (s[hi] - s[lo])
+
+        def solve_jax(data: Any) -> Any:
+            with families()[JAX].computing(dtype):
+                return run(data)
+
+        return solve_jax
+
+    def solve_numpy(data: Any) -> Any:
+        return sub.solve(sub.signs * np.asarray(data))
+
+    return solve_numpy
 
 
 def _builder(pattern: Any, x: Any) -> Any:

@@ -19,10 +19,16 @@ class AutoSparse(AbstractBackend):
 
     - ``dense``: any backend config (``AutoFiniteDiff()``, ``AutoJAX()``, ``AutoTorch()``,
       ``AutoAutograd()``); its ``mode`` fixes the direction of a Jacobian (columns for "forward",
-      rows for "reverse"), ``mode=None`` takes the direction with fewer colors.
+      rows for "reverse"); ``mode=None`` (an engine with both products) takes whichever of columns,
+      rows and a bicoloring (pushforwards for some columns and pullbacks for some rows) needs the
+      fewest products.
     - ``sparsity_detector``: :class:`TracerSparsityDetector` (default), :class:`KnownSparsity` or
       :class:`LocalSparsityDetector`.
-    - ``coloring``: :class:`GreedyColoring`.
+    - ``coloring``: :class:`GreedyColoring` (its ``order`` and, for Hessians, ``symmetric``:
+      star or acyclic coloring).
+
+    ``prep.sparsity`` (the pattern), ``prep.ncolors`` (the products one call makes) and
+    ``prep.sparse_mode`` tell what a prepared call costs.
 
     ``jacobian``, ``hessian`` and their ``value_`` and ``prepare_`` forms return a sparse matrix in
     the family of ``x`` (a ``scipy.sparse.csr_array`` for NumPy, a ``jax.experimental.sparse.BCOO``
@@ -54,7 +60,7 @@ class AutoSparse(AbstractBackend):
             )
         for field, methods in (
             ("sparsity_detector", ("jacobian_sparsity", "hessian_sparsity")),
-            ("coloring", ("columns", "rows", "symmetric")),
+            ("coloring", ("columns", "rows", "hessian")),
         ):
             value = getattr(self, field)
             missing = [m for m in methods if not callable(getattr(value, m, None))]

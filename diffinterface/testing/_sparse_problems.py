@@ -11,7 +11,10 @@ engine and on the sparsity tracer; each reference is a closed form assembled wit
 - :func:`arrowhead`: ``sum(cos(x_0 + x_i), i >= 1) + sum(x**2) / 2``, whose Hessian is an
   arrowhead (2 star colors, n column colors);
 - :func:`banded`: ``sum(sin(x_i + 2 x_{i+1} + 3 x_{i+2})) + sum(x**4) / 12``, a Hessian of
-  half-bandwidth 2.
+  half-bandwidth 2 (5 star colors, 3 acyclic);
+- :func:`arrowhead_map`: a Jacobian with a full first row and column and a diagonal (3 products as
+  a bicoloring, n in one direction);
+- :func:`pairs`: a Hessian with the pattern of any graph (random symmetric patterns).
 """
 
 from __future__ import annotations
@@ -45,6 +48,32 @@ def diffusion_jacobian(x: Any) -> Any:
     x = np.asarray(x)
     n = x.size
     return _sp().diags_array([np.ones(n - 1), -2 - 3 * x**2, np.ones(n - 1)], offsets=[-1, 0, 1], format="csr")
+
+
+# -- 3-D diffusion -----------------------------------------------------------------------------------
+
+
+def diffusion3d(x: Any) -> Any:
+    """``y = L x - x**3`` with ``L`` the seven-point Laplacian on a periodic ``N x N x N`` grid
+    (``x.size = N**3``): a Jacobian with 7 nonzeros per row."""
+    xp = array_namespace(x)
+    size = int(round(x.shape[0] ** (1 / 3)))
+    u = xp.reshape(x, (size, size, size))
+    lap = -6 * u
+    for axis in range(3):
+        lap = lap + xp.roll(u, 1, axis=axis) + xp.roll(u, -1, axis=axis)
+    return xp.reshape(lap - u**3, (-1,))
+
+
+def diffusion3d_jacobian(x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    size = int(round(x.size ** (1 / 3)))
+    ring = sp.diags_array([np.ones(size - 1), np.ones(size - 1)], offsets=[-1, 1], shape=(size, size), format="lil")
+    ring[0, size - 1] = ring[size - 1, 0] = 1
+    ring, eye = sp.csr_array(ring), sp.eye_array(size, format="csr")
+    lap = sp.kron(sp.kron(ring, eye), eye) + sp.kron(sp.kron(eye, ring), eye) + sp.kron(sp.kron(eye, eye), ring)
+    return sp.csr_array(lap + sp.diags_array(-6 - 3 * x**2))
 
 
 # -- 2-D Brusselator -------------------------------------------------------------------------------
@@ -96,6 +125,27 @@ def brusselator_x0(size: int) -> np.ndarray:
     return np.concatenate([(22 * yy * (1 - yy) ** 1.5).ravel(), (27 * xx * (1 - xx) ** 1.5).ravel()])
 
 
+# -- an arrowhead Jacobian -------------------------------------------------------------------------
+
+
+def arrowhead_map(x: Any) -> Any:
+    """``y_0 = sum(sin(x))``, ``y_i = x_i**2 + x_0 x_i``: a Jacobian with a full first row, a full
+    first column and a diagonal (n colors in either direction alone, 3 products as a bicoloring)."""
+    xp = array_namespace(x)
+    return xp.concat([xp.reshape(xp.sum(xp.sin(x)), (1,)), x[1:] * x[1:] + x[0] * x[1:]])
+
+
+def arrowhead_map_jacobian(x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    n = x.size
+    rest = np.arange(1, n)
+    rows = np.concatenate([np.zeros(n, int), rest, rest])
+    cols = np.concatenate([np.arange(n), np.zeros(n - 1, int), rest])
+    vals = np.concatenate([np.cos(x), x[1:], 2 * x[1:] + x[0]])
+    return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(n, n)))
+
+
 # -- Hessians ----------------------------------------------------------------------------------------
 
 
@@ -122,6 +172,31 @@ def banded(x: Any) -> Any:
     xp = array_namespace(x)
     a, b, c = WEIGHTS
     return xp.sum(xp.sin(a * x[:-2] + b * x[1:-1] + c * x[2:])) + xp.sum(x**4) / 12
+
+
+def pairs(edges: np.ndarray) -> Callable[[Any], Any]:
+    """``f(x) = sum(sin(x_i x_j) for (i, j) in edges) + sum(x**4) / 12``: a Hessian with the
+    pattern of the graph ``edges`` (an ``(E, 2)`` integer array, i != j) and the diagonal."""
+    first, second = np.ascontiguousarray(edges[:, 0]), np.ascontiguousarray(edges[:, 1])
+
+    def f(x: Any) -> Any:
+        xp = array_namespace(x)
+        return xp.sum(xp.sin(x[first] * x[second])) + xp.sum(x**4) / 12
+
+    return f
+
+
+def pairs_hessian(edges: np.ndarray, x: Any) -> Any:
+    sp = _sp()
+    x = np.asarray(x)
+    i, j = edges[:, 0], edges[:, 1]
+    t = x[i] * x[j]
+    c, s = np.cos(t), np.sin(t)
+    off = c - t * s  # d2/dxi dxj sin(xi xj)
+    rows = np.concatenate([i, j, i, j, np.arange(x.size)])
+    cols = np.concatenate([j, i, i, j, np.arange(x.size)])
+    vals = np.concatenate([off, off, -(x[j] ** 2) * s, -(x[i] ** 2) * s, x**2])
+    return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(x.size, x.size)))
 
 
 def banded_hessian(x: Any) -> Any:
