@@ -5,14 +5,7 @@
 Importing this package imports no engine: an adapter is loaded the first time its backend is used.
 """
 
-from ._closures.state import declare_modules as declare_modules
-from ._core.contexts import Cache as Cache
-from ._core.contexts import Constant as Constant
-from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
-from ._core.errors import EvaluationError as EvaluationError
-from ._core.errors import LostDerivativeError as LostDerivativeError
-from ._core.errors import PreparationMismatchError as PreparationMismatchError
-from ._frontend.prep import Prep as Prep
+from ._closures.namespaces import declare_modules as declare_modules
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
@@ -20,6 +13,13 @@ from ._core.configs import AutoTorch as AutoTorch
 from ._core.configs import Backend as Backend
 from ._core.configs import SecondOrder as SecondOrder
 from ._core.configs import check_available as check_available
+from ._core.contexts import Cache as Cache
+from ._core.contexts import Constant as Constant
+from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
+from ._core.errors import EvaluationError as EvaluationError
+from ._core.errors import LostDerivativeError as LostDerivativeError
+from ._core.errors import PreparationMismatchError as PreparationMismatchError
+from ._frontend.prep import Prep as Prep
 from .first_order import (
     derivative,
     gradient,

@@ -477,7 +477,7 @@ def test_the_buffer_example_in_an_installed_package_is_walked(backend, installed
 
 def test_declared_library_modules_are_not_walked_and_the_most_specific_declaration_wins(installed_package):
     pkg, models = installed_package
-    from diffinterface._closures import state as _closure
+    from diffinterface._closures import namespaces as _closure
 
     try:
         di.declare_modules("dimodelpkg", walk=False)
@@ -491,14 +491,14 @@ def test_declared_library_modules_are_not_walked_and_the_most_specific_declarati
         _closure._declared.pop("dimodelpkg", None)
         _closure._declared.pop("dimodelpkg.models", None)
         _closure._walk_cache.clear()
-    assert _closure._is_user_module("dimodelpkg.models") and _closure._is_user_module("__main__")
+    assert _closure.is_user_module("dimodelpkg.models") and _closure.is_user_module("__main__")
     assert not any(
-        _closure._is_user_module(m)
-        for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closures.state")
+        _closure.is_user_module(m)
+        for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closures.walk")
     )
     import diffinterface.testing  # noqa: F401 - declares its scenario module user code on import
 
-    assert _closure._is_user_module("diffinterface.testing._scenarios")
+    assert _closure.is_user_module("diffinterface.testing._scenarios")
     with pytest.raises(ValueError, match="expected a module name"):
         di.declare_modules("", walk=True)
     with pytest.raises(TypeError, match="walk must be True or False"):

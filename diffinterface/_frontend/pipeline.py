@@ -15,7 +15,7 @@ import numpy as np
 
 from .._adapters.contract import VALUE_METHOD, SecondOrderAdapter
 from .._adapters.target import Target
-from .._closures.state import const_trace_checked
+from .._closures.diagnose import const_trace_checked
 from .._core.arrays import (
     NUMPY,
     as_input,
@@ -29,6 +29,7 @@ from .._core.arrays import (
     shape,
     to_family,
 )
+from .._core.configs import SecondOrder, adapter_for
 from .._core.contexts import check_contexts
 from .._core.errors import PreparationMismatchError, StructuredOutputError, call_repr
 from .._core.structure import (
@@ -40,7 +41,6 @@ from .._core.structure import (
     check_leaves,
     tangent_leaves,
 )
-from .._core.configs import SecondOrder, adapter_for
 from .prep import Prep
 from .sparse_results import fill_out, is_sparse
 

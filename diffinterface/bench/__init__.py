@@ -23,7 +23,7 @@ The quick default (a subset of sizes and fewer rounds) takes under two minutes; 
 every size with 21 rounds of about 30 ms per call kind.
 """
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 
 # the tables' functions are user code for the closure walker: it looks into what they capture (the
 # closures table prices the duplicates of captured buffers); the structured, distributed and sparse
