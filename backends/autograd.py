@@ -46,7 +46,6 @@ from autograd.tracer import Box, getval, new_box
 from diffinterface.extend import (
     NUMPY,
     Info,
-    LearntErrors,
     LostDerivativeError,
     StandInConversionError,
     basis,
@@ -58,7 +57,6 @@ from diffinterface.extend import (
     family_of_type,
     innermost_frame,
     is_array,
-    numpy_write_refused,
     operand_error,
     raised_by,
     read_only_alias,
@@ -200,7 +198,7 @@ class _Function:
 
         # f reads its captured arrays and constants as read-only numpy views (built once, see
         # StatePlan.aliased) until it writes into one; from then on it gets writable stand-ins and copies
-        return _output(target.guarded_with(run, bool(contexts), _alias_refused), x, target)
+        return _output(target.guarded_with(run, bool(contexts), Adapter.refused_write), x, target)
 
 
 def _output(y: Any, x: Any, target: Any) -> Any:
@@ -222,28 +220,19 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     return y
 
 
-def _chain(error: BaseException) -> tuple[Any, ...]:
-    """``error`` and the errors it was raised from (explicit causes only: what was being handled
-    when it was raised depends on the caller)."""
-    out, seen = [], set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        out.append((type(current), str(current)))
-        current = current.__cause__
-    return tuple(out)
-
-
-# numpy refusing a box (a traced value) written into a numpy array, as autograd raises it: the error
-# and the error it comes from, learnt once by provoking it
-_box_refused = LearntErrors(
-    ValueError,
-    [
-        lambda v=v: make_vjp(lambda z: np.zeros(np.shape(z)).__setitem__(..., z), v)
-        for v in (0.5, np.array(0.5), np.array([0.5, 1.0]))
-    ],
-    _chain,
-)
+def _box_refused(error: BaseException) -> bool:
+    """numpy refusing an autograd box where it needs a number (a box written into a numpy array:
+    ``a[0] = x[0]``, ``np.zeros(n)[...] = z``): numpy tries ``float(box)``, which raises a
+    ``TypeError``, and raises its ``ValueError`` from it. Recognised by those types and by autograd's
+    own: a frame of the traceback holds a ``Box``, the value numpy could not convert."""
+    if type(error) is not ValueError or type(error.__cause__) is not TypeError:
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if any(isinstance(v, Box) for v in tb.tb_frame.f_locals.values()):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _box_write(error: BaseException) -> bool:
@@ -283,12 +272,6 @@ def _leaked(error: BaseException) -> bool:
     """The recogniser of ``const_write_error``: a box written into a numpy array, or into a torch
     tensor (an operator error in ``f`` between a box and a foreign array), or a foreign output."""
     return _box_write(error) or operand_error(error, lambda v: isinstance(v, Box)) or _foreign_output(error)
-
-
-def _alias_refused(error: BaseException) -> bool:
-    """Over read-only views, what makes ``f`` run again over copies: numpy refusing the write, or a
-    box written into a copy of a view (``copy.copy(buf)[0] = x``; over a stand-in the copy is one)."""
-    return numpy_write_refused(error) or _box_write(error)
 
 
 _read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
@@ -560,6 +543,13 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
 
 class Adapter(_Base):
     """HIPS autograd; see the module docstring."""
+
+    @staticmethod
+    def refused_write(error: BaseException) -> bool:
+        """Over read-only views, what makes ``f`` run again over copies: numpy refusing the write (the
+        kit's default), or a box written into a copy of a view (``copy.copy(buf)[0] = x``; over a
+        stand-in the copy is one)."""
+        return _Base.refused_write(error) or _box_refused(error)
 
     engine_name = "autograd"
 

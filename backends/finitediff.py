@@ -241,7 +241,7 @@ def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: boo
             values = context_values(contexts, lambda v: duplicate(v, leaf), lambda v: duplicate(v, constant))
             return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
 
-        return target.guarded_with(run, bool(contexts))
+        return target.guarded_with(run, bool(contexts), Adapter.refused_write)
 
     return evaluate
 

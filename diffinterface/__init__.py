@@ -5,7 +5,7 @@
 Importing this package imports no engine: an adapter is loaded the first time its backend is used.
 """
 
-from ._closures.state import declare_modules as declare_modules
+from ._closures.namespaces import declare_modules as declare_modules
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX

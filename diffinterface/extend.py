@@ -46,10 +46,11 @@ The kit, by job:
   :func:`copy_leaf`, :func:`read_only_alias`, :func:`declare_modules`, the writable stand-in
   :class:`WritableArray` (:func:`unwrap`, :func:`note_conversion`, :func:`take_conversion`,
   :class:`StandInConversionError`);
-- **diagnostics** (the call's errors where f writes, escapes or misuses state):
-  :class:`LearntErrors`, :func:`raised_by`, :func:`innermost_frame`, :func:`numpy_write_refused`,
-  :func:`operand_error`, :func:`const_operand_error`, :func:`const_write_error`, :func:`standin_error`,
-  :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
+- **diagnostics** (the call's errors where f writes, escapes or misuses state): the adapter's hook
+  :meth:`Adapter.refused_write` (its engine refusing a write into a guarded alias, by the engine's
+  exception types and attributes; the default recognises numpy's read-only views),
+  :func:`raised_by`, :func:`innermost_frame`, :func:`operand_error`, :func:`const_operand_error`,
+  :func:`const_write_error`, :func:`standin_error`, :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
   ``LOST_CAUSES``, :class:`EvaluationError`, :class:`BackendNotAvailableError`;
 - **custom rules inside the engine** (``diffinterface.rules``): :func:`register_rules`, :class:`Rule`,
   :class:`Active`, :func:`annotate`, :func:`cotangents`, :func:`cotangent_like`, :func:`prefer`,
@@ -71,18 +72,16 @@ from ._adapters.contract import ones as ones
 from ._adapters.contract import stack_jacobian as stack_jacobian
 from ._adapters.contract import through_jacobian as through_jacobian
 from ._adapters.target import Target as Target
-from ._closures.state import LearntErrors as LearntErrors
-from ._closures.state import const_operand_error as const_operand_error
-from ._closures.state import const_write_error as const_write_error
-from ._closures.state import copy_leaf as copy_leaf
-from ._closures.state import declare_modules as declare_modules
-from ._closures.state import duplicate as duplicate
-from ._closures.state import innermost_frame as innermost_frame
-from ._closures.state import numpy_write_refused as numpy_write_refused
-from ._closures.state import operand_error as operand_error
-from ._closures.state import raised_by as raised_by
-from ._closures.state import read_only_alias as read_only_alias
-from ._closures.state import standin_error as standin_error
+from ._closures.diagnose import const_operand_error as const_operand_error
+from ._closures.diagnose import const_write_error as const_write_error
+from ._closures.diagnose import innermost_frame as innermost_frame
+from ._closures.diagnose import operand_error as operand_error
+from ._closures.diagnose import raised_by as raised_by
+from ._closures.diagnose import standin_error as standin_error
+from ._closures.namespaces import declare_modules as declare_modules
+from ._closures.plan import copy_leaf as copy_leaf
+from ._closures.plan import duplicate as duplicate
+from ._closures.plan import read_only_alias as read_only_alias
 from ._closures.writable import StandInConversionError as StandInConversionError
 from ._closures.writable import WritableArray as WritableArray
 from ._closures.writable import note_conversion as note_conversion
@@ -166,12 +165,10 @@ __all__ = [
     "BackendNotAvailableError",
     "EvaluationError",
     "LOST_CAUSES",
-    "LearntErrors",
     "LostDerivativeError",
     "const_operand_error",
     "const_write_error",
     "innermost_frame",
-    "numpy_write_refused",
     "operand_error",
     "raised_by",
     "standin_error",

@@ -213,7 +213,7 @@ COUNTER = 0
 
 
 def test_numbers_f_cannot_change_need_no_duplicate_and_rebinding_ones_do():
-    from diffinterface._closures.state import StatePlan
+    from diffinterface._closures.plan import StatePlan
 
     scale, pair = 3.0, (1.0, 2.0)
 

@@ -477,7 +477,7 @@ def test_the_buffer_example_in_an_installed_package_is_walked(backend, installed
 
 def test_declared_library_modules_are_not_walked_and_the_most_specific_declaration_wins(installed_package):
     pkg, models = installed_package
-    from diffinterface._closures import state as _closure
+    from diffinterface._closures import namespaces as _closure
 
     try:
         di.declare_modules("dimodelpkg", walk=False)
@@ -491,14 +491,14 @@ def test_declared_library_modules_are_not_walked_and_the_most_specific_declarati
         _closure._declared.pop("dimodelpkg", None)
         _closure._declared.pop("dimodelpkg.models", None)
         _closure._walk_cache.clear()
-    assert _closure._is_user_module("dimodelpkg.models") and _closure._is_user_module("__main__")
+    assert _closure.is_user_module("dimodelpkg.models") and _closure.is_user_module("__main__")
     assert not any(
-        _closure._is_user_module(m)
-        for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closures.state")
+        _closure.is_user_module(m)
+        for m in ("json", "numpy.linalg", "torch.nn.functional", "diffinterface._closures.walk")
     )
     import diffinterface.testing  # noqa: F401 - declares its scenario module user code on import
 
-    assert _closure._is_user_module("diffinterface.testing._scenarios")
+    assert _closure.is_user_module("diffinterface.testing._scenarios")
     with pytest.raises(ValueError, match="expected a module name"):
         di.declare_modules("", walk=True)
     with pytest.raises(TypeError, match="walk must be True or False"):
@@ -543,3 +543,95 @@ def test_an_f_that_raises_runs_once_and_a_refused_write_reruns_over_copies(backe
         counts.append(runs.n)
     # learnt at the first refusal (at preparation or at the first call): copies from then on
     assert counts[2] == counts[1] <= counts[0] <= counts[1] + 1  # the refused run at most once
+
+
+# Each way f can write into a captured numpy array; the expected state after it is numpy's own, applied
+# to a writable copy. Each is refused over the read-only alias (the adapter's ``refused_write`` hook
+# recognises it) and f runs again over a copy.
+NUMPY_WRITES = {
+    "setitem": lambda b: b.__setitem__(0, 3.0),
+    "iadd": lambda b: b.__iadd__(1.0),
+    "ufunc_out": lambda b: np.add(b, 1.0, out=b),
+    "copyto": lambda b: np.copyto(b, 2.0),
+    "fill": lambda b: b.fill(2.0),
+    "sort": lambda b: b.sort(),
+    "put": lambda b: np.put(b, 0, 3.0),
+    "place": lambda b: np.place(b, b > 1.5, 0.0),
+}
+
+
+@pytest.mark.parametrize("write", NUMPY_WRITES.values(), ids=NUMPY_WRITES.keys())
+def test_every_numpy_write_into_a_captured_array_is_refused_and_rerun_over_a_copy(write):
+    backend = di.AutoFiniteDiff()
+    b = np.array([2.0, 1.0])
+    expected = b.copy()
+    write(expected)
+
+    def f(x):
+        write(b)
+        return np.sum(b * x)
+
+    prep = di.prepare_gradient(backend, f, np.zeros(2))
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(backend, f, np.zeros(2), prep=prep), expected, atol=1e-6)
+        np.testing.assert_array_equal(b, [2.0, 1.0])
+
+
+def _torch_writes() -> list:
+    if not installed("torch"):
+        return [pytest.param(None, marks=pytest.mark.skip(reason='pip install "diffinterface[torch]"'))]
+    import torch
+
+    ones = functools.partial(torch.ones, dtype=torch.float64)
+    writes = {
+        "setitem": lambda b: b.__setitem__(0, 3.0),
+        "add_": lambda b: b.add_(1.0),
+        "view_mul_": lambda b: b[0:1].mul_(3.0),
+        "split_mul_": lambda b: b.split([1, 1])[0].mul_(3.0),
+        "copy_": lambda b: b.copy_(ones(2) * 2.0),
+        "out": lambda b: torch.add(b, 1.0, out=b),
+        "numpy": lambda b: b.numpy(),
+        "batch_norm_statistics": lambda b: torch.nn.functional.batch_norm(ones(2, 2), b, ones(2), training=True),
+    }
+    return [pytest.param(w, id=name) for name, w in writes.items()]
+
+
+@pytest.mark.parametrize("write", _torch_writes())
+def test_every_torch_refusal_over_a_captured_tensor_reruns_over_a_copy(write):
+    """torch refuses each of these over the guarded alias (a tensor that requires grad): the torch
+    adapter's ``refused_write`` recognises each, and f runs again over a copy; the expected state is
+    torch's own, applied to a plain copy."""
+    import torch
+
+    backend = di.AutoTorch()
+    b = torch.tensor([2.0, 1.0], dtype=torch.float64)
+    expected = b.clone()
+    write(expected)
+
+    def f(x):
+        write(b)
+        return (b * x).sum()
+
+    x = torch.zeros(2, dtype=torch.float64)
+    prep = di.prepare_gradient(backend, f, x)
+    for _ in range(2):
+        torch.testing.assert_close(di.gradient(backend, f, x, prep=prep), expected, rtol=1e-15, atol=0)
+        torch.testing.assert_close(b, torch.tensor([2.0, 1.0], dtype=torch.float64), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_engine_error_of_f_over_its_captured_array_runs_once(backend):
+    """An error the engine itself raises in f (a reshape to the wrong size), of the same type as a
+    refused write (numpy's ValueError, torch's RuntimeError) and in a frame that holds the guarded
+    alias, is f's own: raised after one run of f, not taken for a refusal."""
+    b = np.array([1.0, 2.0])
+    runs = types.SimpleNamespace(n=0)
+
+    def f(x):
+        runs.n += 1
+        xp = array_namespace(x)
+        return xp.sum(xp.reshape(xp.asarray(b, dtype=x.dtype), (3,))) * x[0]
+
+    with pytest.raises((ValueError, RuntimeError, TypeError)):
+        di.gradient(backend, f, np.zeros(2))
+    assert runs.n == 1

@@ -242,7 +242,7 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     import layerlib
 
-    from diffinterface._closures import state as _closure
+    from diffinterface._closures import namespaces as _closure
     from diffinterface._core import arrays as _arrays
 
     di.declare_modules("layerlib", walk=False)  # a library: its functions and objects are not entered

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
+from .._closures.plan import read_only_refused
 from .._core.arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
 from .._core.configs import adapter_for
 from .._core.contexts import context_values
@@ -192,6 +193,17 @@ class Adapter:
 
     def _native(self, name: str) -> bool:
         return getattr(type(self), name) is not getattr(Adapter, name)
+
+    @staticmethod
+    def refused_write(error: BaseException) -> bool:
+        """Whether ``error`` is the engine refusing what ``f`` did with a guarded alias (a write into
+        it, an ``out=`` argument): the one hook by which an adapter recognises its engine's error.
+        :meth:`Target.guarded_with` calls it on ``error`` and each error it was raised from or during;
+        where it answers True, ``f`` runs again over copies, and any other error is ``f``'s own,
+        raised after one run. An adapter whose engine guards aliases its own way (torch's tensors that
+        require grad) overrides it, by its engine's exception types and attributes where it has them.
+        The default recognises numpy refusing a write into a read-only view (``read_only_alias``)."""
+        return read_only_refused(error)
 
     def evaluate(self, target: Any, x: Any, contexts: tuple[Any, ...]) -> Any:
         """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
@@ -386,7 +398,7 @@ class SecondOrderAdapter(Adapter):
 
 
 def _copy_value(value: Any) -> Any:
-    from .._closures.state import copy_leaf, duplicate
+    from .._closures.plan import copy_leaf, duplicate
 
     return duplicate(value, copy_leaf)
 

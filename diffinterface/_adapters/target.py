@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._closures.state import StatePlan, copy_leaf, duplicate, numpy_write_refused, raised_by
+from .._closures.diagnose import raised_by
+from .._closures.plan import StatePlan, copy_leaf, duplicate
 
 
 class Target:
@@ -42,16 +43,14 @@ class Target:
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
 
-    def guarded(
-        self, run: Callable[[bool], Any], refused: Callable[[BaseException], bool] = numpy_write_refused
-    ) -> Any:
+    def guarded(self, run: Callable[[bool], Any], refused_write: Callable[[BaseException], bool]) -> Any:
         """``run(aliased)``: first with ``aliased=True`` (``run`` then builds ``f`` with
         ``instance(leaf, guard=...)``) while the plan still lets ``f`` read its arrays through guarded
-        aliases; where that raises the guard's own error (``refused(error)``: a write into an alias
-        that the engine refused), ``run(False)`` over copies, and if that succeeds the plan learns
-        that ``f`` writes into its arrays (copies from then on). Any other error is ``f``'s own and
-        is raised as it is, after one run of ``f``."""
-        return self.guarded_with(run, False, refused)
+        aliases; where that raises the guard's own error (``refused_write(error)``, the adapter's hook
+        ``Adapter.refused_write``: a write into an alias that the engine refused), ``run(False)`` over
+        copies, and if that succeeds the plan learns that ``f`` writes into its arrays (copies from
+        then on). Any other error is ``f``'s own and is raised as it is, after one run of ``f``."""
+        return self.guarded_with(run, False, refused_write)
 
     def over(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (the user's ``f`` rebuilt over other state: ``StatePlan.aliased``) as adapters call
@@ -62,7 +61,7 @@ class Target:
         self,
         run: Callable[[bool], Any],
         constants: bool,
-        refused: Callable[[BaseException], bool] = numpy_write_refused,
+        refused_write: Callable[[BaseException], bool],
     ) -> Any:
         """:meth:`guarded`, where ``run(aliased)`` also passes the ``Constant`` contexts as guarded
         aliases (``constants``): the caller's constants are never modified (a ``batch_norm`` in
@@ -75,7 +74,7 @@ class Target:
         try:
             return run(True)
         except Exception as error:
-            if not raised_by(error, refused):
+            if not raised_by(error, refused_write):
                 raise
         out = run(False)
         if plan is not None:

@@ -1,3 +1,6 @@
-"""The closure policy: each call differentiates its own copy of the state ``f`` captures (``state``), and
-a captured NumPy array that ``f`` writes into is stood in for by an array that carries derivatives
-(``writable``). Adapters call into this package; it calls into no adapter."""
+"""The closure policy: each call differentiates its own copy of the state ``f`` captures. By job, from the
+ground up: ``namespaces`` (which modules' functions are walked), ``walk`` (what ``f`` captures),
+``plan`` (``StatePlan``: the captured state rebuilt over duplicates or guarded aliases), ``diagnose``
+(the call's errors where ``f`` writes into, escapes with or misuses its state), and ``writable`` (the
+stand-in for a captured array that ``f`` writes into under an engine of immutable arrays). Adapters
+call into this package; it calls into no adapter."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._adapters.contract import VALUE_METHOD, SecondOrderAdapter
 from .._adapters.target import Target
-from .._closures.state import const_trace_checked
+from .._closures.diagnose import const_trace_checked
 from .._core.arrays import (
     NUMPY,
     as_input,

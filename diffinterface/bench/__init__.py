@@ -28,7 +28,7 @@ on a 2-core x86_64 VM with every engine installed; ``--full`` runs every size wi
 about 30 ms per call kind (about half an hour).
 """
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 
 # the tables' functions are user code for the closure walker: it looks into what they capture (the
 # closures table prices the duplicates of captured buffers); the structured, distributed and sparse

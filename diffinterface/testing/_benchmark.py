@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 from ._harness import OPERATORS
 from ._scenarios import Scenario, default_scenarios
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 from ..rules import Active, Duplicated, custom_rule
 from ._reference import Reference
 

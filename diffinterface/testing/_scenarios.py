@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 from .._core.contexts import Cache, Constant
 from ._reference import FIRST_ORDER, OPERATORS, SECOND_ORDER, Reference, Scenario, _mutable_family, _tangent, convert
 from ._rule_scenarios import rule_references
@@ -515,7 +515,7 @@ def _scenarios_of(
             )
             # the closure variants of contract section 7, once per operator: a buffer passed by
             # functools.partial, held by a callable object, captured through a nested closure, and
-            # a captured array that f only reads (the alias path of _closures/state.py)
+            # a captured array that f only reads (the alias path of _closures/plan.py)
             wanted = {
                 "derivative": True,
                 "second_derivative": True,

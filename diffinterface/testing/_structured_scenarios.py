@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device
 
-from .._closures.state import declare_modules
+from .._closures.namespaces import declare_modules
 from .._core.contexts import Constant
 from ._reference import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
 

@@ -1,0 +1,153 @@
+"""The state a function captures, found once and rebuilt over duplicates for every call (contract section 7).
+
+``StatePlan(f)`` holds what the walker (``walk``) found in ``f``: its *leaves*, the captured
+values that are state. ``plan.read()`` returns the user's current leaf values;
+``plan.rebuild(values)`` returns a copy of ``f`` whose leaves are ``values``, with the user's
+objects untouched. An adapter passes duplicates of its own kind (numpy copies, fresh tensors,
+writable stand-ins) so that ``f`` may write into them.
+
+Copies cost time and memory where ``f`` only reads its arrays, the common case. So an adapter that
+can make a *guarded alias* (an array that shares the user's memory but raises on a write: a
+read-only numpy view, a torch tensor that requires grad under grad mode) passes those first
+(``plan.aliased``); the first time ``f`` fails over aliases with the guard's own error (the
+adapter's ``refused_write`` hook), it runs again over copies, and the plan remembers that ``f``
+writes (``plan.aliases`` turns False: copies from then on). Where the state is only arrays and
+numbers, in functions that rebind nothing, ``f`` over the aliases is built once and reused while
+the user's objects are the same (``plan.cacheable``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._core.arrays import is_array
+from .walk import Walker
+
+
+def duplicate(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with its containers copied and ``leaf`` applied to every array in it."""
+    if is_array(value):
+        return leaf(value)
+    if isinstance(value, list):
+        return [duplicate(v, leaf) for v in value]
+    if isinstance(value, tuple):
+        items = [duplicate(v, leaf) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        out = copy.copy(value)
+        for k, v in value.items():
+            out[k] = duplicate(v, leaf)
+        return out
+    return value
+
+
+def copy_leaf(value: Any) -> Any:
+    """The duplicate of an array on its own engine: a numpy copy, a detached torch clone; jax arrays are immutable."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    return value
+
+
+def read_only_alias(value: Any) -> Any:
+    """The guarded alias of a numpy array: a read-only view (a write raises); None for other arrays."""
+    if type(value) is np.ndarray:
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return None
+
+
+def read_only_refused(error: BaseException) -> bool:
+    """Whether ``error`` is numpy refusing a write into a read-only array, the guard of
+    :func:`read_only_alias` (``a[0] = v``, ``a += v``, ``out=a``, ``a.fill``, ``a.sort``, ``np.put``,
+    ``np.place``): the default of the adapters' ``refused_write`` hook.
+
+    numpy gives this refusal no exception type and no attribute: it is a plain ``ValueError`` that
+    one function of its C API (``PyArray_FailUnlessWriteable``) words ``"<what> is read-only"``.
+    That wording is the only mark numpy leaves, so it is checked here, beside the guard that provokes
+    it, and nowhere else (tests/test_closure.py provokes each write)."""
+    return type(error) is ValueError and str(error).endswith(" is read-only")
+
+
+class StatePlan:
+    """The state ``f`` captures, discovered once; see the module docstring."""
+
+    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "_cached")
+
+    def __init__(self, f: Callable[..., Any]) -> None:
+        walker = Walker()
+        self.f = f
+        self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
+        self.leaves = walker.leaves if self._build is not None else []
+        # Only immutable values (numbers, tuples of them), in functions that rebind no captured name
+        # and set no attribute: f cannot change them, so it needs no duplicate and is called as it
+        # is (it reads the current values itself). A compiling engine still passes them as arguments.
+        self.read_only = not walker.writable
+        # Guarded aliases first (learned: False once f has failed over them and run over copies),
+        # and f over them reused while the user's objects are the same (see the module docstring).
+        self.aliases = True
+        self.cacheable = not walker.structural
+        self._cached: tuple[Any, ...] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self._build is None
+
+    def where(self) -> list[str]:
+        """Where each leaf lives, for error messages: ``'a' captured by f``."""
+        return [leaf.where for leaf in self.leaves]
+
+    def read(self) -> list[Any]:
+        """The user's current leaf values (read at every call: updates between calls are seen)."""
+        return [leaf.get() for leaf in self.leaves]
+
+    def rebuild(self, values: list[Any]) -> Callable[..., Any]:
+        """``f`` over ``values`` in place of its captured leaves; the user's objects are not touched."""
+        if self._build is None:
+            return self.f
+        return self._build(values, {})
+
+    def duplicated(self, leaf: Callable[[Any], Any] = copy_leaf) -> Callable[..., Any]:
+        """``f`` over fresh duplicates of its state, each array passed through ``leaf``."""
+        if self._build is None:
+            return self.f
+        return self._build([duplicate(v, leaf) for v in self.read()], {})
+
+    def aliased(
+        self, guard: Callable[[Any], Any], copy: Callable[[Any], Any] = copy_leaf, key: Any = None
+    ) -> Callable[..., Any]:
+        """``f`` over guarded aliases of its arrays, its containers copied. ``guard(array)`` is the
+        alias, or None where the engine has none for that array (another device, a dtype that
+        cannot require grad): that array is ``copy(array)``.
+
+        Reused from the last call where the plan is ``cacheable``, every array was aliased, ``key``
+        (what ``guard`` depends on: a device) is the same, and every leaf is the same object as then:
+        an alias shares the user's memory, so it sees what the user writes into it between calls."""
+        if self._build is None:
+            return self.f
+        values = self.read()
+        cached = self._cached
+        if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], values)):
+            return cached[2]
+        copied = False
+
+        def leaf(value: Any) -> Any:
+            nonlocal copied
+            alias = guard(value)
+            if alias is None:
+                copied = True
+                return copy(value)
+            return alias
+
+        fn = self._build([duplicate(v, leaf) for v in values], {})
+        if self.cacheable and not copied:
+            self._cached = (key, values, fn)
+        return fn
