@@ -77,8 +77,9 @@ def _detach(held: _Held) -> None:
 
 
 class PrepCache:
-    """The preparations of calls made without ``prep=``, by function and by what a preparation depends
-    on; the process has one, :data:`prep_cache`.
+    """The preparations of calls made without ``prep=``; the process has one, :data:`prep_cache`.
+
+    They are kept by function and by what a preparation depends on (see the module's docstring).
 
     Example:
 

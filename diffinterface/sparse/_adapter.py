@@ -15,6 +15,9 @@ Prepared once (``prep.sparsity``, ``prep.colors``, ``prep.sparse_mode``):
 
 Each call: the runners over the seeds (one vectorised call where the engine batches tangents), the
 results stacked and gathered at those indices, and the sparse matrix built around them.
+
+Size: over 400 lines in one module, because AutoSparse's preparation (detection, the choice of coloring) and its compressed evaluations (columns,
+rows, bicolored, star and acyclic Hessians) are one adapter.
 """
 
 from __future__ import annotations
