@@ -195,7 +195,7 @@ def sparse(
             if is_jac:
                 coloring.columns(pattern) if prep.sparse_mode == "columns" else coloring.rows(pattern)
             else:
-                coloring.symmetric(pattern)
+                coloring.hessian(pattern)
             row["color_s"] = time.perf_counter() - start
             result = op(backend, problem.f, x, prep=prep)
             row["max_rel_error"] = _rel_error(result, ref)
@@ -350,7 +350,7 @@ def _mode_rows(timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]
     from ..testing import _sparse_problems as problems
 
     rng = np.random.default_rng(42)
-    cases = []
+    cases: list[tuple[Any, ...]] = []
     x = rng.uniform(-1, 1, 10_000)
     for dense in (AutoJAX(), AutoTorch(), AutoAutograd()):
         cases.append(("arrowhead_map", problems.arrowhead_map, problems.arrowhead_map_jacobian, x, dense, None))
@@ -362,7 +362,7 @@ def _mode_rows(timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]
     rows = []
     for k, (name, f, reference, x_np, dense, coloring) in enumerate(cases):
         engine = dense.engine
-        if not _installed(engine):
+        if engine is None or not _installed(engine):
             continue
         progress(k, len(cases), f"sparse {name} {dense!r}")
         is_jac = reference is not problems.banded_hessian
