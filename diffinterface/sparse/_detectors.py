@@ -17,6 +17,7 @@ family), ``contexts`` the call's contexts and ``dense`` the dense backend of the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -174,14 +175,18 @@ class LocalSparsityDetector:
             raise ValueError(f"LocalSparsityDetector(points={self.points!r}): points must be an integer >= 1")
 
     def _points(self, x: Any) -> list[Any]:
-        from .._core.arrays import family, to_family
+        from .._core.arrays import families, family, to_family
 
         base = np.asarray(to_family(x, "numpy"), dtype=float)
         rng = np.random.default_rng(self.seed)
         out = [x]
+        dtype, fam = _dtype(x), family(x)
+        record = families().get(fam) if fam is not None else None
         for _ in range(self.points - 1):
             p = base + self.scale * (1 + np.abs(base)) * rng.standard_normal(base.shape)
-            out.append(to_family(p.astype(_dtype(x)), family(x), like=x))
+            # in x's own dtype: a float64 JAX x stays float64 where JAX's x64 setting is off
+            with record.computing(dtype) if record is not None else contextlib.nullcontext():
+                out.append(to_family(p.astype(dtype), fam, like=x))
         return out
 
     def _union(self, mats: list[Any]) -> Any:

@@ -5,7 +5,7 @@ writable stand-ins, so module-global work buffers written with ``buf[...] = ...`
 and the equations of the jaxpr are interpreted over :class:`~._tracer.Tracer` values, whose namespace
 already knows the dependencies of elementwise operations, reductions and products:
 
-- *structural* primitives (reshape, broadcast, transpose, slice, reverse, concatenate, pad, gather,
+- *structural* primitives (reshape, broadcast, transpose, slice, reverse, concatenate, stack, pad, gather,
   scatter, dynamic slices, squeeze, expand_dims) are run by JAX itself on arrays of element
   positions: the output says which input element each output element is (so every indexing mode
   JAX has is followed exactly, with no rule written for it);
@@ -34,6 +34,7 @@ _STRUCTURAL = {
     "slice",
     "rev",
     "concatenate",
+    "stack",  # jnp.stack's own primitive (JAX 0.10; earlier JAX wrote it as broadcast_in_dim + concatenate)
     "pad",
     "gather",
     "scatter",
