@@ -18,7 +18,10 @@ nonlinearity's value is zero at all points, as for ``x * 0``).
 The patterns are *global*: both branches of ``where`` count, comparisons carry no dependence, and
 Python control flow on a traced value (``if x[0] > 0``) raises, naming the other detectors. Code
 that leaves the array API for NumPy (``np.asarray(x)``, a SciPy call, a write into a NumPy buffer)
-raises too: such code is opaque to a tracer.
+raises too: such code is opaque to a tracer. Constants are followed: ``xp.asarray(A)`` of a
+concrete ``A`` keeps ``A``'s value (its nonzeros count in a product, its values serve as indices),
+and a constant computed from constants, whose value is not kept, counts as nonzero everywhere in a
+product (a denser pattern than need be, never one that misses an entry).
 
 Size: over 400 lines in one module, because one array type and its array-API operations: each operation's
 rule for index sets is a method of the tracer.
