@@ -146,3 +146,34 @@ def test_item7_local_detector_with_a_float64_jax_x_and_f_y_x(y_kind):
     with jax.enable_x64(True):  # BCOO.todense() outside it would round to float32
         np.testing.assert_allclose(_dense(got), IN_PLACE_JACOBIAN, rtol=1e-14)
     np.testing.assert_array_equal(np.asarray(y), [0.0, 0.0])  # the user's y is a template only
+
+
+def test_detector_errors_name_the_call():
+    """A pattern the tracer cannot follow (a write into a captured NumPy buffer): the ``TracerError``
+    starts with the call, as every error does (found by tests/test_differential.py)."""
+    from diffinterface.sparse import TracerError
+
+    buf = np.zeros(2)
+
+    def f(x):
+        buf[0:1] = x[0:1]
+        return x * 1.0 + buf
+
+    with pytest.raises(TracerError, match=r"^jacobian\(AutoSparse\(dense=AutoFiniteDiff\(\)\), f, x\): the sparsity"):
+        di.jacobian(AutoSparse(di.AutoFiniteDiff()), f, np.ones(2))
+    with pytest.raises(TracerError, match=r"^hessian\(AutoSparse\(dense=AutoFiniteDiff\(\)\), f, x\): the sparsity"):
+        di.hessian(AutoSparse(di.AutoFiniteDiff()), lambda z: np.sum(f(z) ** 2), np.ones(2))
+
+
+def test_jaxpr_detector_errors_name_the_call():
+    jax = pytest.importorskip("jax")
+    from diffinterface.sparse import TracerError
+
+    def f(z):
+        return jax.numpy.sort(z) * z  # a primitive the jaxpr detector does not follow
+
+    sparse = AutoSparse(di.AutoJAX(), sparsity_detector=JaxprSparsityDetector())
+    with pytest.raises(
+        TracerError, match=r"^jacobian\(AutoSparse\(dense=AutoJAX\(\), .*\), f, x\): the jaxpr sparsity"
+    ):
+        di.jacobian(sparse, f, np.ones(3))

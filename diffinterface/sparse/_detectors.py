@@ -38,6 +38,12 @@ class Problem:
     target: Any = None  # the call's Target (closure policy, captured state), for engines that trace f themselves
 
 
+def _call(problem: Problem) -> str:
+    """The call as the user wrote it, as every error message starts (``jacobian(AutoSparse(...), f, x): ``)."""
+    call = getattr(problem.target, "call", None)
+    return f"{call}: " if call else ""
+
+
 def _shape(x: Any) -> tuple[int, ...]:
     return tuple(getattr(x, "shape", ()))
 
@@ -78,13 +84,13 @@ class TracerSparsityDetector:
         tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, _dtype(x))
         try:
             y = problem.function(tracer, *context_values(contexts, lambda v: v))
-        except TracerError:
-            raise
+        except TracerError as error:
+            raise TracerError(f"{_call(problem)}{error}") from error
         except Exception as error:  # f failed on the tracer: the tracer cannot follow it
             raise TracerError(
-                f"the sparsity tracer could not run f ({type(error).__name__}: {error}); f must compute with "
-                f"array_namespace(x) or NumPy. For jax.numpy code use sparsity_detector=JaxprSparsityDetector(); "
-                f"otherwise LocalSparsityDetector() or KnownSparsity(pattern)"
+                f"{_call(problem)}the sparsity tracer could not run f ({type(error).__name__}: {error}); f must "
+                f"compute with array_namespace(x) or NumPy. For jax.numpy code use "
+                f"sparsity_detector=JaxprSparsityDetector(); otherwise LocalSparsityDetector() or KnownSparsity(pattern)"
             ) from error
         return y, trace
 

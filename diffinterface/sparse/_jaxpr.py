@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._coloring import csr_pattern
-from ._detectors import Problem
+from ._detectors import Problem, _call
 from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
 
 _STRUCTURAL = {
@@ -129,8 +129,11 @@ class JaxprSparsityDetector:
         n = math.prod(shape)
         trace = Trace(n, hessian)
         tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, dtype)
-        with families()["jax"].computing(dtype):  # known values evaluated in x's precision
-            (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
+        try:
+            with families()["jax"].computing(dtype):  # known values evaluated in x's precision
+                (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
+        except TracerError as error:
+            raise TracerError(f"{_call(problem)}{error}") from error
         return y, trace
 
     def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
