@@ -11,6 +11,11 @@ bodies call ``backend`` through diffinterface's own operators. So a PyTorch func
 - reverse pass: ``pullback(backend, f, x, dy)`` of the argument alone (no augmented primal: under JAX
   the backward callback does not run ``f`` again for a tape).
 
+``f`` keeps the closure contract of the operators (contract section 7): with the backend's
+``closure="duplicated"`` (the default) each run of the primal is over fresh duplicates of the state
+``f`` captures, so a work buffer that ``f`` writes into is never the user's own (the bodies that call
+``backend`` duplicate it through the operators themselves).
+
 ``f`` takes one array and returns one array. Under JAX the output's shape comes from one call of
 ``f`` at random inputs of ``x``'s shape (per shape), unless ``out_shape`` says it.
 """
@@ -22,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .._adapters.target import Target
 from .._core.arrays import NUMPY, families, to_family
 from .._core.configs import AbstractBackend, adapter_for
 from . import Rule
@@ -50,6 +56,8 @@ class DifferentiateWith(Rule):
             )
         self.f: Callable[..., Any] = f
         self.backend: AbstractBackend = backend
+        # f's captured state, found once: the primal runs over duplicates of it (Adapter.evaluate's way)
+        self._target = Target(f, None, getattr(backend, "closure", "duplicated"), self.__class__.__name__)
         super().__init__(
             self._primal,
             opaque=True,
@@ -65,11 +73,12 @@ class DifferentiateWith(Rule):
         record = families().get(self.backend.engine or NUMPY)
         if record is not None and record.name != NUMPY:
             adapter_for(self.backend, self.__name__)  # loads the engine its arrays need (first call)
+        f = self._target.instance()  # over fresh duplicates of f's captured state, as the operators call f
         if record is None or record.name == NUMPY:
-            return np.asarray(self.f(x))
+            return np.asarray(f(x))
         x = np.asarray(x)
         with record.computing(x.dtype):
-            return np.asarray(to_family(self.f(to_family(x, record.name)), NUMPY))
+            return np.asarray(to_family(f(to_family(x, record.name)), NUMPY))
 
     def _forward(self, x: Any) -> tuple[Any, ...]:
         from ..first_order import value_and_pushforward

@@ -17,6 +17,7 @@ family), ``contexts`` the call's contexts and ``dense`` the dense backend of the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -35,6 +36,12 @@ class Problem:
     y_size: int
     function: Any
     target: Any = None  # the call's Target (closure policy, captured state), for engines that trace f themselves
+
+
+def _call(problem: Problem) -> str:
+    """The call as the user wrote it, as every error message starts (``jacobian(AutoSparse(...), f, x): ``)."""
+    call = getattr(problem.target, "call", None)
+    return f"{call}: " if call else ""
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -77,13 +84,13 @@ class TracerSparsityDetector:
         tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, _dtype(x))
         try:
             y = problem.function(tracer, *context_values(contexts, lambda v: v))
-        except TracerError:
-            raise
+        except TracerError as error:
+            raise TracerError(f"{_call(problem)}{error}") from error
         except Exception as error:  # f failed on the tracer: the tracer cannot follow it
             raise TracerError(
-                f"the sparsity tracer could not run f ({type(error).__name__}: {error}); f must compute with "
-                f"array_namespace(x) or NumPy. For jax.numpy code use sparsity_detector=JaxprSparsityDetector(); "
-                f"otherwise LocalSparsityDetector() or KnownSparsity(pattern)"
+                f"{_call(problem)}the sparsity tracer could not run f ({type(error).__name__}: {error}); f must "
+                f"compute with array_namespace(x) or NumPy. For jax.numpy code use "
+                f"sparsity_detector=JaxprSparsityDetector(); otherwise LocalSparsityDetector() or KnownSparsity(pattern)"
             ) from error
         return y, trace
 
@@ -174,14 +181,18 @@ class LocalSparsityDetector:
             raise ValueError(f"LocalSparsityDetector(points={self.points!r}): points must be an integer >= 1")
 
     def _points(self, x: Any) -> list[Any]:
-        from .._core.arrays import family, to_family
+        from .._core.arrays import families, family, to_family
 
         base = np.asarray(to_family(x, "numpy"), dtype=float)
         rng = np.random.default_rng(self.seed)
         out = [x]
+        dtype, fam = _dtype(x), family(x)
+        record = families().get(fam) if fam is not None else None
         for _ in range(self.points - 1):
             p = base + self.scale * (1 + np.abs(base)) * rng.standard_normal(base.shape)
-            out.append(to_family(p.astype(_dtype(x)), family(x), like=x))
+            # in x's own dtype: a float64 JAX x stays float64 where JAX's x64 setting is off
+            with record.computing(dtype) if record is not None else contextlib.nullcontext():
+                out.append(to_family(p.astype(dtype), fam, like=x))
         return out
 
     def _union(self, mats: list[Any]) -> Any:

@@ -5,7 +5,7 @@ writable stand-ins, so module-global work buffers written with ``buf[...] = ...`
 and the equations of the jaxpr are interpreted over :class:`~._tracer.Tracer` values, whose namespace
 already knows the dependencies of elementwise operations, reductions and products:
 
-- *structural* primitives (reshape, broadcast, transpose, slice, reverse, concatenate, pad, gather,
+- *structural* primitives (reshape, broadcast, transpose, slice, reverse, concatenate, stack, pad, gather,
   scatter, dynamic slices, squeeze, expand_dims) are run by JAX itself on arrays of element
   positions: the output says which input element each output element is (so every indexing mode
   JAX has is followed exactly, with no rule written for it);
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._coloring import csr_pattern
-from ._detectors import Problem
+from ._detectors import Problem, _call
 from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
 
 _STRUCTURAL = {
@@ -34,6 +34,7 @@ _STRUCTURAL = {
     "slice",
     "rev",
     "concatenate",
+    "stack",  # jnp.stack's own primitive (JAX 0.10; earlier JAX wrote it as broadcast_in_dim + concatenate)
     "pad",
     "gather",
     "scatter",
@@ -128,8 +129,11 @@ class JaxprSparsityDetector:
         n = math.prod(shape)
         trace = Trace(n, hessian)
         tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, dtype)
-        with families()["jax"].computing(dtype):  # known values evaluated in x's precision
-            (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
+        try:
+            with families()["jax"].computing(dtype):  # known values evaluated in x's precision
+                (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
+        except TracerError as error:
+            raise TracerError(f"{_call(problem)}{error}") from error
         return y, trace
 
     def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:

@@ -18,7 +18,10 @@ nonlinearity's value is zero at all points, as for ``x * 0``).
 The patterns are *global*: both branches of ``where`` count, comparisons carry no dependence, and
 Python control flow on a traced value (``if x[0] > 0``) raises, naming the other detectors. Code
 that leaves the array API for NumPy (``np.asarray(x)``, a SciPy call, a write into a NumPy buffer)
-raises too: such code is opaque to a tracer.
+raises too: such code is opaque to a tracer. Constants are followed: ``xp.asarray(A)`` of a
+concrete ``A`` keeps ``A``'s value (its nonzeros count in a product, its values serve as indices),
+and a constant computed from constants, whose value is not kept, counts as nonzero everywhere in a
+product (a denser pattern than need be, never one that misses an entry).
 
 Size: over 400 lines in one module, because one array type and its array-API operations: each operation's
 rule for index sets is a method of the tracer.
@@ -79,14 +82,19 @@ def _bool_product(a: Any, b: Any) -> Any:
 class Tracer:
     """An array of ``shape`` whose elements carry their input dependencies (see the module docstring)."""
 
-    __slots__ = ("deps", "shape", "trace", "dtype")
+    __slots__ = ("deps", "shape", "trace", "dtype", "value")
     __array_priority__ = 1000  # NumPy arrays defer to the tracer's reflected operators
 
-    def __init__(self, deps: Any, shape: tuple[int, ...], trace: Trace, dtype: Any = np.float64) -> None:
+    def __init__(
+        self, deps: Any, shape: tuple[int, ...], trace: Trace, dtype: Any = np.float64, value: Any = None
+    ) -> None:
         self.deps = deps  # csr (size x n) or None (a constant: no dependence)
         self.shape = tuple(int(s) for s in shape)
         self.trace = trace
         self.dtype = np.dtype(dtype)
+        # a constant whose value is known (``xp.asarray(A)`` of a concrete A, and selections of it):
+        # it converts to NumPy like A itself (``xp.asarray(A) @ z``, ``x[xp.asarray(idx)]``)
+        self.value = value
 
     # -- the array API's attributes -----------------------------------------------------------------
 
@@ -152,6 +160,8 @@ class Tracer:
         raise self._opaque("a traced value used as an index")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        if self.deps is None and self.value is not None:
+            return np.asarray(self.value, dtype=dtype)
         raise self._opaque("its conversion to a NumPy array (np.asarray, a SciPy call or a write into a NumPy buffer)")
 
     # NumPy functions and ufuncs on a tracer run the namespace's (np.sin(x), A @ x with A a NumPy array)
@@ -191,6 +201,7 @@ class Tracer:
         stacked = _sp().vstack([self.rows(), value.rows()], format="csr")
         order = np.where(keep, source, self.size + from_value)
         self.deps = _or_none(stacked[order])
+        self.value = None  # written into: its value is no longer known
 
     def __neg__(self) -> Tracer:
         return Tracer(self.deps, self.shape, self.trace, self.dtype)
@@ -252,6 +263,8 @@ def _positions(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _key(key: Any) -> Any:
+    if isinstance(key, Tracer) and key.deps is None and key.value is not None:
+        return key.value  # indices given as xp.asarray(idx): a known constant
     if isinstance(key, Tracer):
         raise key._opaque("a traced array used as an index (a mask or indices computed from x)")
     if isinstance(key, tuple):
@@ -267,7 +280,8 @@ def _select(t: Tracer, index: np.ndarray) -> Tracer:
     """The tracer of shape ``index.shape`` whose element k is ``t``'s element ``index.flat[k]``."""
     index = np.asarray(index)
     if t.deps is None:
-        return Tracer(None, index.shape, t.trace, t.dtype)
+        value = None if t.value is None else np.asarray(t.value).ravel()[index]
+        return Tracer(None, index.shape, t.trace, t.dtype, value)
     return Tracer(_or_none(t.deps[index.ravel()]), index.shape, t.trace, t.dtype)
 
 
@@ -371,7 +385,8 @@ class Namespace:
             return obj if dtype is None else Tracer(obj.deps, obj.shape, obj.trace, dtype)
         if isinstance(obj, (list, tuple)) and any(isinstance(o, Tracer) for o in obj):
             return self.stack([self.asarray(o) for o in obj])
-        return Tracer(None, np.shape(obj), self.trace, dtype or _dtype(np.asarray(obj)))
+        value = np.asarray(obj, dtype=dtype)
+        return Tracer(None, value.shape, self.trace, value.dtype, value)
 
     def _const(self, shape: Any, dtype: Any = None) -> Tracer:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -546,7 +561,14 @@ class Namespace:
         traced, const, left = (tb, a, True) if tb.deps is not None else (ta, b, False)
         if traced.ndim > 2 or np.ndim(const) > 2:
             raise TracerError("the sparsity tracer follows matmul of arrays of at most two dimensions")
-        pattern = _sp().csr_array(np.asarray(const) != 0) if not _sp().issparse(const) else _as_bool(const)
+        if isinstance(const, Tracer) and const.value is None:
+            # a constant whose values are not known (computed from other constants): every entry may be
+            # nonzero, a pattern that holds at every value (denser than need be, never missing one)
+            pattern = _sp().csr_array(np.ones(const.shape or (1,), dtype=bool))
+        elif _sp().issparse(const):
+            pattern = _as_bool(const)
+        else:
+            pattern = _sp().csr_array(np.asarray(const) != 0)
         k, m2 = sa[-1], sb[-1]
         d = traced.rows()
         if left:  # const (p x k) @ traced (k x m2): out[i, j] depends on traced[l, j] for const[i, l] != 0

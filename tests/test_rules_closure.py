@@ -1,0 +1,140 @@
+"""The closure contract (contract section 7) through ``DifferentiateWith`` (issue 38, item 1).
+
+``DifferentiateWith(f, inner)`` inside an outer backend: ``f`` writes into a captured work buffer
+(``buf[:] *= x; return buf * 1.0``). Every evaluation must run over a duplicate of the buffer, so the
+Jacobian is ``diag(buf)`` (the analytic answer) and the user's buffer is the same after the call.
+Before the fix the primal ran on the user's own buffer: the buffer drifted from one finite-difference
+step to the next and the Jacobian came out wrong without an error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import installed
+
+BUF = [2.0, 3.0]
+X = [1.5, 0.5]
+ENGINES = {"AutoFiniteDiff": None, "AutoJAX": "jax", "AutoTorch": "torch", "AutoAutograd": "autograd"}
+
+# Pairs that raise an error today (never a wrong number: the test below checks the number wherever
+# the call returns). Each belongs to an item of issue 38 in the engines' adapters.
+KNOWN_ERRORS = {
+    (
+        "AutoJAX",
+        "AutoJAX",
+    ): "issue 38 item 11: DifferentiateWith(f, AutoJAX()) inside AutoJAX cannot probe the output shape",
+    (
+        "AutoTorch",
+        "AutoTorch-forward",
+    ): "issue 38 item 11: DifferentiateWith(f, AutoTorch()) inside AutoTorch forward mode "
+    "(torch: nested forward mode AD is not supported)",
+    (
+        "AutoTorch",
+        "AutoTorch-None",
+    ): "issue 38 item 11: DifferentiateWith(f, AutoTorch()) inside AutoTorch forward mode "
+    "(torch: nested forward mode AD is not supported)",
+}
+for _outer in ("AutoJAX", "AutoTorch", "AutoAutograd"):
+    for _mode in ("None", "forward", "reverse"):
+        KNOWN_ERRORS[("AutoAutograd", f"{_outer}-{_mode}")] = (
+            "issue 38 item 10: AutoAutograd refuses buf[:] *= x on a captured buffer (output array is read-only)"
+        )
+
+
+def _outers() -> list:
+    out = [("AutoFiniteDiff", di.AutoFiniteDiff())]
+    for name in ("AutoJAX", "AutoTorch", "AutoAutograd"):
+        for mode in (None, "forward", "reverse"):
+            out.append((f"{name}-{mode}", getattr(di, name)(mode=mode)))
+    return out
+
+
+def _pairs() -> list:
+    params = []
+    for inner in ENGINES:
+        for outer_id, outer in _outers():
+            engines = {ENGINES[inner], ENGINES[outer_id.split("-")[0]]} - {None}
+            marks = [
+                pytest.mark.skip(reason=f'{e} is not installed: pip install "diffinterface[{e}]"')
+                for e in engines
+                if not installed(e)
+            ]
+            reason = KNOWN_ERRORS.get((inner, outer_id)) or KNOWN_ERRORS.get((inner, outer_id.split("-")[0]))
+            if reason is not None:
+                # an error, never an AssertionError: a wrong number is a failure even in these pairs
+                marks.append(
+                    pytest.mark.xfail(strict=True, reason=reason, raises=(TypeError, ValueError, RuntimeError))
+                )
+            params.append(pytest.param(inner, outer_id, outer, marks=marks, id=f"{inner}-in-{outer_id}"))
+    return params
+
+
+def _buffer(inner: str):
+    """The work buffer in the inner engine's arrays: torch writes torch tensors; the other engines'
+    bodies receive NumPy arrays (JAX and autograd through their rule registrations)."""
+    if inner == "AutoTorch":
+        import torch
+
+        return torch.tensor(BUF, dtype=torch.float64)
+    return np.array(BUF)
+
+
+def _x(outer_id: str):
+    name = outer_id.split("-")[0]
+    if name == "AutoTorch":
+        import torch
+
+        return torch.tensor(X, dtype=torch.float64)
+    if name == "AutoJAX":
+        import jax.numpy as jnp
+
+        return jnp.asarray(X)  # float32: JAX's default
+    return np.array(X)
+
+
+@pytest.mark.parametrize(("inner", "outer_id", "outer"), _pairs())
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_item1_differentiate_with_writes_into_a_duplicate_of_the_captured_buffer(inner, outer_id, outer, prepared):
+    buf = _buffer(inner)
+
+    def f1(x):
+        buf[:] *= x
+        return buf * 1.0
+
+    w = di.DifferentiateWith(f1, getattr(di, inner)())
+    x = _x(outer_id)
+    x_before = np.array(np.asarray(x))
+
+    def g(z):
+        return w(z)
+
+    prep = di.prepare_jacobian(outer, g, x) if prepared else None
+    for _ in range(2):  # twice: a buffer that drifted would show at the second call
+        y, jac = di.value_and_jacobian(outer, g, x, prep=prep)
+        float32 = outer_id.startswith("AutoJAX")
+        tol = 1e-5 if float32 or outer_id == "AutoFiniteDiff" else 1e-9
+        np.testing.assert_allclose(np.asarray(jac, dtype=float), np.diag(BUF), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(y, dtype=float), np.multiply(BUF, X), rtol=tol)
+        np.testing.assert_array_equal(np.asarray(buf), BUF)  # the user's buffer is unchanged
+        np.testing.assert_array_equal(np.asarray(x), x_before)
+
+
+def test_item1_differentiate_with_primal_called_directly_keeps_the_user_buffer():
+    """The issue's own example: finite differences around ``DifferentiateWith(F1, AutoFiniteDiff())``
+    gave entries of -4e6 and left ``buf`` at [32, 243]; ``jacobian(AutoFiniteDiff(), F1, x)`` alone is right."""
+    buf = np.array([2.0, 3.0])
+
+    def f1(x):
+        buf[:] *= x
+        return buf * 1.0
+
+    w = di.DifferentiateWith(f1, di.AutoFiniteDiff())
+    x = np.array([1.0, 1.0])
+    alone = di.jacobian(di.AutoFiniteDiff(), f1, x)
+    wrapped = di.jacobian(di.AutoFiniteDiff(), lambda z: w(z), x)
+    np.testing.assert_allclose(alone, np.diag([2.0, 3.0]), rtol=1e-6)
+    np.testing.assert_allclose(wrapped, np.diag([2.0, 3.0]), rtol=1e-6)
+    np.testing.assert_array_equal(buf, [2.0, 3.0])
