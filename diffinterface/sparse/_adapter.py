@@ -28,9 +28,10 @@ import numpy as np
 
 from .._adapters.contract import Adapter, Runners
 from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
-from .._core.errors import BackendNotAvailableError
-from .._frontend.sparse_results import SparsePlan
 from .._core.configs import adapter_for
+from .._core.errors import BackendNotAvailableError
+from .._core.operators import GRADIENT, HESSIAN, HVP, JACOBIAN, PULLBACK, PUSHFORWARD, Operator
+from .._frontend.sparse_results import SparsePlan
 from ._coloring import conflict_size, csr_pattern, decompression
 from ._detectors import Problem
 
@@ -60,11 +61,11 @@ class SparseAdapter(Adapter):
         return self.dense.evaluate(target, x, contexts)
 
     def prepare(
-        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
+        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
     ) -> Any:
-        if operator == "jacobian":
+        if operator is JACOBIAN:
             return self._jacobian(target, x, contexts, info)
-        if operator == "hessian":
+        if operator is HESSIAN:
             return self._hessian(target, x, contexts, info)
         return self.dense.prepare(operator, target, x, tangents, contexts, info)
 
@@ -84,7 +85,7 @@ class SparseAdapter(Adapter):
         forward = plan.mode == "columns"
         plan.index = decompression(pattern, plan.colors, plan.mode)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
-        return self._runners(plan, "pushforward" if forward else "pullback", target, x, contexts, info)
+        return self._runners(plan, PUSHFORWARD if forward else PULLBACK, target, x, contexts, info)
 
     def _hessian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
         backend = self.backend
@@ -95,10 +96,10 @@ class SparseAdapter(Adapter):
         plan = SparsePlan(pattern, backend.coloring.symmetric(pattern), "star")
         plan.index = decompression(pattern, plan.colors, "star")
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape, x)
-        return self._runners(plan, "hvp", target, x, contexts, info)
+        return self._runners(plan, HVP, target, x, contexts, info)
 
     def _runners(
-        self, plan: SparsePlan, operator: str, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
+        self, plan: SparsePlan, operator: Operator, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
     ) -> Runners:
         """The runners of one sparse derivative: the dense adapter's compressed program where it has
         one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
@@ -134,7 +135,7 @@ class SparseAdapter(Adapter):
 
         gather = _gatherer(plan.index, x)
         inner = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
-        grads = self.dense.prepare("gradient", target, x, (), contexts, info) if star else None
+        grads = self.dense.prepare(GRADIENT, target, x, (), contexts, info) if star else None
 
         def plain(x: Any, tangents: Any, cs: Any) -> Any:
             return build(gather(inner.plain(x, plan.seeds, cs) if inner is not None else ()))
