@@ -21,6 +21,16 @@ def test_one_record_per_public_operator() -> None:
     for name, op in extend.OPERATORS.items():
         assert op.name == name and str(op) == name
         assert getattr(extend, name.upper()) is op
+    # the contract's facts (docs/contract.md, sections 2 and 3), stated independently of the records
+    assert {n for n, op in extend.OPERATORS.items() if op.scalar_output} == {"gradient", "hvp", "hessian"}
+    assert {n for n, op in extend.OPERATORS.items() if op.scalar_input} == {"derivative", "second_derivative"}
+    assert {n for n, op in extend.OPERATORS.items() if op.order == 2} == {"hvp", "hessian", "second_derivative"}
+    assert {n: op.direction for n, op in extend.OPERATORS.items() if op.direction} == {
+        "pushforward": "forward",
+        "derivative": "forward",
+        "pullback": "reverse",
+        "gradient": "reverse",
+    }
 
 
 @pytest.mark.parametrize("op", RECORDS, ids=str)
@@ -37,21 +47,29 @@ def test_record_matches_the_public_signatures(op: extend.Operator) -> None:
     assert (op.order == 2) == (op.nesting is not None)
 
 
-def _call(op: extend.Operator, f, x, value: bool):
-    args = (x, np.ones_like(x)) if op.tangent == "tx" else (x, np.ones(2)) if op.tangent == "ty" else (x,)
-    return getattr(di, op.value_method if value else op.name)(di.AutoFiniteDiff(), f, *args)
+def _call(op: extend.Operator, f, x):
+    ty = np.ones(np.shape(f(x)))
+    args = (x, np.ones_like(x)) if op.tangent == "tx" else (x, ty) if op.tangent == "ty" else (x,)
+    return getattr(di, op.name)(di.AutoFiniteDiff(), f, *args)
 
 
 @pytest.mark.parametrize("op", RECORDS, ids=str)
 def test_scalar_input_and_output_are_what_the_operators_refuse(op: extend.Operator) -> None:
-    """``scalar_output``: a vector f(x) is refused; ``scalar_input``: a vector x is refused."""
+    """``scalar_output``: a vector f(x) is refused, and only then; ``scalar_input``: a vector x is
+    refused, and only then."""
+    x = np.array(0.5) if op.scalar_input else np.ones(3)
     vector_out = lambda x: np.stack([np.sum(x**2), np.sum(x)])  # noqa: E731
     if op.scalar_output:
         with pytest.raises(ValueError, match=rf"{op.name}\(AutoFiniteDiff\(\), f, x.*needs f\(x\) to be a scalar"):
-            _call(op, vector_out, np.ones(3), False)
+            _call(op, vector_out, x)
+    else:
+        _call(op, vector_out, x)
+    scalar_out = lambda x: np.sum(x**2)  # noqa: E731
     if op.scalar_input:
         with pytest.raises(ValueError, match=rf"{op.name}\(AutoFiniteDiff\(\), f, x\): .*needs a scalar x"):
-            _call(op, lambda x: x**2, np.ones(3), False)
+            _call(op, scalar_out, np.ones(3))
+    else:
+        _call(op, scalar_out, np.ones(3))
 
 
 def test_value_forms_and_nesting_against_analytic_derivatives() -> None:
