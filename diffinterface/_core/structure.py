@@ -2,10 +2,10 @@
 
 **How.** A structure is flattened into its leaves, and the leaves into one vector: every adapter
 differentiates the vector function ``v -> ravel(f(unravel(v)))`` and the results are cut back into
-the structures that ``jax.jacobian`` gives (each operator's ``results``, ``_core.operators``). One mechanism for every backend,
-operator, mode and second order; an engine that runs the cut inside its own compiled program (JAX,
-``structures_inside``) receives the leaves and returns leaves, so a prepared call adds no array
-operation outside it.
+the structures that ``jax.jacobian`` gives (the ``results`` of each operator's record,
+``_core.operators``). One mechanism for every backend, operator, mode and second order; an engine
+that runs the cut inside its own compiled program (JAX, ``structures_inside``) receives the leaves
+and returns leaves, so a prepared call adds no array operation outside it.
 
 **Which nodes.** Plain containers (``dict``, ``list``, ``tuple``, namedtuples; ``None`` as an empty
 node, as JAX and optree treat it) are walked here, on every backend, keeping the order of dict keys.
