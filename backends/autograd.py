@@ -44,9 +44,19 @@ from autograd.numpy.numpy_vjps import unbroadcast_f
 from autograd.tracer import Box, getval, new_box
 
 from diffinterface.extend import (
+    DERIVATIVE,
+    GRADIENT,
+    HESSIAN,
+    HVP,
     NUMPY,
+    PULLBACK,
+    PUSHFORWARD,
+    SECOND_DERIVATIVE,
     Info,
     LostDerivativeError,
+    Operator,
+    Runner,
+    Runners,
     StandInConversionError,
     basis,
     const_write_error,
@@ -63,9 +73,9 @@ from diffinterface.extend import (
     shape_size,
     standin_error,
     structured_output,
-    through_jacobian,
     to_family,
     unwrap,
+    value_form,
 )
 from diffinterface.extend import (
     Adapter as _Base,
@@ -347,18 +357,12 @@ _box_device = property(lambda self: "cpu")
 _TRACES = _Traces()
 
 
-class _Prepared:
-    # reverse_inner: a JVP was missing, second order goes reverse over reverse
-    __slots__ = ("plain", "value", "reverse_inner")
-
-    def __init__(self) -> None:
-        self.plain: Any = None
-        self.value: Any = None
-        self.reverse_inner: bool = False
-
-
-def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any, data: _Prepared, target: Any) -> None:
-    """Sets ``data.plain`` and ``data.value``: ``(x, tangents, contexts) -> result``, x in the user's family.
+def _build(
+    operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any, target: Any
+) -> tuple[Runner, Runner]:
+    """The ``(plain, value)`` runners of ``operator``, ``(x, tangents, contexts) -> result`` with x in
+    the user's family; the bodies below work on numpy arrays and return ``(primal, result)``
+    (:data:`diffinterface.extend.Body`).
 
     ``target.call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
     call = target.call
@@ -366,10 +370,11 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     n, m = shape_size(x_shape), shape_size(y_shape)
     like = _numpy(x_user, None)
     dtype = like.dtype
-    whole = through_jacobian(operator, forward)
-    x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator == "hessian" else ()
+    whole = operator.through_jacobian(forward)
+    x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator is HESSIAN else ()
     y_basis = basis(like, y_shape, dtype) if whole and not forward else ()
     one = np.ones((), dtype=dtype)
+    reverse_inner: list[bool] = []  # set at the first primitive without a JVP: second order reverse over reverse
 
     def jvp(x: Any, t: Any, contexts: Any) -> Any:
         return make_jvp(lambda z: fn(z, contexts), x)(t)
@@ -400,36 +405,36 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
 
         return grad
 
-    if operator == "pushforward" and forward:
+    if operator is PUSHFORWARD and forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             results = [jvp(x, t, contexts) for t in ts]
             return results[0][0], tuple(cast(r[1]) for r in results)
-    elif operator == "pullback" and not forward:
+    elif operator is PULLBACK and not forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             pull, y = vjp(x, contexts)
             return y, tuple(cast(pull(t)) for t in ts)
-    elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+    elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, jac = jacobian(x, contexts)
-            return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator == "pushforward"))
-    elif operator == "derivative" and forward:
+            return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator is PUSHFORWARD))
+    elif operator is DERIVATIVE and forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, der = jvp(x, one, contexts)
             return y, cast(der)
-    elif operator == "gradient" and not forward:
+    elif operator is GRADIENT and not forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             pull, y = vjp(x, contexts)
             return y, cast(pull(vspace(y).ones()))
-    elif operator in ("derivative", "gradient", "jacobian"):
+    elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             return jacobian(x, contexts)
-    elif operator == "second_derivative":  # forward over forward; reverse over reverse without JVPs
+    elif operator is SECOND_DERIVATIVE:  # forward over forward; reverse over reverse without JVPs
         rows = basis(like, y_shape, dtype)
 
         def forward_body(x: Any, contexts: Any) -> Any:
@@ -455,27 +460,27 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
             return (record[0], cast(d)), cast(np.reshape(np.stack([pull(e) for e in rows]), y_shape))
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
-            if not data.reverse_inner:
+            if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
                 except NotImplementedError:  # a primitive without a JVP: reverse over reverse from now on
-                    data.reverse_inner = True
+                    reverse_inner.append(True)
             return reverse_body(x, contexts)
-    elif operator == "hvp":
+    elif operator is HVP:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             record: list[Any] = []
             grad = gradient_of(contexts, record)
-            if len(ts) == 1 and not data.reverse_inner:
+            if len(ts) == 1 and not reverse_inner:
                 try:  # forward over reverse
                     g, hv = make_jvp(grad, x)(ts[0])
                     return (record[0], cast(g)), (cast(hv),)
                 except NotImplementedError:  # a primitive without a JVP: reverse over reverse from now on
-                    data.reverse_inner = True
+                    reverse_inner.append(True)
                     record.clear()
             pull, g = make_vjp(grad, x)
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
-    elif operator == "hessian":  # reverse over reverse
+    elif operator is HESSIAN:  # reverse over reverse
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             record: list[Any] = []
@@ -485,7 +490,6 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
     convert = family(x_user) != NUMPY
 
     def inputs(x: Any, ts: Any) -> Any:
@@ -531,14 +535,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     def value(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
-            first, result = traced(x, ts, contexts)
-        if hvp:
-            return first[1], result  # (gradient, hvps)
-        if second:
-            return (np.asarray(first[0]), first[1], result)
-        return np.asarray(first), result
+            primal, result = traced(x, ts, contexts)
+        return value_form(operator, primal, result, np.asarray)
 
-    data.plain, data.value = plain, value
+    return plain, value
 
 
 class Adapter(_Base):
@@ -581,20 +581,18 @@ class Adapter(_Base):
             )
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
+    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
         fn = _Function(target, contexts)
         forward = self.forward(operator, info)
 
-        def build(fwd: bool) -> tuple[Any, ...]:
-            data = _Prepared()
-            _build(operator, fn, fwd, info, x, data, target)
-            return data.plain, data.value
+        def build(fwd: bool) -> tuple[Runner, Runner]:
+            return _build(operator, fn, fwd, info, x, target)
 
-        data = _Prepared()
         # a primitive without a JVP ("JVP of psi ... not defined"): reverse mode (mode=None)
         fallback = self.direction_fallback(operator, forward, target, build)
-        data.plain, data.value = build(forward) if fallback is None else (fallback.plain, fallback.value)
-        return data
+        if fallback is not None:
+            return Runners(fallback.plain, fallback.value)
+        return Runners(*build(forward))
 
 
 # -- the bench record: autograd's own calls ---------------------------------------------------------

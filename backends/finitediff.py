@@ -42,6 +42,8 @@ from array_api_compat import array_namespace, device
 
 from diffinterface.extend import (
     NUMPY,
+    Info,
+    Operator,
     Runners,
     Target,
     context_values,
@@ -454,12 +456,13 @@ class Adapter(_Base):
             return _evaluator(target, contexts, x)(private_copy(x))
 
     def prepare(
-        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
-    ) -> Any:
+        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+    ) -> Runners:
         """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
         ``enable_x64`` for float64 x without global x64: else the steps and f's values were float32)."""
         with _computing(x):
             runners = super().prepare(operator, target, x, tangents, contexts, info)
+        assert isinstance(runners, Runners)  # the base binds the methods into Runners
         if family(x) in (NUMPY, None):
             return runners
         plain, value = runners.plain, runners.value

@@ -29,6 +29,7 @@ one module, imported at first use).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -36,10 +37,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffinterface.extend import (
+    DERIVATIVE,
+    GRADIENT,
+    HESSIAN,
+    HVP,
+    JACOBIAN,
     NUMPY,
+    PULLBACK,
+    PUSHFORWARD,
+    SECOND_DERIVATIVE,
     TORCH,
     Cache,
     Info,
+    Operator,
     const_write_error,
     contract_all,
     duplicate,
@@ -253,13 +263,14 @@ def _with_value(transform: Any, f: Any) -> Any:
     return transform(lambda z: (f(z), f(z)), has_aux=True)
 
 
-def _builders(forward: bool) -> dict[Any, Any]:
-    """For each operator: ``(f, x, tangents, value) -> results``, traced inside the compiled function.
+# What an operator is traced as inside the compiled function: ``(f, x, tangents, value) -> results``,
+# with ``value`` the value form (a tuple, the value first); without, the plain result only, so the
+# compiled program computes nothing it does not return (JAX's counterpart of the kit's ``Body``,
+# which returns ``(primal, result)`` for both forms: here each form is its own program).
+Traced = Callable[[Callable[..., Any], Any, tuple[Any, ...], bool], Any]
 
-    With ``value`` the value form (a tuple, the value first); without, the plain result only, so the
-    compiled program computes nothing it does not return.
-    """
 
+def _pushforward(forward: bool) -> Traced:
     def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
@@ -268,6 +279,10 @@ def _builders(forward: bool) -> dict[Any, Any]:
             y, out = _jvps(f, x, ts)
         return (y, out) if value else out
 
+    return pushforward
+
+
+def _pullback(forward: bool) -> Traced:
     def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
@@ -280,6 +295,10 @@ def _builders(forward: bool) -> dict[Any, Any]:
                 out = _split(jax.vmap(lambda t: vjp(t)[0])(jnp.stack(ts)), len(ts))
         return (y, out) if value else out
 
+    return pullback
+
+
+def _derivative(forward: bool) -> Traced:
     def derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
         if forward:
             y, der = jax.jvp(f, (x,), (jnp.ones_like(x),))
@@ -287,15 +306,27 @@ def _builders(forward: bool) -> dict[Any, Any]:
             der, y = _with_value(jax.jacrev, f)(x)
         return (y, der) if value else der
 
+    return derivative
+
+
+def _gradient(forward: bool) -> Traced:
     def gradient(f: Any, x: Any, _: Any, value: Any) -> Any:
         if forward:
             return _with_value(jax.jacfwd, f)(x)[::-1] if value else jax.jacfwd(f)(x)
         return jax.value_and_grad(f)(x) if value else jax.grad(f)(x)
 
+    return gradient
+
+
+def _jacobian(forward: bool) -> Traced:
     def jacobian(f: Any, x: Any, _: Any, value: Any) -> Any:
         transform = jax.jacfwd if forward else jax.jacrev
         return _with_value(transform, f)(x)[::-1] if value else transform(f)(x)
 
+    return jacobian
+
+
+def _second_derivative(forward: bool) -> Traced:
     def second_derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
         def first(z: Any) -> Any:
             return jax.jvp(f, (z,), (jnp.ones_like(z),))
@@ -303,29 +334,38 @@ def _builders(forward: bool) -> dict[Any, Any]:
         (y, der), (_, der2) = jax.jvp(first, (x,), (jnp.ones_like(x),))
         return (y, der, der2) if value else der2
 
+    return second_derivative
+
+
+def _hvp(forward: bool) -> Traced:
     def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
         g, out = _jvps(jax.grad(f), x, ts)
         return (g, out) if value else out
 
+    return hvp
+
+
+def _hessian(forward: bool) -> Traced:
     def hessian(f: Any, x: Any, _: Any, value: Any) -> Any:
         if not value:
             return jax.jacfwd(jax.grad(f))(x)
         hess, (y, g) = jax.jacfwd(lambda z: (jax.grad(f)(z), jax.value_and_grad(f)(z)), has_aux=True)(x)
         return y, g, hess
 
-    return {
-        "pushforward": pushforward,
-        "pullback": pullback,
-        "derivative": derivative,
-        "gradient": gradient,
-        "jacobian": jacobian,
-        "second_derivative": second_derivative,
-        "hvp": hvp,
-        "hessian": hessian,
-    }
+    return hessian
 
 
-_TANGENTS = ("pushforward", "pullback", "hvp")
+# JAX's native operators: for each, the body in direction ``forward`` (True: forward mode)
+NATIVE: dict[Operator, Callable[[bool], Traced]] = {
+    PUSHFORWARD: _pushforward,
+    PULLBACK: _pullback,
+    DERIVATIVE: _derivative,
+    GRADIENT: _gradient,
+    JACOBIAN: _jacobian,
+    SECOND_DERIVATIVE: _second_derivative,
+    HVP: _hvp,
+    HESSIAN: _hessian,
+}
 
 
 class _Prepared:
@@ -340,10 +380,10 @@ class _Prepared:
     __slots__ = ("function", "value_form", "plain_form", "x64", "convert", "tangents", "bare", "plain", "value")
 
     def __init__(
-        self, function: _Function, operator_name: str, body: Any, jit: bool, x64: bool, convert: bool, n_tangents: int
+        self, function: _Function, operator: Operator, body: Any, jit: bool, x64: bool, convert: bool, n_tangents: int
     ) -> None:
         self.function, self.x64, self.convert = function, x64, convert
-        self.tangents = operator_name in _TANGENTS
+        self.tangents = operator.tangent is not None
         self.bare = self.tangents and n_tangents == 1
         self.value_form = self._compile(body, True, jit)
         self.plain_form = self._compile(body, False, jit)
@@ -484,7 +524,7 @@ def _to_jax(value: Any) -> Any:
     return to_family(value, "jax")
 
 
-def _structured(body: Any, layout: Any, operator_name: str, forward: bool, n_tangents: int) -> Any:
+def _structured(body: Any, layout: Any, operator: Operator, forward: bool, n_tangents: int) -> Any:
     """``body`` over the leaves of a structured x (and tangents), its results cut into leaves, all
     inside the compiled program (``structures_inside``: see ``diffinterface._core.structure``).
 
@@ -492,25 +532,25 @@ def _structured(body: Any, layout: Any, operator_name: str, forward: bool, n_tan
     x run JAX's own pytree transforms over the list of leaves instead (``f`` takes the list too):
     measured at 10 leaves of 1e3, a program over the concatenated vector cost 1.14x JAX's own
     ``jit(grad)`` of the dict, the tree program 1.0x."""
-    tangent_like = layout.tangent(operator_name)
+    tangent_like = layout.tangent(operator)
     complex_parts = layout.xs.has_complex or (layout.ys is not None and layout.ys.has_complex)
-    tree = _tree_body(operator_name, forward, layout) if n_tangents <= 1 and not complex_parts else None
+    tree = _tree_body(operator, forward, layout) if n_tangents <= 1 and not complex_parts else None
     if tree is not None:
         return tree
 
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)
-        return layout.cut_all(operator_name, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
+        return layout.cut_all(operator, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
 
     return traced
 
 
-def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
+def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
     """The body of :func:`_structured` on JAX's pytree transforms, or None for the other operators.
     Results as ``Layout.cut_all`` gives them: lists of leaves, f(x) cut from its vector."""
     cut_y = layout.cut
 
-    if operator_name == "gradient" and not forward:
+    if operator is GRADIENT and not forward:
 
         def gradient(f: Any, x: Any, ts: Any, value: Any) -> Any:
             if value:
@@ -519,7 +559,7 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
             return list(jax.grad(f)(list(x)))
 
         return gradient
-    if operator_name == "pullback" and not forward:
+    if operator is PULLBACK and not forward:
 
         def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
             y, vjp = jax.vjp(f, list(x))
@@ -527,14 +567,14 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
             return (cut_y("y", y), out) if value else out
 
         return pullback
-    if operator_name == "pushforward" and forward:
+    if operator is PUSHFORWARD and forward:
 
         def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
             y, out = jax.jvp(f, (list(x),), (list(ts[0]),))
             return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
 
         return pushforward
-    if operator_name == "hvp":
+    if operator is HVP:
 
         def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
             g, out = jax.jvp(jax.grad(f), (list(x),), (list(ts[0]),))
@@ -598,22 +638,20 @@ class Adapter(_Base):
             raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator_name: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
+    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> _Prepared:
         """The adapter contract (``diffinterface._adapters.contract``): the compiled value and plain forms of one
         operator (see _Prepared), ``plain`` one call into the compiled function."""
-        forward = self.forward(operator_name, info)
-        body = _builders(forward)[operator_name]
+        forward = self.forward(operator, info)
+        body = NATIVE[operator](forward)
         leaf = x
         if info.layout is not None:  # x is the list of a structure's leaves
-            body = _structured(body, info.layout, operator_name, forward, len(tangents))
+            body = _structured(body, info.layout, operator, forward, len(tangents))
             leaf = x[0]
-        if operator_name not in ("second_derivative", "hvp", "hessian"):
+        if operator.order == 1:  # the second order's directions are fixed
             body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
-        prepared = _Prepared(
-            function, operator_name, body, jit, _is_float64(leaf), family(leaf) == TORCH, len(tangents)
-        )
+        prepared = _Prepared(function, operator, body, jit, _is_float64(leaf), family(leaf) == TORCH, len(tangents))
         if jit:  # a user's prepare_*: compiled here (an unprepared call compiles nothing: jit=False there)
             prepared.compile_ahead(x, tangents, contexts)
         return prepared
@@ -649,7 +687,7 @@ class Adapter(_Base):
         if kind != "star":
             body = _preferring("forward" if kind == "columns" else "reverse", body)
         jit = self.backend.jit and not info.oneshot
-        prepared = _Prepared(_Function(target, contexts), "jacobian", body, jit, _is_float64(x), family(x) == TORCH, 0)
+        prepared = _Prepared(_Function(target, contexts), JACOBIAN, body, jit, _is_float64(x), family(x) == TORCH, 0)
         if jit:
             prepared.compile_ahead(x, (), contexts)
         return prepared

@@ -51,11 +51,21 @@ import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap  # batches dual-tensor tangents, as torch.autograd.functional does
 
 from diffinterface.extend import (
+    DERIVATIVE,
+    GRADIENT,
+    HESSIAN,
+    HVP,
     LOST_CAUSES,
     NUMPY,
+    PULLBACK,
+    PUSHFORWARD,
+    SECOND_DERIVATIVE,
     TORCH,
     Info,
     LostDerivativeError,
+    Operator,
+    Runner,
+    Runners,
     complex_dtype,
     const_operand_error,
     const_write_error,
@@ -66,8 +76,8 @@ from diffinterface.extend import (
     raised_by,
     shape_size,
     structured_output_error,
-    through_jacobian,
     to_family,
+    value_form,
 )
 from diffinterface.extend import (
     Adapter as _Base,
@@ -572,25 +582,20 @@ def _outside_inference_mode(body: Any, x: Any, ts: tuple[Any, ...], contexts: tu
         return body(x, ts, contexts)
 
 
-class _Prepared:
-    """One operator prepared for one function: ``plain`` and ``value`` runners,
-    ``(x, tangents, contexts) -> result`` with ``x`` and tangents in the user's family."""
-
-    __slots__ = ("plain", "value")
-
-    def __init__(self, plain: Any, value: Any) -> None:
-        self.plain, self.value = plain, value
+def _detached(value: Any) -> Any:
+    return value.detach()
 
 
-def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple[Any, ...]:
-    """``(plain, value)`` runners of ``operator``; the bodies below work on tensors."""
+def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple[Runner, Runner]:
+    """The ``(plain, value)`` runners of ``operator``; the bodies below work on tensors and return
+    ``(primal, result)`` (:data:`diffinterface.extend.Body`)."""
     x_like = as_tensor(x_user)
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = shape_size(x_shape), shape_size(y_shape)
     # the bases only where a Jacobian is built or contracted (an identity of n = 1e6 would be 8 TB)
-    whole = through_jacobian(operator, forward)
-    x_basis = _basis(n, x_shape, x_like) if (whole and forward) or operator == "hessian" else None
-    y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator == "second_derivative" else None
+    whole = operator.through_jacobian(forward)
+    x_basis = _basis(n, x_shape, x_like) if (whole and forward) or operator is HESSIAN else None
+    y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator is SECOND_DERIVATIVE else None
 
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
@@ -603,7 +608,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         rows = _vjps(y, xt, y_basis, True, unused=lambda: _lost(fn, x, contexts))  # (m, *x_shape)
         return y, rows.reshape(y_shape + x_shape)
 
-    if operator == "pushforward" and forward:
+    if operator is PUSHFORWARD and forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             if len(ts) == 1:
@@ -611,7 +616,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 return y, (out,)
             y, out = _jvps(fn, x, _stack(ts, x), contexts, True, loop)
             return y, tuple(out)
-    elif operator == "pullback" and not forward:
+    elif operator is PULLBACK and not forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, xt = _record(fn, x, contexts)
@@ -619,26 +624,26 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
             if len(ts) == 1:
                 return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
             return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
-    elif operator in ("pushforward", "pullback"):  # against the mode's direction: through the Jacobian
+    elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, jac = jacobian(x, contexts)
-            return y, contract_all(jac, tuple(_stack(ts, x)), x, operator == "pushforward")
-    elif operator == "derivative" and forward:
+            return y, contract_all(jac, tuple(_stack(ts, x)), x, operator is PUSHFORWARD)
+    elif operator is DERIVATIVE and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             return _jvps(fn, x, one, contexts, False)
-    elif operator == "gradient" and not forward:
+    elif operator is GRADIENT and not forward:
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, xt = _record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
-    elif operator in ("derivative", "gradient", "jacobian"):
+    elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             return jacobian(x, contexts)
-    elif operator == "second_derivative":  # reverse over forward; reverse over reverse without forward AD
+    elif operator is SECOND_DERIVATIVE:  # reverse over forward; reverse over reverse without forward AD
         reverse_inner: list[Any] = []  # set at the first op without a forward derivative, for this prep
 
         def forward_body(x: Any, contexts: Any) -> Any:
@@ -664,19 +669,17 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
                 except NotImplementedError:
                     reverse_inner.append(True)
             return reverse_body(x, contexts)
-    elif operator in ("hvp", "hessian"):  # reverse over reverse
+    elif operator in (HVP, HESSIAN):  # reverse over reverse
 
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             y, g, xt = _differentiable_gradient(fn, x, contexts)
-            if operator == "hessian":
+            if operator is HESSIAN:
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
             if len(ts) == 1:
                 return (y, g), (_vjps(g, xt, _tangent(ts[0], x), False),)
             return (y, g), tuple(_vjps(g, xt, _stack(ts, x), True))
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
-
-    second, hvp = operator in ("hvp", "hessian", "second_derivative"), operator == "hvp"
 
     def plain(x: Any, ts: Any, contexts: Any) -> Any:
         if type(x) is not _Tensor:
@@ -689,14 +692,10 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any)
         if type(x) is not _Tensor:
             x = as_tensor(x)
         if x.is_inference() or torch.is_inference_mode_enabled():
-            first, result = _outside_inference_mode(body, x, ts, contexts)
+            primal, result = _outside_inference_mode(body, x, ts, contexts)
         else:
-            first, result = body(x, ts, contexts)
-        if hvp:
-            return first[1].detach(), result  # (gradient, hvps)
-        if second:
-            return (first[0].detach(), first[1].detach(), result)
-        return first.detach(), result
+            primal, result = body(x, ts, contexts)
+        return value_form(operator, primal, result, _detached)
 
     return plain, value
 
@@ -723,27 +722,27 @@ class Adapter(_Base):
             raise
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Any, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> _Prepared:
+    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)
-        if complex_dtype(info.y_dtype) and (not forward or operator in ("hvp", "hessian", "second_derivative")):
+        if complex_dtype(info.y_dtype) and (not forward or operator.order == 2):
             raise TypeError(
                 f"{target.call}: f(x) is complex ({info.y_dtype}) for a real x, and torch's reverse mode keeps "
                 f"only the derivative of its real part; use {type(self.backend).__name__}(mode='forward') for "
                 f"pushforward, derivative and jacobian, or differentiate f(x).real and f(x).imag separately"
             )
 
-        def build(fwd: bool) -> tuple[Any, ...]:
+        def build(fwd: bool) -> tuple[Runner, Runner]:
             return _build(operator, fn, fwd, info, x)
 
         fallback = self.direction_fallback(operator, forward, target, build)  # ops without forward AD
         if fallback is not None:
-            return _Prepared(fallback.plain, fallback.value)
+            return Runners(fallback.plain, fallback.value)
         plain, value = build(forward)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)
-        return _Prepared(plain, value)
+        return Runners(plain, value)
 
 
 # -- the bench record: torch's own best calls ---------------------------------------------------------

@@ -34,8 +34,15 @@ unwraps them), and ``info`` (:class:`Info`: the shape and dtype of ``f(x)``) at 
 The kit, by job:
 
 - **the adapter contract and its fallbacks**: :class:`Adapter`, :class:`Info`, :class:`Runners`,
-  :class:`Target`, :func:`basis`, :func:`ones`, :func:`stack_jacobian`, :func:`contract_all`,
-  :func:`through_jacobian`;
+  :class:`Target`, :func:`basis`, :func:`ones`, :func:`stack_jacobian`, :func:`contract_all`; its
+  types: :class:`Runner` (``(x, tangents, contexts) -> result``), :class:`Prepared` (what
+  ``Adapter.prepare`` returns: ``plain`` and ``value`` runners), :data:`Body` (an engine's native
+  operator at one point, ``-> (primal, result)``), :data:`Build` (``build(forward) -> (plain,
+  value)``), and :func:`value_form`, which packs a body's ``(primal, result)`` into the value form;
+- **the operators as records** (what each is: its tangent, scalar input or output, order, value
+  form, natural direction, second-order nesting): :class:`Operator`, one record per operator
+  (:data:`PUSHFORWARD`, :data:`PULLBACK`, :data:`DERIVATIVE`, :data:`GRADIENT`, :data:`JACOBIAN`,
+  :data:`HVP`, :data:`HESSIAN`, :data:`SECOND_DERIVATIVE`) and :data:`OPERATORS` by name;
 - **array families** (recognise and convert an engine's arrays without importing it):
   :class:`ArrayFamily`, :func:`register_family`, :func:`families`, :func:`family`,
   :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`,
@@ -64,13 +71,17 @@ from __future__ import annotations
 
 from ._adapters.bench_engine import BenchEngine as BenchEngine
 from ._adapters.contract import Adapter as Adapter
+from ._adapters.contract import Body as Body
+from ._adapters.contract import Build as Build
 from ._adapters.contract import Info as Info
+from ._adapters.contract import Prepared as Prepared
+from ._adapters.contract import Runner as Runner
 from ._adapters.contract import Runners as Runners
 from ._adapters.contract import basis as basis
 from ._adapters.contract import contract_all as contract_all
 from ._adapters.contract import ones as ones
 from ._adapters.contract import stack_jacobian as stack_jacobian
-from ._adapters.contract import through_jacobian as through_jacobian
+from ._adapters.contract import value_form as value_form
 from ._adapters.target import Target as Target
 from ._closures.diagnose import const_operand_error as const_operand_error
 from ._closures.diagnose import const_write_error as const_write_error
@@ -113,6 +124,16 @@ from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import structured_output as structured_output
 from ._core.errors import structured_output_error as structured_output_error
+from ._core.operators import DERIVATIVE as DERIVATIVE
+from ._core.operators import GRADIENT as GRADIENT
+from ._core.operators import HESSIAN as HESSIAN
+from ._core.operators import HVP as HVP
+from ._core.operators import JACOBIAN as JACOBIAN
+from ._core.operators import OPERATORS as OPERATORS
+from ._core.operators import PULLBACK as PULLBACK
+from ._core.operators import PUSHFORWARD as PUSHFORWARD
+from ._core.operators import SECOND_DERIVATIVE as SECOND_DERIVATIVE
+from ._core.operators import Operator as Operator
 from .rules import Active as Active
 from .rules import Rule as Rule
 from .rules import annotate as annotate
@@ -125,14 +146,29 @@ from .rules import register_rules as register_rules
 __all__ = [
     # the adapter contract and its fallbacks
     "Adapter",
+    "Body",
+    "Build",
     "Info",
+    "Prepared",
+    "Runner",
     "Runners",
     "Target",
     "basis",
     "contract_all",
     "ones",
     "stack_jacobian",
-    "through_jacobian",
+    "value_form",
+    # the operators as records
+    "Operator",
+    "OPERATORS",
+    "PUSHFORWARD",
+    "PULLBACK",
+    "DERIVATIVE",
+    "GRADIENT",
+    "JACOBIAN",
+    "HVP",
+    "HESSIAN",
+    "SECOND_DERIVATIVE",
     # array families
     "ArrayFamily",
     "NUMPY",

@@ -1,11 +1,13 @@
 """The adapter contract, and the generic fallbacks that derive every operator from a small core.
 
 **The contract.** The frontend asks an adapter one thing per operator:
-``adapter.prepare(operator, target, x, tangents, contexts, info) -> runners``, where ``runners``
-has two callables ``(x, tangents, contexts) ->``: ``plain`` (the result: an array, or a tuple of
-arrays for the tangent operators) and ``value`` (the value form's tuple: ``(y, result)`` for the
-first order, ``(grad, hvps)``, ``(y, grad, hess)``, ``(y, der, der2)``). The frontend calls them and
-converts what they return once, for every operator (``_frontend.pipeline.run``).
+``adapter.prepare(operator, target, x, tangents, contexts, info) -> runners``, where ``operator`` is
+the operator's record (:class:`~diffinterface._core.operators.Operator`) and ``runners`` (a
+:class:`Prepared`) has two :class:`Runner` callables ``(x, tangents, contexts) ->``: ``plain`` (the
+result: an array, or a tuple of arrays for the tangent operators) and ``value`` (the value form's
+tuple: ``(y, result)`` for the first order, ``(grad, hvps)``, ``(y, grad, hess)``, ``(y, der,
+der2)``; :func:`value_form` packs it from an engine's ``(primal, result)``). The frontend calls
+them and converts what they return once, for every operator (``_frontend.pipeline.run``).
 
 **Two ways to meet it.**
 
@@ -19,7 +21,7 @@ converts what they return once, for every operator (``_frontend.pipeline.run``).
   methods into runners, and every other operator has a fallback here: derivative and gradient
   through the core operator, the Jacobian from batched pushforwards or pullbacks (the direction by
   :meth:`Adapter.jacobian_forward`), a pushforward or pullback through the Jacobian when only the
-  other direction is native (:func:`through_jacobian` says which; engines use the same rule), and
+  other direction is native (:meth:`Operator.through_jacobian` says which; engines use the same rule), and
   the second order by nesting the adapter's first order over itself (``_adapters.second_order``).
 
 Conventions at this boundary:
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -49,7 +51,11 @@ from .._core.arrays import NUMPY, complex_dtype, family, shape_size, size, to_fa
 from .._core.configs import adapter_for
 from .._core.contexts import context_values
 from .._core.errors import structured_output_error
+from .._core.operators import HESSIAN, HVP, JACOBIAN, SECOND_DERIVATIVE, Operator
 from .second_order import Nested
+
+if TYPE_CHECKING:
+    from .._core.structure import Layout
 
 
 class Info:
@@ -61,7 +67,7 @@ class Info:
     value: Any  # f(x) computed at preparation (one-shot calls only), else None
     x_shape: tuple[int, ...]
     oneshot: bool
-    layout: Any  # structured x or f(x) (_core.structure.Layout), given to adapters with ``structures_inside``
+    layout: Layout | None  # structured x or f(x), given to adapters with ``structures_inside``
 
     def __init__(
         self, y_shape: tuple[Any, ...], y_dtype: Any, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
@@ -108,19 +114,6 @@ def stack_jacobian(
     return xp.reshape(flat, y_shape + x_shape)
 
 
-def through_jacobian(operator: str, forward: bool) -> bool:
-    """Whether a first-order operator is computed from the whole Jacobian in direction ``forward``:
-    a jacobian, a pushforward or derivative in reverse mode, a pullback or gradient in forward mode."""
-    if operator == "jacobian":
-        return True
-    return forward != (operator in ("pushforward", "derivative")) and operator in (
-        "pushforward",
-        "derivative",
-        "pullback",
-        "gradient",
-    )
-
-
 def contract_all(jac: Any, tangents: tuple[Any, ...], x: Any, forward: bool) -> tuple[Any, ...]:
     """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
     xp = _xp(jac)
@@ -136,27 +129,57 @@ def contract_all(jac: Any, tangents: tuple[Any, ...], x: Any, forward: bool) -> 
     return tuple(out)
 
 
-TANGENT_OPERATORS = ("pushforward", "pullback", "hvp")
-# the method of the value form of each operator (the method-style adapters' names)
-VALUE_METHOD = {
-    "pushforward": "value_and_pushforward",
-    "pullback": "value_and_pullback",
-    "derivative": "value_and_derivative",
-    "gradient": "value_and_gradient",
-    "jacobian": "value_and_jacobian",
-    "hvp": "gradient_and_hvp",
-    "hessian": "value_gradient_and_hessian",
-    "second_derivative": "value_derivative_and_second_derivative",
-}
-_FIRST_ORDER = ("pushforward", "pullback", "derivative", "gradient", "jacobian")
+class Runner(Protocol):
+    """An operator bound to one preparation: ``(x, tangents, contexts) -> result``.
+
+    ``tangents`` is a tuple (empty for the operators without one); the plain runner returns the
+    operator's result (a tuple of results for a tangent operator), the value runner the value
+    form's tuple (:func:`value_form`)."""
+
+    def __call__(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], /) -> Any: ...
+
+
+class Prepared(Protocol):
+    """What :meth:`Adapter.prepare` returns: the plain and the value runner of one operator."""
+
+    @property
+    def plain(self) -> Runner: ...
+
+    @property
+    def value(self) -> Runner: ...
+
+
+# What an engine's native operator computes at one point, ``(x, tangents, contexts) -> (primal,
+# result)``: ``primal`` is f(x) for the first order, ``(f(x), first derivative)`` for the second
+# (the gradient for hvp and hessian, the derivative for second_derivative); :func:`value_form`
+# packs it into the value form, the plain runner keeps ``result``.
+Body = Callable[[Any, tuple[Any, ...], tuple[Any, ...]], tuple[Any, Any]]
+# An engine's runners in one direction, ``build(forward) -> (plain, value)`` (:class:`DirectionFallback`)
+Build = Callable[[bool], tuple[Runner, Runner]]
+
+
+def value_form(operator: Operator, primal: Any, result: Any, own: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """The value form of ``operator`` from what a :data:`Body` returned, each part of ``primal``
+    passed through ``own`` (the engine's detach or conversion): ``(y, result)`` for the first
+    order, ``(gradient, hvps)`` for hvp, ``(y, first, result)`` for hessian and second_derivative."""
+    if operator.order == 1:
+        return own(primal), result
+    y, first = primal
+    if operator is HVP:  # its value form leaves f(x) out
+        return own(first), result
+    return own(y), own(first), result
 
 
 class Runners:
-    """What :meth:`Adapter.prepare` returns: ``plain`` and ``value``, ``(x, tangents, contexts) ->``."""
+    """What :meth:`Adapter.prepare` returns (a :class:`Prepared`): ``plain`` and ``value``, and the
+    preparation's ``data``."""
 
     __slots__ = ("plain", "value", "data")
+    plain: Runner
+    value: Runner
+    data: Any
 
-    def __init__(self, plain: Any, value: Any, data: Any = None) -> None:
+    def __init__(self, plain: Runner, value: Runner, data: Any = None) -> None:
         self.plain, self.value, self.data = plain, value, data
 
 
@@ -220,36 +243,39 @@ class Adapter:
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
     def prepare(
-        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
-    ) -> Any:
+        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+    ) -> Prepared:
         """The contract (see the module docstring): the runners of ``operator`` bound to this
         preparation. Here: the adapter's ``prepare_<operator>`` and its plain and value methods
         (native or derived); an engine that builds its runners per operator overrides this."""
-        method = getattr(self, "prepare_" + operator)
-        tangent = operator in TANGENT_OPERATORS
+        method = getattr(self, "prepare_" + operator.name)
+        tangent = operator.tangent is not None
         data = method(target, x, tangents, contexts, info) if tangent else method(target, x, contexts, info)
-        plain, value = getattr(self, operator), getattr(self, VALUE_METHOD[operator])
+        plain, value = getattr(self, operator.name), getattr(self, operator.value_method)
         if tangent:
             return Runners(
                 lambda x, ts, cs: plain(data, target, x, ts, cs), lambda x, ts, cs: value(data, target, x, ts, cs), data
             )
         return Runners(lambda x, ts, cs: plain(data, target, x, cs), lambda x, ts, cs: value(data, target, x, cs), data)
 
-    def forward(self, operator: str, info: Info) -> bool:
+    def forward(self, operator: Operator, info: Info) -> bool:
         """The direction of a first-order operator (contract section 2): the backend's ``mode``, else
-        forward for pushforward and derivative, and for a jacobian forward when ``x.size <= f(x).size``."""
+        its own (``Operator.direction``: forward for pushforward and derivative), and for a jacobian
+        forward when ``x.size <= f(x).size``."""
         mode = getattr(self.backend, "mode", None)
-        if operator == "jacobian":
+        if operator is JACOBIAN:
             if mode is None and complex_dtype(info.y_dtype):
                 return True  # a complex f(x) of a real x: pullbacks would carry the real part only
             return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
-        return mode == "forward" if mode is not None else operator in ("pushforward", "derivative")
+        return mode == "forward" if mode is not None else operator.direction == "forward"
 
-    def direction_fallback(self, operator: str, forward: bool, target: Any, build: Any) -> DirectionFallback | None:
+    def direction_fallback(
+        self, operator: Operator, forward: bool, target: Any, build: Build
+    ) -> DirectionFallback | None:
         """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
         (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
         directions are fixed."""
-        if not forward or operator not in _FIRST_ORDER:
+        if not forward or operator.order != 1:
             return None
         return DirectionFallback(build, target.call, self.backend, switch=getattr(self.backend, "mode", None) is None)
 
@@ -360,7 +386,7 @@ class Adapter:
         return self.backend, self.backend
 
     def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
-        return Nested("second_derivative", *self.outer_inner(), target, x, (), contexts)
+        return Nested(SECOND_DERIVATIVE, *self.outer_inner(), target, x, (), contexts)
 
     def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_value_derivative_and_second_derivative(x, contexts)
@@ -369,7 +395,7 @@ class Adapter:
         return data.run_second(x, (), contexts)
 
     def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
-        return Nested("hvp", *self.outer_inner(), target, x, tangents, contexts)
+        return Nested(HVP, *self.outer_inner(), target, x, tangents, contexts)
 
     def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
         return data.run_gradient_and_hvp(x, tangents, contexts)
@@ -378,7 +404,7 @@ class Adapter:
         return data.run_second(x, tangents, contexts)
 
     def prepare_hessian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
-        return Nested("hessian", *self.outer_inner(), target, x, (), contexts)
+        return Nested(HESSIAN, *self.outer_inner(), target, x, (), contexts)
 
     def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
         return data.run_value_gradient_and_hessian(x, contexts)
@@ -414,7 +440,7 @@ class DirectionFallback:
     plain: Callable[..., Any]
     value: Callable[..., Any]
 
-    def __init__(self, build: Any, call: str, backend: Any, switch: bool) -> None:
+    def __init__(self, build: Build, call: str, backend: Any, switch: bool) -> None:
         self._current = build(True)  # (plain, value), forward mode first
         self._build = build if switch else None
         self._call, self._backend = call, backend

@@ -19,14 +19,8 @@ from typing import Any
 
 from .._core.arrays import output_like, private_copy
 from .._core.configs import adapter_for
+from .._core.operators import PUSHFORWARD, Operator
 from .target import Target
-
-# second-order operator -> (the inner first-order operator, the outer one)
-_NESTING = {
-    "hvp": ("gradient", "pushforward"),
-    "hessian": ("gradient", "jacobian"),
-    "second_derivative": ("derivative", "derivative"),
-}
 
 
 class Nested:
@@ -36,7 +30,7 @@ class Nested:
 
     def __init__(
         self,
-        operator: str,
+        operator: Operator,
         outer: Any,
         inner: Any,
         target: Any,
@@ -44,13 +38,14 @@ class Nested:
         tangents: tuple[Any, ...],
         contexts: tuple[Any, ...],
     ) -> None:
-        inner_name, outer_name = _NESTING[operator]
-        self.operator, self.target, self.tangent = operator, target, outer_name == "pushforward"
+        assert operator.nesting is not None, operator
+        inner_operator, outer_operator = operator.nesting
+        self.operator, self.target, self.tangent = operator, target, outer_operator is PUSHFORWARD
         call = target.call
         self.inner_adapter = inner_adapter = adapter_for(inner, call)
         outer_adapter = adapter_for(outer, call)
         inner_info = inner_adapter.output_info(target, private_copy(x), contexts, False)
-        run_inner = inner_adapter.prepare(inner_name, target, x, (), contexts, inner_info).plain
+        run_inner = inner_adapter.prepare(inner_operator, target, x, (), contexts, inner_info).plain
         kinds = tuple(type(c) for c in contexts)
 
         def first(x_: Any, *values: Any) -> Any:
@@ -60,7 +55,7 @@ class Nested:
         first_target = Target(first, None, getattr(outer, "closure", "duplicated"), call)
         outer_info = outer_adapter.output_info(first_target, private_copy(x), contexts, False)
         self.outer = outer_adapter.prepare(
-            outer_name, first_target, x, tangents if self.tangent else (), contexts, outer_info
+            outer_operator, first_target, x, tangents if self.tangent else (), contexts, outer_info
         )
 
     def run_second(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:

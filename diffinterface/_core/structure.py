@@ -2,10 +2,10 @@
 
 **How.** A structure is flattened into its leaves, and the leaves into one vector: every adapter
 differentiates the vector function ``v -> ravel(f(unravel(v)))`` and the results are cut back into
-the structures that ``jax.jacobian`` gives (:data:`KINDS`). One mechanism for every backend,
-operator, mode and second order; an engine that runs the cut inside its own compiled program (JAX,
-``structures_inside``) receives the leaves and returns leaves, so a prepared call adds no array
-operation outside it.
+the structures that ``jax.jacobian`` gives (the ``results`` of each operator's record,
+``_core.operators``). One mechanism for every backend, operator, mode and second order; an engine
+that runs the cut inside its own compiled program (JAX, ``structures_inside``) receives the leaves
+and returns leaves, so a prepared call adds no array operation outside it.
 
 **Which nodes.** Plain containers (``dict``, ``list``, ``tuple``, namedtuples; ``None`` as an empty
 node, as JAX and optree treat it) are walked here, on every backend, keeping the order of dict keys.
@@ -53,24 +53,9 @@ from .arrays import (
     to_family,
 )
 from .errors import PreparationMismatchError, StructuredOutputError
+from .operators import Operator
 
 LEAF, NONE, DICT, SEQ, JAX_NODE, TORCH_NODE = range(6)
-
-# What each result of an operator is, in the order of its value form (the plain form is the last):
-# "s" an array as it is (a scalar f(x)), "x"/"y" shaped like x/f(x), "J" the Jacobian (the structure
-# of f(x) holding structures of x), "H" the Hessian (x's holding x's), "*x"/"*y" one per tangent.
-KINDS = {
-    "pushforward": ("y", "*y"),
-    "pullback": ("y", "*x"),
-    "derivative": ("y", "y"),
-    "gradient": ("s", "x"),
-    "jacobian": ("y", "J"),
-    "hvp": ("x", "*x"),
-    "hessian": ("s", "x", "H"),
-    "second_derivative": ("y", "y", "y"),
-}
-# what the tangent of each tangent operator is shaped like
-TANGENT_OF = {"pushforward": "x", "pullback": "y", "hvp": "x"}
 
 
 class Mismatch(Exception):
@@ -391,9 +376,9 @@ class Layout:
     def __init__(self, xs: Structure, call: str) -> None:
         self.xs, self.ys, self.call = xs, None, call
 
-    def tangent(self, operator: str) -> Structure | None:
+    def tangent(self, operator: Operator) -> Structure | None:
         """The structure of ``operator``'s tangent: ``xs`` (pushforward, hvp), ``ys`` (pullback), or None."""
-        like = TANGENT_OF.get(operator)
+        like = operator.tangent_of
         return None if like is None else self.xs if like == "x" else self.ys
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -431,7 +416,7 @@ class Layout:
     # -- results ---------------------------------------------------------------------------------
 
     def cut(self, kind: str, result: Any) -> Any:
-        """A flat result of ``kind`` (see :data:`KINDS`) as the list of its leaves (for ``*`` kinds,
+        """A flat result of ``kind`` (see ``Operator.results``) as the list of its leaves (for ``*`` kinds,
         a tuple of lists), by array operations that engines trace (slices and reshapes)."""
         if kind[0] == "*":
             return tuple(self.cut(kind[1], r) for r in result)
@@ -458,9 +443,9 @@ class Layout:
                 out.append(_cast(block, rdtype) if rows.mixed or rc else block)
         return out
 
-    def cut_all(self, operator: str, value: bool, results: Any) -> Any:
+    def cut_all(self, operator: Operator, value: bool, results: Any) -> Any:
         """Every result of one runner call (the value form's tuple, or the plain result), cut."""
-        kinds = KINDS[operator]
+        kinds = operator.results
         if value:
             return tuple(self.cut(k, r) for k, r in zip(kinds, results))
         return self.cut(kinds[-1], results)
@@ -575,7 +560,7 @@ class StructuredRunners:
 
     __slots__ = ("inner", "layout", "operator", "inside", "call", "strict", "tangent", "numpy_x")
 
-    def __init__(self, inner: Any, layout: Layout, operator: str, inside: bool, call: str, strict: bool) -> None:
+    def __init__(self, inner: Any, layout: Layout, operator: Operator, inside: bool, call: str, strict: bool) -> None:
         self.inner, self.layout, self.operator, self.inside = inner, layout, operator, inside
         self.call, self.strict = call, strict
         self.tangent = layout.tangent(operator)
@@ -606,7 +591,7 @@ class StructuredRunners:
             try:
                 tangents, batched = tangent_leaves(tangent, self.tangent, like)
             except Mismatch as m:
-                raise self._mismatch("tx" if TANGENT_OF[operator] == "x" else "ty", m) from None
+                raise self._mismatch(operator.tangent or "", m) from None
         inner = self.inner.value if value else self.inner.plain
         if self.inside:
             results = inner(leaves, tangents, contexts)
@@ -614,7 +599,7 @@ class StructuredRunners:
             structure = self.tangent
             flat_ts = tuple(structure.ravel(t) for t in tangents) if structure is not None else ()
             results = layout.cut_all(operator, value, inner(layout.xs.ravel(leaves), flat_ts, contexts))
-        kinds = KINDS[operator]
+        kinds = operator.results
         if not value:
             out = layout.build(kinds[-1], results, like, batched)
             return out[()] if type(x) is complex and type(out) is np.ndarray and out.ndim == 0 else out

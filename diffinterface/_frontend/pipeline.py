@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._adapters.contract import VALUE_METHOD, SecondOrderAdapter
+from .._adapters.contract import SecondOrderAdapter
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
 from .._core.arrays import (
@@ -32,6 +32,7 @@ from .._core.arrays import (
 from .._core.configs import SecondOrder, adapter_for
 from .._core.contexts import check_contexts
 from .._core.errors import PreparationMismatchError, StructuredOutputError, call_repr
+from .._core.operators import DERIVATIVE, HESSIAN, JACOBIAN, Operator
 from .._core.structure import (
     Layout,
     Mismatch,
@@ -45,21 +46,16 @@ from .prep import Prep
 from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
-SECOND_ORDER = ("hvp", "hessian", "second_derivative")
-SCALAR_INPUT = ("derivative", "second_derivative")
-SCALAR_OUTPUT = ("gradient", "hvp", "hessian")
-TANGENT_NAME = {"pushforward": "tx", "pullback": "ty", "hvp": "tx"}
 
-
-def _call(operator: str, backend: Any, y: Any) -> str:
-    tangent = TANGENT_NAME.get(operator)
+def _call(operator: Operator, backend: Any, y: Any) -> str:
+    tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
-    return call_repr(operator, backend, args)
+    return call_repr(operator.name, backend, args)
 
 
-def _adapter(operator: str, backend: Any, call: str) -> Any:
+def _adapter(operator: Operator, backend: Any, call: str) -> Any:
     if isinstance(backend, SecondOrder):
-        if operator not in SECOND_ORDER:
+        if operator.order != 2:
             raise TypeError(
                 f"{call}: SecondOrder backends serve the second-order operators (hvp, hessian, "
                 f"second_derivative); for {operator} pass one engine config such as {backend.inner!r}"
@@ -131,9 +127,9 @@ def _tangents(
     return tuple(out), batched
 
 
-def _check_output(operator: str, info: Any, call: str) -> None:
-    if operator in SCALAR_OUTPUT and info.y_shape != ():
-        hint = "jacobian" if operator == "gradient" else "jacobian of the gradient, or hvp of a scalar function"
+def _check_output(operator: Operator, info: Any, call: str) -> None:
+    if operator.scalar_output and info.y_shape != ():
+        hint = "jacobian" if operator.order == 1 else "jacobian of the gradient, or hvp of a scalar function"
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar, but f(x) has shape {info.y_shape}; "
             f"for a vector output use {hint}"
@@ -166,13 +162,14 @@ def _structured_tangents(
 
 
 def prepare(
-    operator: str,
+    operator: Operator,
     backend: Any,
     f: Any,
     x: Any,
-    tangent: Any,
-    contexts: tuple[Any, ...],
-    y: Any,
+    *,
+    tangent: Any = None,
+    contexts: tuple[Any, ...] = (),
+    y: Any = None,
     strict: bool,
     oneshot: bool = False,
     holomorphic: bool = False,
@@ -187,10 +184,10 @@ def prepare(
         x = as_input(x)  # a Python complex: a 0-d complex128 array
     if family(x) is None or complex_dtype(getattr(x, "dtype", None)):
         layout, x_leaves = _structured_x(x, call)
-        if operator in SCALAR_INPUT and (not layout.xs.trivial_shape or operator == "second_derivative"):
+        if operator.scalar_input and (not layout.xs.trivial_shape or operator.order == 2):
             raise ValueError(
                 f"{call}: {operator} needs a scalar x (a float or 0-d array), got a {type(x).__name__}; "
-                f"for structured inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
+                f"for structured inputs use {'jacobian or pushforward' if operator.order == 1 else 'hessian or hvp'}"
                 if not layout.xs.trivial_shape
                 else f"{call}: second_derivative takes a real x; for a complex x, derivative and jacobian with "
                 f"holomorphic=True give the first derivative, and hvp the second-order product of a real f"
@@ -202,14 +199,14 @@ def prepare(
     else:
         x_in = _check_x(x, call)
     check_contexts(contexts, call)
-    if operator in SCALAR_INPUT and shape(x_in) != () and layout is None:
+    if operator.scalar_input and shape(x_in) != () and layout is None:
         raise ValueError(
             f"{call}: {operator} needs a scalar x (a float or 0-d array), got x of shape {shape(x_in)}; "
-            f"for array inputs use {'jacobian or pushforward' if operator == 'derivative' else 'hessian or hvp'}"
+            f"for array inputs use {'jacobian or pushforward' if operator.order == 1 else 'hessian or hvp'}"
         )
     if y is not None:
         y = _check_x(y, call, "y")
-    tangent_name = TANGENT_NAME.get(operator)
+    tangent_name = operator.tangent
     tangents: tuple[Any, ...] = ()
     tangent_leaves: tuple[Any, ...] = ()
     if tangent_name == "tx":
@@ -254,7 +251,7 @@ def prepare(
     return prep
 
 
-def _complex_x(operator: str, adapter: Any, holomorphic: bool, call: str) -> str:
+def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -> Operator:
     """What a complex x allows (its leaves are differentiated as real pairs, see _core.structure): the
     operator the adapter runs (a complex scalar's derivative is its 1-column Jacobian)."""
     if getattr(adapter, "complex_step", False):
@@ -262,18 +259,18 @@ def _complex_x(operator: str, adapter: Any, holomorphic: bool, call: str) -> str
             f"{call}: method='complex' perturbs x along the imaginary axis, so it needs a real x and an f that is "
             f"real-analytic in it; x is complex here: use method='central' (or 'forward', 'backward')"
         )
-    if operator == "hessian":
+    if operator is HESSIAN:
         raise TypeError(
             f"{call}: the Hessian of a real f of a complex x is not a complex matrix (f is not holomorphic); "
             f"hvp(backend, f, x, tx) gives its product with a complex tangent, and gradient its gradient"
         )
-    if operator in ("jacobian", "derivative") and not holomorphic:
+    if operator in (JACOBIAN, DERIVATIVE) and not holomorphic:
         raise TypeError(
             f"{call}: x is complex; a complex {operator} is defined for a holomorphic f only: pass "
             f"holomorphic=True if f is complex-differentiable (as jax.jacfwd(f, holomorphic=True)). For any f, "
             f"pushforward and pullback give the derivative along a complex tangent and its adjoint"
         )
-    return "jacobian" if operator == "derivative" else operator
+    return JACOBIAN if operator is DERIVATIVE else operator
 
 
 def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
@@ -285,11 +282,11 @@ def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...]
     return adapter.output_info(target, x, contexts, oneshot)
 
 
-def _check_structured(operator: str, adapter: Any, layout: Layout, call: str) -> None:
+def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: str) -> None:
     """What a structured x or f(x) cannot do: a scalar operator's structured f(x), AutoSparse."""
     ys = layout.ys
     assert ys is not None
-    if operator in SCALAR_OUTPUT and not ys.trivial:
+    if operator.scalar_output and not ys.trivial:
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar array, but f returned a structure of "
             f"{len(ys.paths)} arrays; for structured outputs use jacobian, pushforward or pullback"
@@ -302,10 +299,11 @@ def _check_structured(operator: str, adapter: Any, layout: Layout, call: str) ->
 
 
 def resolve(
-    operator: str,
+    operator: Operator,
     backend: Any,
     f: Any,
     x: Any,
+    *,
     tangent: Any,
     contexts: tuple[Any, ...],
     y: Any,
@@ -328,7 +326,7 @@ def resolve(
 
 
 def reused(
-    operator: str, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
+    operator: Operator, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
@@ -343,15 +341,17 @@ def reused(
         kept.check(operator, backend, f, args)
         return kept
     if prep_cache.seen(f, key):  # the second call with these arguments: prepare once, keep it
-        kept = prepare(operator, backend, f, x, tangent, contexts, y, strict=True, holomorphic=holomorphic)
+        kept = prepare(
+            operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, strict=True, holomorphic=holomorphic
+        )
         prep_cache.keep(f, key, kept)
         return kept
     return None
 
 
-def _arguments(operator: str, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arguments(operator: Operator, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments a prep is checked against, in the order of ``Prep.names``."""
-    if TANGENT_NAME.get(operator):
+    if operator.tangent is not None:
         return (x, tangent) + ((y,) if y is not None else ()) + contexts
     return (x,) + ((y,) if y is not None else ()) + contexts
 
@@ -370,30 +370,6 @@ def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-# How each result of a runner comes back to the user: "value" and "result" in x's family, "out" also
-# written into out= when given, "tangents" a tuple for a tuple of tangents (else the one result).
-PLAIN_RESULT = {
-    "pushforward": "tangents",
-    "pullback": "tangents",
-    "hvp": "tangents",
-    "derivative": "result",
-    "second_derivative": "result",
-    "gradient": "out",
-    "jacobian": "out",
-    "hessian": "out",
-}
-VALUE_RESULTS = {
-    "pushforward": ("value", "tangents"),
-    "pullback": ("value", "tangents"),
-    "hvp": ("result", "tangents"),
-    "derivative": ("value", "result"),
-    "gradient": ("value", "out"),
-    "jacobian": ("value", "out"),
-    "hessian": ("value", "result", "out"),
-    "second_derivative": ("value", "result", "result"),
-}
-
-
 def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
@@ -403,13 +379,14 @@ def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, 
 
 
 def run(
-    operator: str,
+    operator: Operator,
     backend: Any,
     f: Any,
     x: Any,
-    tangent: Any,
+    *,
+    tangent: Any = None,
     contexts: tuple[Any, ...],
-    y: Any,
+    y: Any = None,
     prep: Any,
     out: Any = None,
     value: bool = False,
@@ -421,32 +398,43 @@ def run(
         p = reused(operator, backend, f, x, tangent, contexts, y, holomorphic)
         if p is None:  # no kept preparation: a one-shot one
             p = prepare(
-                operator, backend, f, x, tangent, contexts, y, strict=False, oneshot=True, holomorphic=holomorphic
+                operator,
+                backend,
+                f,
+                x,
+                tangent=tangent,
+                contexts=contexts,
+                y=y,
+                strict=False,
+                oneshot=True,
+                holomorphic=holomorphic,
             )
         elif not value and y is None and not p.structured:  # the prepared fast path, as with prep=
-            if operator not in TANGENT_NAME:
+            if operator.tangent is None:
                 result = p.plain(x if type(x) is not float else as_input(x), (), contexts)
                 if out is None:
                     return result if type(result) is type(x) else _like_x(p, result, x)
-                return finish(result, x, out, operator, backend)
+                return finish(result, x, out, operator.name, backend)
             return tangent_result(p.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
     else:
-        p = resolve(operator, backend, f, x, tangent, contexts, y, prep, holomorphic)
+        p = resolve(
+            operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic
+        )
     if p.structured:
         return _structured(p, value, x, tangent, contexts, out, operator, backend)
-    tangents = tangents_of(tangent, x) if operator in TANGENT_NAME else ()
+    tangents = tangents_of(tangent, x) if operator.tangent is not None else ()
     x_in = as_input(x)
     if not value:
         return _convert(
-            PLAIN_RESULT[operator], p.data.plain(x_in, tangents, contexts), x, tangent, out, operator, backend
+            operator.plain_conversion, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend
         )
     results = p.data.value(x_in, tangents, contexts)
-    name = VALUE_METHOD[operator]
-    return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(VALUE_RESULTS[operator], results))
+    name = operator.value_method
+    return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results))
 
 
 def run_prepared(
-    operator: str, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
+    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
@@ -456,11 +444,11 @@ def run_prepared(
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
     if out is None:
         return result if type(result) is type(x) else _like_x(prep, result, x)
-    return finish(result, x, out, operator, backend)
+    return finish(result, x, out, operator.name, backend)
 
 
 def run_prepared_tangent(
-    operator: str, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
+    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
@@ -489,7 +477,7 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 
 
 def _structured(
-    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: str, backend: Any
+    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: Operator, backend: Any
 ) -> Any:
     """A call with a structured x or f(x): the structures come back built (``StructuredRunners``)."""
     if out is not None:
@@ -500,11 +488,12 @@ def _structured(
     return prep.data.run(value, x, tangent, contexts)
 
 
-def finish(result: Any, x: Any, out: Any = None, operator: str = "", backend: Any = None) -> Any:
-    """``result`` in the family of the user's ``x``; written into ``out`` when given."""
+def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = None) -> Any:
+    """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
+    function called, an operator taking ``out=`` or its value form, for messages)."""
 
     def call() -> str:
-        return _call(operator, backend, None)
+        return call_repr(name, backend, "f, x")  # the operators taking out= take no tangent
 
     if is_sparse(result):  # AutoSparse: already in x's family; out= keeps its pattern
         return result if out is None else fill_out(out, result, call())

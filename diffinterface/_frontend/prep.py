@@ -9,6 +9,7 @@ from typing import Any
 from .._core.arrays import as_input, describe, is_native
 from .._core.contexts import Context
 from .._core.errors import PreparationMismatchError
+from .._core.operators import Operator
 from .sparse_results import SparsePlan
 
 
@@ -78,7 +79,7 @@ class Prep:
         "result_type",
         "to_numpy",
     )
-    operator: str  # "gradient", "hvp", ...
+    operator: Operator  # GRADIENT, HVP, ... (its str() is the name)
     backend: Any  # the config it was made for
     f: Callable[..., Any]
     adapter: Any  # the backend's adapter
@@ -100,7 +101,7 @@ class Prep:
 
     def __init__(
         self,
-        operator: Any,
+        operator: Operator,
         backend: Any,
         f: Any,
         adapter: Any,
@@ -168,12 +169,12 @@ class Prep:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
         return f"Prep({self.operator}, {self.backend!r}, made for {made})"
 
-    def call(self, operator: str, backend: Any) -> str:
+    def call(self, operator: Operator, backend: Any) -> str:
         """The call as the user wrote it, for messages: ``pushforward(AutoJAX(), f, x, tx)``."""
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
-    def check(self, operator: str, backend: Any, f: Any, args: tuple[Any, ...]) -> None:
+    def check(self, operator: Operator, backend: Any, f: Any, args: tuple[Any, ...]) -> None:
         """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
 
         This is on the prepared fast path: messages are formatted only on failure.

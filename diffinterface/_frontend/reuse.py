@@ -125,7 +125,7 @@ class PrepCache:
             self.hits = self.misses = self.builds = 0
 
     @staticmethod
-    def key(operator: str, backend: Any, args: tuple[Any, ...], holomorphic: bool) -> Any:
+    def key(operator: Any, backend: Any, args: tuple[Any, ...], holomorphic: bool) -> Any:
         """What a preparation of ``operator`` depends on besides ``f``; None where it cannot be told
         (an argument whose description is not hashable)."""
         key: Any

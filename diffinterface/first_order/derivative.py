@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import DERIVATIVE
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
@@ -28,7 +29,7 @@ def prepare_derivative(
         >>> print(di.derivative(di.AutoFiniteDiff(), f, 2.0, prep=prep).round(6))
         12.0
     """
-    return prepare("derivative", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
+    return prepare(DERIVATIVE, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic)
 
 
 def value_and_derivative(
@@ -48,7 +49,7 @@ def value_and_derivative(
         >>> print(y, der.round(6))
         8.0 12.0
     """
-    return run("derivative", backend, f, x, None, contexts, y, prep, value=True, holomorphic=holomorphic)
+    return run(DERIVATIVE, backend, f, x, contexts=contexts, y=y, prep=prep, value=True, holomorphic=holomorphic)
 
 
 def derivative(
@@ -71,5 +72,5 @@ def derivative(
         12.0
     """
     if type(prep) is Prep and y is None and not holomorphic:
-        return run_prepared("derivative", prep, backend, f, x, contexts)
-    return run("derivative", backend, f, x, None, contexts, y, prep, holomorphic=holomorphic)
+        return run_prepared(DERIVATIVE, prep, backend, f, x, contexts)
+    return run(DERIVATIVE, backend, f, x, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic)

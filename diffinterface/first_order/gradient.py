@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import GRADIENT
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
@@ -20,7 +21,7 @@ def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts:
         >>> print(di.gradient(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), prep=prep).round(6))
         [2. 4. 6.]
     """
-    return prepare("gradient", backend, f, x, None, contexts, None, strict)
+    return prepare(GRADIENT, backend, f, x, contexts=contexts, strict=strict)
 
 
 def value_and_gradient(
@@ -34,7 +35,7 @@ def value_and_gradient(
         >>> print(y, grad.round(6))
         14.0 [2. 4. 6.]
     """
-    return run("gradient", backend, f, x, None, contexts, None, prep, out, value=True)
+    return run(GRADIENT, backend, f, x, contexts=contexts, prep=prep, out=out, value=True)
 
 
 def gradient(
@@ -48,5 +49,5 @@ def gradient(
         [2. 4. 6.]
     """
     if type(prep) is Prep:
-        return run_prepared("gradient", prep, backend, f, x, contexts, out)
-    return run("gradient", backend, f, x, None, contexts, None, prep, out)
+        return run_prepared(GRADIENT, prep, backend, f, x, contexts, out)
+    return run(GRADIENT, backend, f, x, contexts=contexts, prep=prep, out=out)

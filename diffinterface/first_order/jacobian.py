@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import JACOBIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
@@ -29,7 +30,7 @@ def prepare_jacobian(
         [[2. 1. 0.]
          [0. 3. 2.]]
     """
-    return prepare("jacobian", backend, f, x, None, contexts, y, strict, holomorphic=holomorphic)
+    return prepare(JACOBIAN, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic)
 
 
 def value_and_jacobian(
@@ -50,7 +51,7 @@ def value_and_jacobian(
         >>> print(y, J.shape)
         [2. 6.] (2, 3)
     """
-    return run("jacobian", backend, f, x, None, contexts, y, prep, out, value=True, holomorphic=holomorphic)
+    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, value=True, holomorphic=holomorphic)
 
 
 def jacobian(
@@ -77,5 +78,5 @@ def jacobian(
          [0. 3. 2.]]
     """
     if type(prep) is Prep and y is None and not holomorphic:
-        return run_prepared("jacobian", prep, backend, f, x, contexts, out)
-    return run("jacobian", backend, f, x, None, contexts, y, prep, out, holomorphic=holomorphic)
+        return run_prepared(JACOBIAN, prep, backend, f, x, contexts, out)
+    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, holomorphic=holomorphic)

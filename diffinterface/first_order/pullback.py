@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import PULLBACK
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
@@ -22,7 +23,7 @@ def prepare_pullback(
         >>> print(di.pullback(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), np.ones(3), prep=prep).round(6))
         [2. 4. 6.]
     """
-    return prepare("pullback", backend, f, x, ty, contexts, y, strict)
+    return prepare(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, strict=strict)
 
 
 def value_and_pullback(
@@ -37,7 +38,7 @@ def value_and_pullback(
         >>> print(y, vjp.round(6))
         [1. 4. 9.] [2. 4. 6.]
     """
-    return run("pullback", backend, f, x, ty, contexts, y, prep, value=True)
+    return run(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep, value=True)
 
 
 def pullback(
@@ -52,5 +53,5 @@ def pullback(
         [2. 4. 6.]
     """
     if type(prep) is Prep and y is None and type(ty) is type(x) is not float:
-        return run_prepared_tangent("pullback", prep, backend, f, x, ty, contexts)
-    return run("pullback", backend, f, x, ty, contexts, y, prep)
+        return run_prepared_tangent(PULLBACK, prep, backend, f, x, ty, contexts)
+    return run(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import PUSHFORWARD
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
@@ -23,7 +24,7 @@ def prepare_pushforward(
         >>> print(len(jvps))  # a tuple of tangents: a tuple of results
         2
     """
-    return prepare("pushforward", backend, f, x, tx, contexts, y, strict)
+    return prepare(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, strict=strict)
 
 
 def value_and_pushforward(
@@ -40,7 +41,7 @@ def value_and_pushforward(
         >>> print(y, jvp.round(6) + 0.0)
         [1. 4. 9.] [2. 4. 0.]
     """
-    return run("pushforward", backend, f, x, tx, contexts, y, prep, value=True)
+    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, value=True)
 
 
 def pushforward(
@@ -55,5 +56,5 @@ def pushforward(
         [2. 4. 0.]
     """
     if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
-        return run_prepared_tangent("pushforward", prep, backend, f, x, tx, contexts)
-    return run("pushforward", backend, f, x, tx, contexts, y, prep)
+        return run_prepared_tangent(PUSHFORWARD, prep, backend, f, x, tx, contexts)
+    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep)

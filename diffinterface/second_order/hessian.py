@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import HESSIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
@@ -21,7 +22,7 @@ def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: 
         [[ 6.  0.]
          [ 0. 12.]]
     """
-    return prepare("hessian", backend, f, x, None, contexts, None, strict)
+    return prepare(HESSIAN, backend, f, x, contexts=contexts, strict=strict)
 
 
 def value_gradient_and_hessian(
@@ -35,7 +36,7 @@ def value_gradient_and_hessian(
         >>> print(y, grad.round(6), H.shape)
         9.0 [ 3. 12.] (2, 2)
     """
-    return run("hessian", backend, f, x, None, contexts, None, prep, out, value=True)
+    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out, value=True)
 
 
 def hessian(
@@ -50,5 +51,5 @@ def hessian(
          [ 0. 12.]]
     """
     if type(prep) is Prep:
-        return run_prepared("hessian", prep, backend, f, x, contexts, out)
-    return run("hessian", backend, f, x, None, contexts, None, prep, out)
+        return run_prepared(HESSIAN, prep, backend, f, x, contexts, out)
+    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out)

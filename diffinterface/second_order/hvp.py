@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import HVP
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
@@ -20,7 +21,7 @@ def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *conte
         >>> print(di.hvp(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), np.ones(2), prep=prep).round(4))
         [ 6. 12.]
     """
-    return prepare("hvp", backend, f, x, tx, contexts, None, strict)
+    return prepare(HVP, backend, f, x, tangent=tx, contexts=contexts, strict=strict)
 
 
 def gradient_and_hvp(
@@ -35,7 +36,7 @@ def gradient_and_hvp(
         >>> print(grad.round(6), hvp.round(4))
         [ 3. 12.] [ 6. 12.]
     """
-    return run("hvp", backend, f, x, tx, contexts, None, prep, value=True)
+    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep, value=True)
 
 
 def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
@@ -48,5 +49,5 @@ def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any
         [ 6. 12.]
     """
     if type(prep) is Prep and type(tx) is type(x) is not float:
-        return run_prepared_tangent("hvp", prep, backend, f, x, tx, contexts)
-    return run("hvp", backend, f, x, tx, contexts, None, prep)
+        return run_prepared_tangent(HVP, prep, backend, f, x, tx, contexts)
+    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep)

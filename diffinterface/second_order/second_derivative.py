@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.configs import Backend
+from .._core.operators import SECOND_DERIVATIVE
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
@@ -22,7 +23,7 @@ def prepare_second_derivative(
         >>> print(di.second_derivative(di.AutoFiniteDiff(), f, 2.0, prep=prep).round(4))
         12.0
     """
-    return prepare("second_derivative", backend, f, x, None, contexts, None, strict)
+    return prepare(SECOND_DERIVATIVE, backend, f, x, contexts=contexts, strict=strict)
 
 
 def value_derivative_and_second_derivative(
@@ -36,7 +37,7 @@ def value_derivative_and_second_derivative(
         >>> print(y, der.round(6), der2.round(4))
         8.0 12.0 12.0
     """
-    return run("second_derivative", backend, f, x, None, contexts, None, prep, value=True)
+    return run(SECOND_DERIVATIVE, backend, f, x, contexts=contexts, prep=prep, value=True)
 
 
 def second_derivative(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
@@ -48,5 +49,5 @@ def second_derivative(backend: Backend, f: Callable[..., Any], x: Any, *contexts
         12.0
     """
     if type(prep) is Prep:
-        return run_prepared("second_derivative", prep, backend, f, x, contexts)
-    return run("second_derivative", backend, f, x, None, contexts, None, prep)
+        return run_prepared(SECOND_DERIVATIVE, prep, backend, f, x, contexts)
+    return run(SECOND_DERIVATIVE, backend, f, x, contexts=contexts, prep=prep)

@@ -33,6 +33,7 @@ from .._adapters.contract import Adapter, Runners
 from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
 from .._core.configs import adapter_for
 from .._core.errors import BackendNotAvailableError
+from .._core.operators import GRADIENT, HESSIAN, HVP, JACOBIAN, PULLBACK, PUSHFORWARD, Operator
 from .._frontend.sparse_results import SparsePlan
 from ._coloring import (
     Substitution,
@@ -93,11 +94,11 @@ class SparseAdapter(Adapter):
         return self.dense.evaluate(target, x, contexts)
 
     def prepare(
-        self, operator: str, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
+        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
     ) -> Any:
-        if operator == "jacobian":
+        if operator is JACOBIAN:
             return self._jacobian(target, x, contexts, info)
-        if operator == "hessian":
+        if operator is HESSIAN:
             return self._hessian(target, x, contexts, info)
         return self.dense.prepare(operator, target, x, tangents, contexts, info)
 
@@ -119,7 +120,7 @@ class SparseAdapter(Adapter):
         forward = plan.mode == "columns"
         plan.index = decompression(pattern, plan.colors, plan.mode)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
-        return self._runners(plan, "pushforward" if forward else "pullback", target, x, contexts, info)
+        return self._runners(plan, PUSHFORWARD if forward else PULLBACK, target, x, contexts, info)
 
     def _hessian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
         backend = self.backend
@@ -139,9 +140,11 @@ class SparseAdapter(Adapter):
         else:
             plan.index = decompression(pattern, colors, kind)
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape, x)
-        return self._runners(plan, "hvp", target, x, contexts, info)
+        return self._runners(plan, HVP, target, x, contexts, info)
 
-    def _runners(self, plan: Plan, operator: str, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+    def _runners(
+        self, plan: Plan, operator: Operator, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
+    ) -> Runners:
         """The runners of one sparse derivative: the dense adapter's compressed program where it has
         one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
         its batched ``operator`` over the seeds and the gather here."""
@@ -184,7 +187,7 @@ class SparseAdapter(Adapter):
 
         gather = _gatherer(plan.index, x)
         inner = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
-        grads = self.dense.prepare("gradient", target, x, (), contexts, info) if star else None
+        grads = self.dense.prepare(GRADIENT, target, x, (), contexts, info) if star else None
 
         def plain(x: Any, tangents: Any, cs: Any) -> Any:
             return build(gather(inner.plain(x, plan.seeds, cs) if inner is not None else ()))
@@ -243,8 +246,8 @@ class SparseAdapter(Adapter):
         reverse_seeds = _seeds(row_colors, kr, info.y_shape, x)
         plan.seeds = forward_seeds + reverse_seeds
         build, gather = _builder(plan.sparsity, x), _gatherer(plan.index, x)
-        forward = self.dense.prepare("pushforward", target, x, forward_seeds, contexts, info) if kf else None
-        reverse = self.dense.prepare("pullback", target, x, reverse_seeds, contexts, info) if kr else None
+        forward = self.dense.prepare(PUSHFORWARD, target, x, forward_seeds, contexts, info) if kf else None
+        reverse = self.dense.prepare(PULLBACK, target, x, reverse_seeds, contexts, info) if kr else None
 
         def products(x: Any, cs: Any, value: bool) -> tuple[Any, tuple[Any, ...]]:
             y, parts = None, ()

@@ -15,28 +15,28 @@ from .. import second_order as so
 from .._core.arrays import JAX, NUMPY, complex_dtype, family, to_family
 from .._core.configs import AutoFiniteDiff, SecondOrder, adapter_for
 from .._core.contexts import Context
+from .._core.operators import OPERATORS as RECORDS
+from .._core.operators import Operator
 from .._frontend.sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 from ._structured_scenarios import _leaves
 
-# operator -> (plain, value form, prepare, accepts out=, takes a tangent)
-OPERATORS: dict[str, tuple] = {
-    "pushforward": (fo.pushforward, fo.value_and_pushforward, fo.prepare_pushforward, False, True),
-    "pullback": (fo.pullback, fo.value_and_pullback, fo.prepare_pullback, False, True),
-    "derivative": (fo.derivative, fo.value_and_derivative, fo.prepare_derivative, False, False),
-    "gradient": (fo.gradient, fo.value_and_gradient, fo.prepare_gradient, True, False),
-    "jacobian": (fo.jacobian, fo.value_and_jacobian, fo.prepare_jacobian, True, False),
-    "second_derivative": (
-        so.second_derivative,
-        so.value_derivative_and_second_derivative,
-        so.prepare_second_derivative,
-        False,
-        False,
-    ),
-    "hvp": (so.hvp, so.gradient_and_hvp, so.prepare_hvp, False, True),
-    "hessian": (so.hessian, so.value_gradient_and_hessian, so.prepare_hessian, True, False),
-}
+
+def _functions(op: Operator) -> tuple[Any, ...]:
+    """``(plain, value form, prepare, accepts out=, takes a tangent)`` of an operator, by its record."""
+    module = fo if op.order == 1 else so
+    return (
+        getattr(module, op.name),
+        getattr(module, op.value_method),
+        getattr(module, f"prepare_{op.name}"),
+        op.plain_conversion == "out",
+        op.tangent is not None,
+    )
+
+
+# operator name (a scenario's ``operator``) -> its public functions and what they take
+OPERATORS: dict[str, tuple[Any, ...]] = {name: _functions(op) for name, op in RECORDS.items()}
 
 
 @dataclasses.dataclass
