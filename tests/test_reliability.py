@@ -625,3 +625,88 @@ def test_an_op_torch_defines_as_non_differentiable_gives_zeros_as_torch_does(mod
     want = torch.autograd.functional.jacobian(count, x)
     assert torch.equal(want, torch.zeros(2, 2, 3, dtype=torch.float64))
     assert torch.equal(di.jacobian(AutoTorch(mode=mode), count, x), want)
+
+
+# -- 38.2: a torch value read into Python that reaches f(x) is an error; control flow on it is not -----
+
+
+def _escapes():
+    import torch
+
+    return [
+        pytest.param(lambda z: z[0].item() * z[1] + z[0] ** 2, r"\.item\(\)", id="item"),
+        pytest.param(lambda z: z.tolist()[0] * z[1] + z[0] ** 2, r"\.tolist\(\)", id="tolist"),
+        pytest.param(lambda z: float(z[0]) * z[1] + z[0] ** 2, r"float\(t\)", id="float"),
+        pytest.param(lambda z: torch.as_tensor(z[0].numpy()) * z[1] + z[0] ** 2, r"\.numpy\(\)", id="numpy"),
+        pytest.param(lambda z: float(np.asarray(z[0])) * z[1] + z[0] ** 2, "conversion to numpy", id="asarray"),
+    ]
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+@pytest.mark.parametrize("f, named", _escapes() if installed("torch") else [])
+def test_38_2_a_torch_value_read_into_python_that_reaches_the_output_is_an_error(mode, f, named):
+    import torch
+
+    # true gradient of x0 * x1 + x0**2 at [2, 3]: [7, 2] (finite differences give it); torch alone: [4, 2]
+    x = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    np.testing.assert_allclose(di.gradient(AutoFiniteDiff(), lambda z: z[0] * z[1] + z[0] ** 2, x.numpy()), [7, 2])
+    backend = AutoTorch(mode=mode)
+    one = torch.ones((), dtype=torch.float64)
+    calls = {
+        "gradient": lambda: di.gradient(backend, f, x),
+        "value_and_gradient": lambda: di.value_and_gradient(backend, f, x),
+        "jacobian": lambda: di.jacobian(backend, lambda z: f(z)[None], x),
+        "pullback": lambda: di.pullback(backend, f, x, one),
+        "pushforward": lambda: di.pushforward(backend, f, x, torch.tensor([1.0, 0.0], dtype=torch.float64)),
+        "hvp": lambda: di.hvp(backend, f, x, torch.tensor([1.0, 0.0], dtype=torch.float64)),
+        "prepared gradient": lambda: di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(
+            LostDerivativeError, match=rf"^\w+\(AutoTorch\(.*\), f, x.*\): f\(x\) is computed from x.*{named}"
+        ):
+            call()
+            pytest.fail(f"{name}: no error")
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_38_2_control_flow_on_a_value_read_into_python_stays_right(mode):
+    import torch
+
+    def f(z):  # the issue's own example: a branch on x.max().item()
+        if z.max().item() > 1:
+            return (z**2).sum()
+        return (3 * z).sum()
+
+    backend = AutoTorch(mode=mode)
+    high = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    low = torch.tensor([0.25, 0.5], dtype=torch.float64)
+    prep = di.prepare_gradient(backend, f, high)
+    for x, want in ((high, 2 * high), (low, torch.full((2,), 3.0, dtype=torch.float64))):
+        for _ in range(2):
+            torch.testing.assert_close(di.gradient(backend, f, x), want, rtol=0, atol=0)
+            torch.testing.assert_close(di.gradient(backend, f, x, prep=prep), want, rtol=0, atol=0)
+        torch.testing.assert_close(
+            di.hvp(backend, f, x, torch.ones(2, dtype=torch.float64)),
+            2 * torch.ones(2, dtype=torch.float64) * (x is high),
+        )
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_38_2_a_prep_keeps_watching_f_that_branches_on_x(mode):
+    import torch
+
+    def f(z):  # the escape happens only on one branch: a prep made on the other still catches it
+        if z[0] > 0:
+            return (z**2).sum()
+        return z[0].item() * z[1] + z[0] ** 2
+
+    backend = AutoTorch(mode=mode)
+    prep = di.prepare_gradient(backend, f, torch.tensor([1.0, 3.0], dtype=torch.float64))
+    got = di.gradient(backend, f, torch.tensor([1.0, 3.0], dtype=torch.float64), prep=prep)
+    torch.testing.assert_close(got, torch.tensor([2.0, 6.0], dtype=torch.float64))
+    with pytest.raises(LostDerivativeError, match=r"gradient\(AutoTorch\(.*\), f, x.*\.item\(\)"):
+        di.gradient(backend, f, torch.tensor([-2.0, 3.0], dtype=torch.float64), prep=prep)
