@@ -32,7 +32,9 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
+import sys
 import threading
+import warnings
 from typing import Any
 
 import autograd.numpy as anp
@@ -364,6 +366,55 @@ _box_device = property(lambda self: "cpu")
 _TRACES = _Traces()
 
 
+# -- a NaN from autograd's own rules --------------------------------------------------------------
+
+# autograd's rules known to give NaN where the derivative is finite (docs/reliability.md, "Known
+# engine defects"), as the warning names them
+_NAN_RULES = (
+    "np.prod (its VJP and JVP divide by x: NaN where an entry of x is 0; the derivative there is "
+    "the product of the other entries)"
+)
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return any(_has_nan(v) for v in value)
+    value = np.asarray(value)
+    return value.dtype.kind in "fc" and bool(np.isnan(value).any())
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_finite(v) for v in value)
+    value = np.asarray(value)
+    return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside diffinterface: the user's call."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("diffinterface"):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _warn_nan(call: str, x: Any, ts: tuple[Any, ...], y: Any, result: Any) -> None:
+    """A warning where the derivative has NaN entries at a finite ``x`` (finite tangents) where f(x) is
+    finite: the mark of an autograd rule dividing by zero (``np.prod`` at a zero), which other engines
+    do not share. A NaN is also the honest answer where f is not differentiable (``sqrt(x**2)`` at 0),
+    so this warns rather than raises."""
+    if not _has_nan(result) or not (_finite(x) and _finite(ts) and _finite(y)):
+        return
+    warnings.warn(
+        f"{call}: the derivative has NaN entries at a finite x where f(x) is finite. Where f is "
+        f"differentiable there, one of autograd's own rules divided by zero; known: {_NAN_RULES}. "
+        f"Use another backend for this f (AutoJAX(), AutoTorch() or AutoFiniteDiff() give the finite "
+        f"value), or give that part of f a custom rule (diffinterface.rules)",
+        RuntimeWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
 class _Prepared:
     # reverse_inner: a JVP was missing, second order goes reverse over reverse
     __slots__ = ("plain", "value", "reverse_inner")
@@ -543,12 +594,15 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     def plain(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
-            return traced(x, ts, contexts)[1]
+            first, result = traced(x, ts, contexts)
+        _warn_nan(call, x, ts, first[0] if second else first, result)
+        return result
 
     def value(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             first, result = traced(x, ts, contexts)
+        _warn_nan(call, x, ts, first[0] if second else first, result)
         if hvp:
             return first[1], result  # (gradient, hvps)
         if second:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -710,3 +711,34 @@ def test_38_2_a_prep_keeps_watching_f_that_branches_on_x(mode):
     torch.testing.assert_close(got, torch.tensor([2.0, 6.0], dtype=torch.float64))
     with pytest.raises(LostDerivativeError, match=r"gradient\(AutoTorch\(.*\), f, x.*\.item\(\)"):
         di.gradient(backend, f, torch.tensor([-2.0, 3.0], dtype=torch.float64), prep=prep)
+
+
+# -- 38.4: a NaN from an engine's own rule at a finite point where f is finite is a warning ----------
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_38_4_autograd_prod_nan_at_a_zero_warns_naming_the_rule_and_the_fix(mode):
+    x = np.array([0.0, 2.0])
+    # the true gradient of prod at [0, 2] is [2, 0] (the product of the other entries); FD agrees
+    np.testing.assert_allclose(di.gradient(AutoFiniteDiff(), np.prod, x), [2.0, 0.0], atol=1e-6)
+    backend = AutoAutograd(mode=mode)
+    t = np.array([1.0, 0.0])
+    with np.errstate(all="ignore"):
+        for name, call in (
+            ("gradient", lambda: di.gradient(backend, np.prod, x)),
+            ("value_and_gradient", lambda: di.value_and_gradient(backend, np.prod, x)),
+            ("pushforward", lambda: di.pushforward(backend, np.prod, x, t)),
+            ("hvp", lambda: di.hvp(backend, np.prod, x, t)),
+            ("hessian", lambda: di.hessian(backend, np.prod, x)),
+        ):
+            with pytest.warns(
+                RuntimeWarning,
+                match=rf"^{name.removeprefix('value_and_')}\(AutoAutograd\(.*NaN entries.*np\.prod.*AutoJAX\(\)",
+            ):
+                call()
+        with warnings.catch_warnings():  # NaN where f(x) is NaN, or x has a NaN, or a finite result: no warning
+            warnings.simplefilter("error", RuntimeWarning)
+            di.gradient(backend, lambda z: np.sqrt(z).sum(), np.array([-1.0, 2.0]))
+            di.gradient(backend, np.prod, np.array([np.nan, 2.0]))
+            np.testing.assert_allclose(di.gradient(backend, np.prod, np.array([3.0, 2.0])), [2.0, 3.0])
