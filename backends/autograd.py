@@ -32,6 +32,8 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
+import dis
+import operator
 import sys
 import threading
 import warnings
@@ -150,11 +152,91 @@ class _Namespace:
 namespace: _Namespace = _Namespace()
 
 
+class _Slice(np.ndarray):
+    """The read-only view a stand-in's ``buf[i:j]`` hands out while its value is a numpy array (no
+    traced value written into it yet). Python runs ``buf[0:2] += x`` as ``t = buf[0:2]; t += x;
+    buf[0:2] = t``, and numpy refuses ``t += x`` (a read-only view, or a box it cannot write into):
+    on this view ``t += x`` gives ``t + x``, which the store writes into the stand-in as a functional
+    update. Held in a variable (``part = buf[1:3]; part *= x``, no store follows) it raises, since
+    numpy would write into ``buf`` there. Results of numpy's functions on it are plain arrays; a view
+    of it has no stand-in (numpy's own in-place arithmetic, which refuses)."""
+
+    _parent: Any = None
+    _index: Any = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._parent = self._index = None
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar else array
+
+
+class _SliceHeld(TypeError):
+    """An in-place update of a stand-in's slice held in a variable (``part = buf[1:3]; part *= x``):
+    numpy would write it into ``buf``, a functional update cannot follow the variable."""
+
+
+# whether the in-place operation at (code, offset) is Python's ``a[i] op= v`` (its result goes to
+# STORE_SUBSCR, past the stack shuffles), learnt once per place from the bytecode
+_STORED_BACK: dict[tuple[Any, int], bool] = {}
+_SHUFFLES = frozenset(("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "DUP_TOP_TWO", "EXTENDED_ARG", "NOP"))
+
+
+def _stored_back(frame: Any) -> bool:
+    key = (frame.f_code, frame.f_lasti)
+    known = _STORED_BACK.get(key)
+    if known is None:
+        following = (i for i in dis.get_instructions(frame.f_code) if i.offset > frame.f_lasti)
+        known = next((i.opname for i in following if i.opname not in _SHUFFLES), None) == "STORE_SUBSCR"
+        _STORED_BACK[key] = known
+    return known
+
+
+def _slice_inplace(name: str, op: Any) -> Any:
+    def update(self: _Slice, other: Any) -> Any:
+        parent = self._parent
+        if parent is None:
+            return getattr(np.ndarray, name)(self, other)
+        if not _stored_back(sys._getframe(1)):
+            raise _SliceHeld(
+                f"f updates in place ({name}) a slice of an array it writes into, held in a variable "
+                f"(part = buf[1:3]; part *= x): numpy writes that into buf, autograd's functional "
+                f"updates cannot follow the variable. Write the update on the array itself: "
+                f"buf[1:3] *= x"
+            )
+        # Python's store that follows (buf[0:2] = new) writes the result into the stand-in
+        return op(self.view(np.ndarray), unwrap(other))
+
+    return update
+
+
+for _name, _op in (
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("matmul", operator.matmul),
+):
+    setattr(_Slice, f"__i{_name}__", _slice_inplace(f"__i{_name}__", _op))
+
+
 class WritableArray(_Writable):
     """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoAutograd``."""
 
     __slots__ = ()
     _namespace = namespace
+
+    def __getitem__(self, index: Any) -> Any:
+        part = self.value[unwrap(index)]
+        if type(part) is not np.ndarray:  # a box, or a number
+            return part
+        part = part.view(_Slice)
+        part._parent, part._index = self, unwrap(index)
+        return part
 
     @staticmethod
     def _wrap(value: Any) -> Any:
@@ -566,6 +648,8 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
     def traced(x: Any, ts: Any, contexts: Any) -> Any:
         try:
             return body(x, ts, contexts)
+        except _SliceHeld as error:
+            raise TypeError(f"{call}: {error}") from error
         except (TypeError, ValueError) as error:
             const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
             if const is not None:
@@ -631,6 +715,8 @@ class Adapter(_Base):
                     y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
             else:
                 y = np.asarray(fn(xn, contexts))
+        except _SliceHeld as error:
+            raise TypeError(f"{target.call}: {error}") from error
         except (TypeError, ValueError) as error:
             known = standin_error(target, error, "autograd") or const_write_error(target, error, "autograd", _leaked)
             if known is not None:
