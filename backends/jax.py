@@ -237,8 +237,17 @@ def _split(results: Any, count: int) -> tuple[Any, ...]:
     return tuple(results[i] for i in range(count))
 
 
+def _cast(ts: Any, like: Any) -> Any:
+    """Tangents (or cotangents) in the dtype of ``like`` (x, or f(x)), as the other backends take them:
+    JAX refuses a tangent of another dtype, and a Python number arrives weakly typed. Traced: no cost
+    in a compiled call where the dtypes already match."""
+    dtype = like.dtype
+    return tuple(t if getattr(t, "dtype", None) == dtype else jnp.asarray(t).astype(dtype) for t in ts)
+
+
 def _jvps(f: Any, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
+    ts = _cast(ts, x)
     if len(ts) == 1:
         y, out = jax.jvp(f, (x,), (ts[0],))
         return y, (out,)
@@ -261,7 +270,7 @@ def _builders(forward: bool) -> dict[Any, Any]:
     def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
-            out = contract_all(jac, ts, x, True)
+            out = contract_all(jac, _cast(ts, x), x, True)
         else:
             y, out = _jvps(f, x, ts)
         return (y, out) if value else out
@@ -269,9 +278,10 @@ def _builders(forward: bool) -> dict[Any, Any]:
     def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
-            out = contract_all(jac, ts, x, False)
+            out = contract_all(jac, _cast(ts, y), x, False)
         else:
             y, vjp = jax.vjp(f, x)
+            ts = _cast(ts, y)
             if len(ts) == 1:
                 out = (vjp(ts[0])[0],)
             else:
@@ -520,21 +530,21 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
 
         def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
             y, vjp = jax.vjp(f, list(x))
-            out = (list(vjp(layout.ys.ravel(list(ts[0])))[0]),)
+            out = (list(vjp(_cast((layout.ys.ravel(list(ts[0])),), y)[0])[0]),)
             return (cut_y("y", y), out) if value else out
 
         return pullback
     if operator_name == "pushforward" and forward:
 
         def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
-            y, out = jax.jvp(f, (list(x),), (list(ts[0]),))
+            y, out = jax.jvp(f, (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
 
         return pushforward
     if operator_name == "hvp":
 
         def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
-            g, out = jax.jvp(jax.grad(f), (list(x),), (list(ts[0]),))
+            g, out = jax.jvp(jax.grad(f), (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (list(g), (list(out),)) if value else (list(out),)
 
         return hvp
@@ -544,6 +554,7 @@ def _tree_body(operator_name: str, forward: bool, layout: Any) -> Any:
 def _preferring(mode: str, body: Any) -> Any:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
+
     def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)

@@ -182,7 +182,15 @@ def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
 
 
 def _jax_from_numpy(value: Any, like: Any = None) -> Any:
-    return importlib.import_module("jax.numpy").asarray(value)  # jax is imported: a jax array is the target
+    """A numpy value as a jax array (jax is imported: a jax array is the target); a float64 value
+    stays float64 where ``like`` is a float64 jax array, whatever the global x64 setting (a tangent of
+    such an x, given as a Python number or a numpy array)."""
+    asarray = importlib.import_module("jax.numpy").asarray
+    dtype = getattr(like, "dtype", None)
+    if dtype is None or getattr(value, "dtype", None) != np.float64:
+        return asarray(value)
+    with _jax_computing(dtype):
+        return asarray(value)
 
 
 def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
