@@ -580,6 +580,14 @@ class Adapter(_Base):
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, jax.core.Tracer)
 
+    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+        """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
+        for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
+        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):
+                return super().evaluate(target, x, contexts)
+        return super().evaluate(target, x, contexts)
+
     def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         function = _Function(target, contexts)
         x64 = _is_float64(x)

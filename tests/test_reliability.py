@@ -742,3 +742,85 @@ def test_38_4_autograd_prod_nan_at_a_zero_warns_naming_the_rule_and_the_fix(mode
             di.gradient(backend, lambda z: np.sqrt(z).sum(), np.array([-1.0, 2.0]))
             di.gradient(backend, np.prod, np.array([np.nan, 2.0]))
             np.testing.assert_allclose(di.gradient(backend, np.prod, np.array([3.0, 2.0])), [2.0, 3.0])
+
+
+# -- 38.3: float64 stays float64 where a float64 JAX array meets global x64 off ------------------------
+
+
+needs_jax = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+
+
+def _x64_jax(values):
+    import jax
+
+    with jax.enable_x64(True):  # as jax.enable_x64 or a loaded checkpoint makes it; the global setting stays off
+        return jax.numpy.asarray(np.asarray(values, dtype=np.float64))
+
+
+@needs_jax
+@pytest.mark.parametrize("name", ["torch", "autograd", "finitediff", "jax"])
+def test_38_3_gradients_of_a_float64_jax_x_stay_float64_on_every_backend(name):
+    import jax
+
+    if name in ("torch", "autograd") and not installed(name):
+        pytest.skip(f'{name} is not installed: pip install "diffinterface[{name}]"')
+    assert not jax.config.jax_enable_x64
+    x = _x64_jax([0.3, 0.7, 1.1])
+    z = np.asarray(x)
+    want = 2 * np.sin(z) * np.cos(z)  # the gradient of sum(sin(z)**2)
+    backend = {"torch": AutoTorch(), "autograd": AutoAutograd(), "finitediff": AutoFiniteDiff(), "jax": AutoJAX()}[name]
+
+    def f(w):
+        xp = array_namespace(w)
+        return xp.sum(xp.sin(w) ** 2)
+
+    for got in (di.gradient(backend, f, x), di.value_and_gradient(backend, f, x)[1]):
+        assert str(got.dtype) == "float64", got.dtype
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15 if name != "finitediff" else 1e-7)
+
+
+@needs_jax
+@pytest.mark.parametrize(
+    "outer", [AutoJAX(), AutoJAX(mode="forward"), AutoFiniteDiff()], ids=["jax", "jax-forward", "finitediff"]
+)
+def test_38_3_second_order_value_forms_of_a_float64_jax_x_stay_float64(outer):
+    import jax.numpy as jnp
+
+    x = _x64_jax([0.3, 0.7, 1.1])
+    z = np.asarray(x)
+    backend = di.SecondOrder(outer, AutoJAX())
+    rtol = 1e-15 if isinstance(outer, AutoJAX) else 1e-6
+
+    def f(w):
+        return jnp.sum(jnp.sin(w) ** 2)
+
+    y, g, h = di.value_gradient_and_hessian(backend, f, x)
+    assert [str(a.dtype) for a in (y, g, h)] == ["float64"] * 3
+    assert float(y) == float(np.sum(np.sin(z) ** 2))  # f(x) itself, computed in float64
+    np.testing.assert_allclose(np.asarray(h), np.diag(2 * np.cos(2 * z)), rtol=rtol, atol=rtol)
+    y, d, d2 = di.value_derivative_and_second_derivative(backend, lambda t: jnp.sin(t) ** 2, x[0])
+    assert [str(a.dtype) for a in (y, d, d2)] == ["float64"] * 3
+    assert float(y) == float(np.sin(z[0]) ** 2)
+    np.testing.assert_allclose(float(d2), 2 * np.cos(2 * z[0]), rtol=rtol)
+
+
+@needs_jax
+def test_38_3_sparse_jax_jacobian_of_a_float64_jax_x_stays_float64():
+    import jax
+
+    x = _x64_jax(np.linspace(0.1, 2.0, 6))
+    z = np.asarray(x)
+    a = np.random.default_rng(0).standard_normal((6, 6))
+    a[np.abs(a) < 0.7] = 0  # a captured float64 numpy matrix, sparse
+    want = a * np.cos(z)[None, :]
+    backend = di.AutoSparse(AutoJAX())
+
+    def f(w):
+        return a @ array_namespace(w).sin(w)
+
+    prep = di.prepare_jacobian(backend, f, x)
+    for jac in (di.jacobian(backend, f, x), di.jacobian(backend, f, x, prep=prep)):
+        assert str(jac.dtype) == "float64"
+        with jax.enable_x64(True):  # BCOO.todense outside it would compute in float32
+            dense = np.asarray(jac.todense())
+        np.testing.assert_allclose(dense, want, rtol=1e-14, atol=1e-15)

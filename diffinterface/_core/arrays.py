@@ -198,7 +198,7 @@ def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
         return None
     value = value.detach()
     if value.device.type == "cpu":
-        return _jax_from_numpy(value.numpy())
+        return _jax_from_numpy(value.numpy(), like)
     return sys.modules["jax"].dlpack.from_dlpack(value)
 
 
@@ -424,7 +424,7 @@ def output_like(value: Any, x: Any) -> Any:
     if type(value) is type(x):  # the fast path: the engine computed in the user's own array type
         return value
     fam = family(x)
-    value = to_family(value, fam, like=x if fam == TORCH else None)
+    value = to_family(value, fam, like=x if fam in (TORCH, JAX) else None)  # JAX: float64 kept with x64 off
     if isinstance(x, float) and isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]  # np.float64, which is also a float
     return value
