@@ -38,15 +38,18 @@ from diffinterface.extend import (
     TORCH,
     Cache,
     Info,
+    LearntErrors,
     const_write_error,
     contract_all,
     duplicate,
     family,
     jax_enable_x64,
     note_conversion,
+    numpy_write_refused,
     operand_error,
     prefer,
     raised_by,
+    read_only_alias,
     standin_error,
     structured_output,
     take_conversion,
@@ -110,6 +113,27 @@ def _leaked(error: BaseException) -> bool:
     )
 
 
+# JAX refusing a write into one of its arrays (``a[0] = v``, ``a[0:2] += v``), learnt once by provoking it
+_jax_write_refused = LearntErrors(
+    TypeError,
+    [lambda: jnp.zeros(3).__setitem__(0, 1.0), lambda: jnp.zeros(3).__setitem__(slice(0, 2), 1.0)],
+    lambda e: type(e),
+)
+
+
+def _write_refused(error: BaseException) -> bool:
+    """Whether ``error`` is a write into a captured array that ``f`` got as a plain array (a jax array
+    or tracer, or a read-only view of a numpy array): ``f`` then gets writable stand-ins."""
+    return raised_by(error, lambda e: numpy_write_refused(e) or _jax_write_refused(e))
+
+
+def _plain(value: Any) -> Any:
+    """A captured array as ``f`` reads it until it writes: a numpy array as a read-only view (a write
+    raises), a jax array or tracer as it is (immutable)."""
+    alias = read_only_alias(value)
+    return value if alias is None else alias
+
+
 _DYNAMIC_TYPES: set[type] = set()  # the types _is_dynamic has answered True for (the answer is the type's)
 
 
@@ -169,10 +193,13 @@ class _Function:
     means: the same object, or one of the same type that compares equal.
     """
 
-    __slots__ = ("target", "kinds", "simple", "common", "flat")
+    __slots__ = ("target", "kinds", "simple", "common", "flat", "writes")
 
     def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
         self.target = target
+        # set when f wrote into a captured array: from then on f gets writable stand-ins for them. Until
+        # then f reads the plain arrays, which JAX's own functions take (lax.select of a captured mask)
+        self.writes = False
         self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.stateless
         self.common = None
@@ -222,8 +249,20 @@ class _Function:
         flat = [next(it) if v is _DYNAMIC else v for v in static.leaves]
         values, state = jax.tree_util.tree_unflatten(static.treedef, flat)
         contexts = [duplicate(v, WritableArray) if kind is Cache else v for kind, v in zip(self.kinds, values)]
-        fn = self.target.instance(WritableArray, values=state if self.target.has_state else None)
-        return _output(_unwrap(fn(x, *contexts)), self.target)
+
+        def run(leaf: Any) -> Any:
+            fn = self.target.instance(leaf, values=state if self.target.has_state else None)
+            return _output(_unwrap(fn(x, *contexts)), self.target)
+
+        if self.writes or not self.target.has_state:
+            return run(WritableArray)
+        try:
+            return run(_plain)
+        except Exception as error:
+            if not _write_refused(error):
+                raise  # f's own error
+            self.writes = True  # f wrote into a captured array: it runs again over stand-ins (this trace too)
+            return run(WritableArray)
 
 
 def _output(y: Any, target: Any) -> Any:

@@ -213,3 +213,39 @@ def test_38_6_tangents_as_python_numbers_or_another_dtype_are_cast(mode, make_x,
         np.testing.assert_allclose(
             np.asarray(got, dtype=np.float64), want * (exact / (-1 / 12)), rtol=rtol, err_msg=name
         )
+
+
+# -- 38.5: captured numpy arrays that f only reads reach JAX as plain arrays ---------------------------
+
+
+def test_38_5_captured_arrays_f_only_reads_reach_jax_functions_as_plain_arrays():
+    import jax.numpy as jnp
+    from jax import lax
+
+    pred = np.array([True, False, True, False])  # captured, only read (closure="duplicated", the default)
+    idx = np.array([0, 2])
+    buf = np.zeros(4)
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    backend = di.AutoJAX()
+
+    def select(z):
+        return lax.select(pred, z, 2 * z)
+
+    def take(z):
+        return lax.index_take(z, (idx,), (0,))
+
+    def select_and_write(z):  # writes into a captured buffer: every captured array becomes a stand-in
+        buf[...] = lax.select(pred, z, 2 * z)
+        return buf * jnp.sum(z)
+
+    s = np.where(pred, 1.0, 2.0)
+    for f, want in ((select, np.diag(s)), (take, np.eye(4)[idx])):
+        prep = di.prepare_jacobian(backend, f, x)
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), want, rtol=1e-6)
+            np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x, prep=prep)), want, rtol=1e-6)
+    # not yet: the mask of an f that also writes reaches lax.select as a stand-in; the call's error says so
+    with pytest.raises(ValueError, match=r"^jacobian\(AutoJAX\(\), f, x\): f passes an array it writes into.*'pred'"):
+        di.jacobian(backend, select_and_write, x)
+    np.testing.assert_array_equal(buf, np.zeros(4))  # the user's arrays are left alone
+    np.testing.assert_array_equal(pred, [True, False, True, False])
