@@ -532,13 +532,15 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
         return v if v.dtype == dtype else v.astype(dtype)
 
     def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
-        if forward:
+        if forward and n:
             cols = [jvp(x, e, contexts) for e in x_basis]
             y = cols[0][0]
             flat = np.stack([np.reshape(c[1], (m,)) for c in cols], axis=1)
+        elif forward:  # an empty x: no basis to push forward, f(x) from one evaluation
+            y, flat = fn(x, contexts), np.zeros((m, 0), dtype=dtype)
         else:
             pull, y = vjp(x, contexts)
-            flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0)
+            flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0) if m else np.zeros((0, n), dtype)
         return y, cast(flat.reshape(y_shape + x_shape))
 
     def gradient_of(contexts: Any, record: Any = None) -> Any:
@@ -630,7 +632,7 @@ def _build(operator: str, fn: _Function, forward: bool, info: Info, x_user: Any,
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             record: list[Any] = []
             pull, g = make_vjp(gradient_of(contexts, record), x)
-            hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0)
+            hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0) if n else np.zeros((0, 0), dtype)
             return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)

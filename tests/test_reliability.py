@@ -824,3 +824,33 @@ def test_38_3_sparse_jax_jacobian_of_a_float64_jax_x_stays_float64():
         with jax.enable_x64(True):  # BCOO.todense outside it would compute in float32
             dense = np.asarray(jac.todense())
         np.testing.assert_allclose(dense, want, rtol=1e-14, atol=1e-15)
+
+
+# -- 38.9 (part): AutoAutograd on an empty x gives empty derivatives, as the other backends ------------
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_38_9_autograd_on_an_empty_x_gives_empty_derivatives_as_the_other_backends(mode):
+    import autograd.numpy as anp
+
+    x = np.zeros(0)
+    backend = AutoAutograd(mode=mode)
+
+    def vector(z):
+        return anp.concatenate([z, anp.ones(2)])
+
+    def scalar(z):
+        return anp.sum(z**2) + 1.0
+
+    for got, reference in (
+        (di.jacobian(backend, vector, x), di.jacobian(AutoFiniteDiff(), vector, x)),
+        (di.hessian(backend, scalar, x), di.hessian(AutoFiniteDiff(), scalar, x)),
+        (di.gradient(backend, scalar, x), di.gradient(AutoFiniteDiff(), scalar, x)),
+    ):
+        assert got.shape == reference.shape and got.shape in ((2, 0), (0, 0), (0,))
+    y, jac = di.value_and_jacobian(backend, vector, x)
+    np.testing.assert_array_equal(y, [1.0, 1.0])
+    assert jac.shape == (2, 0)
+    y, g, h = di.value_gradient_and_hessian(backend, scalar, x)
+    assert float(y) == 1.0 and g.shape == (0,) and h.shape == (0, 0)
