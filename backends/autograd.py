@@ -32,7 +32,11 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
+import dis
+import operator
+import sys
 import threading
+import warnings
 from typing import Any
 
 import autograd.numpy as anp
@@ -156,11 +160,91 @@ class _Namespace:
 namespace: _Namespace = _Namespace()
 
 
+class _Slice(np.ndarray):
+    """The read-only view a stand-in's ``buf[i:j]`` hands out while its value is a numpy array (no
+    traced value written into it yet). Python runs ``buf[0:2] += x`` as ``t = buf[0:2]; t += x;
+    buf[0:2] = t``, and numpy refuses ``t += x`` (a read-only view, or a box it cannot write into):
+    on this view ``t += x`` gives ``t + x``, which the store writes into the stand-in as a functional
+    update. Held in a variable (``part = buf[1:3]; part *= x``, no store follows) it raises, since
+    numpy would write into ``buf`` there. Results of numpy's functions on it are plain arrays; a view
+    of it has no stand-in (numpy's own in-place arithmetic, which refuses)."""
+
+    _parent: Any = None
+    _index: Any = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._parent = self._index = None
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar else array
+
+
+class _SliceHeld(TypeError):
+    """An in-place update of a stand-in's slice held in a variable (``part = buf[1:3]; part *= x``):
+    numpy would write it into ``buf``, a functional update cannot follow the variable."""
+
+
+# whether the in-place operation at (code, offset) is Python's ``a[i] op= v`` (its result goes to
+# STORE_SUBSCR, past the stack shuffles), learnt once per place from the bytecode
+_STORED_BACK: dict[tuple[Any, int], bool] = {}
+_SHUFFLES = frozenset(("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "DUP_TOP_TWO", "EXTENDED_ARG", "NOP"))
+
+
+def _stored_back(frame: Any) -> bool:
+    key = (frame.f_code, frame.f_lasti)
+    known = _STORED_BACK.get(key)
+    if known is None:
+        following = (i for i in dis.get_instructions(frame.f_code) if i.offset > frame.f_lasti)
+        known = next((i.opname for i in following if i.opname not in _SHUFFLES), None) == "STORE_SUBSCR"
+        _STORED_BACK[key] = known
+    return known
+
+
+def _slice_inplace(name: str, op: Any) -> Any:
+    def update(self: _Slice, other: Any) -> Any:
+        parent = self._parent
+        if parent is None:
+            return getattr(np.ndarray, name)(self, other)
+        if not _stored_back(sys._getframe(1)):
+            raise _SliceHeld(
+                f"f updates in place ({name}) a slice of an array it writes into, held in a variable "
+                f"(part = buf[1:3]; part *= x): numpy writes that into buf, autograd's functional "
+                f"updates cannot follow the variable. Write the update on the array itself: "
+                f"buf[1:3] *= x"
+            )
+        # Python's store that follows (buf[0:2] = new) writes the result into the stand-in
+        return op(self.view(np.ndarray), unwrap(other))
+
+    return update
+
+
+for _name, _op in (
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("matmul", operator.matmul),
+):
+    setattr(_Slice, f"__i{_name}__", _slice_inplace(f"__i{_name}__", _op))
+
+
 class WritableArray(_Writable):
     """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoAutograd``."""
 
     __slots__ = ()
     _namespace = namespace
+
+    def __getitem__(self, index: Any) -> Any:
+        part = self.value[unwrap(index)]
+        if type(part) is not np.ndarray:  # a box, or a number
+            return part
+        view: Any = part.view(_Slice)
+        view._parent, view._index = self, unwrap(index)
+        return view
 
     @staticmethod
     def _wrap(value: Any) -> Any:
@@ -357,6 +441,55 @@ _box_device = property(lambda self: "cpu")
 _TRACES = _Traces()
 
 
+# -- a NaN from autograd's own rules --------------------------------------------------------------
+
+# autograd's rules known to give NaN where the derivative is finite (docs/reliability.md, "Known
+# engine defects"), as the warning names them
+_NAN_RULES = (
+    "np.prod (its VJP and JVP divide by x: NaN where an entry of x is 0; the derivative there is "
+    "the product of the other entries)"
+)
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return any(_has_nan(v) for v in value)
+    value = np.asarray(value)
+    return value.dtype.kind in "fc" and bool(np.isnan(value).any())
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_finite(v) for v in value)
+    value = np.asarray(value)
+    return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside diffinterface: the user's call."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("diffinterface"):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    return level
+
+
+def _warn_nan(call: str, x: Any, ts: tuple[Any, ...], y: Any, result: Any) -> None:
+    """A warning where the derivative has NaN entries at a finite ``x`` (finite tangents) where f(x) is
+    finite: the mark of an autograd rule dividing by zero (``np.prod`` at a zero), which other engines
+    do not share. A NaN is also the honest answer where f is not differentiable (``sqrt(x**2)`` at 0),
+    so this warns rather than raises."""
+    if not _has_nan(result) or not (_finite(x) and _finite(ts) and _finite(y)):
+        return
+    warnings.warn(
+        f"{call}: the derivative has NaN entries at a finite x where f(x) is finite. Where f is "
+        f"differentiable there, one of autograd's own rules divided by zero; known: {_NAN_RULES}. "
+        f"Use another backend for this f (AutoJAX(), AutoTorch() or AutoFiniteDiff() give the finite "
+        f"value), or give that part of f a custom rule (diffinterface.rules)",
+        RuntimeWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
 def _build(
     operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any, target: Any
 ) -> tuple[Runner, Runner]:
@@ -387,13 +520,15 @@ def _build(
         return v if v.dtype == dtype else v.astype(dtype)
 
     def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
-        if forward:
+        if forward and n:
             cols = [jvp(x, e, contexts) for e in x_basis]
             y = cols[0][0]
             flat = np.stack([np.reshape(c[1], (m,)) for c in cols], axis=1)
+        elif forward:  # an empty x: no basis to push forward, f(x) from one evaluation
+            y, flat = fn(x, contexts), np.zeros((m, 0), dtype=dtype)
         else:
             pull, y = vjp(x, contexts)
-            flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0)
+            flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0) if m else np.zeros((0, n), dtype)
         return y, cast(flat.reshape(y_shape + x_shape))
 
     def gradient_of(contexts: Any, record: Any = None) -> Any:
@@ -485,7 +620,7 @@ def _build(
         def body(x: Any, ts: Any, contexts: Any) -> Any:
             record: list[Any] = []
             pull, g = make_vjp(gradient_of(contexts, record), x)
-            hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0)
+            hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0) if n else np.zeros((0, 0), dtype)
             return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
@@ -502,6 +637,8 @@ def _build(
     def traced(x: Any, ts: Any, contexts: Any) -> Any:
         try:
             return body(x, ts, contexts)
+        except _SliceHeld as error:
+            raise TypeError(f"{call}: {error}") from error
         except (TypeError, ValueError) as error:
             const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
             if const is not None:
@@ -530,12 +667,15 @@ def _build(
     def plain(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
-            return traced(x, ts, contexts)[1]
+            primal, result = traced(x, ts, contexts)
+        _warn_nan(call, x, ts, primal[0] if operator.order == 2 else primal, result)
+        return result
 
     def value(x: Any, ts: Any, contexts: Any) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             primal, result = traced(x, ts, contexts)
+        _warn_nan(call, x, ts, primal[0] if operator.order == 2 else primal, result)
         return value_form(operator, primal, result, np.asarray)
 
     return plain, value
@@ -567,6 +707,8 @@ class Adapter(_Base):
                     y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
             else:
                 y = np.asarray(fn(xn, contexts))
+        except _SliceHeld as error:
+            raise TypeError(f"{target.call}: {error}") from error
         except (TypeError, ValueError) as error:
             known = standin_error(target, error, "autograd") or const_write_error(target, error, "autograd", _leaked)
             if known is not None:

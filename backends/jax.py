@@ -54,11 +54,13 @@ from diffinterface.extend import (
     contract_all,
     duplicate,
     family,
+    innermost_frame,
     jax_enable_x64,
     note_conversion,
     operand_error,
     prefer,
     raised_by,
+    read_only_alias,
     standin_error,
     structured_output,
     take_conversion,
@@ -122,6 +124,43 @@ def _leaked(error: BaseException) -> bool:
     )
 
 
+def _setitem_refusal() -> Any:
+    """The code that raises JAX's refusal of item assignment (``a[0] = v``, ``a[0:2] += v`` on a jax
+    array or tracer), learnt once by provoking it: the refusal is a plain TypeError, told apart from
+    f's own TypeErrors by the frame of JAX that raised it, not by its message."""
+    try:
+        jnp.zeros(1).__setitem__(0, 1.0)
+    except TypeError as error:
+        frame = innermost_frame(error)
+        return frame.f_code if frame is not None else None
+    return None
+
+
+_SETITEM_REFUSAL: list[Any] = []
+
+
+def _jax_write_refused(error: BaseException) -> bool:
+    if not isinstance(error, TypeError):
+        return False
+    if not _SETITEM_REFUSAL:
+        _SETITEM_REFUSAL.append(_setitem_refusal())
+    frame = innermost_frame(error)
+    return frame is not None and _SETITEM_REFUSAL[0] is not None and frame.f_code is _SETITEM_REFUSAL[0]
+
+
+def _write_refused(error: BaseException) -> bool:
+    """Whether ``error`` is a write into a captured array that ``f`` got as a plain array (a jax array
+    or tracer, or a read-only view of a numpy array): ``f`` then gets writable stand-ins."""
+    return raised_by(error, Adapter.refused_write)
+
+
+def _plain(value: Any) -> Any:
+    """A captured array as ``f`` reads it until it writes: a numpy array as a read-only view (a write
+    raises), a jax array or tracer as it is (immutable)."""
+    alias = read_only_alias(value)
+    return value if alias is None else alias
+
+
 _DYNAMIC_TYPES: set[type] = set()  # the types _is_dynamic has answered True for (the answer is the type's)
 
 
@@ -181,10 +220,13 @@ class _Function:
     means: the same object, or one of the same type that compares equal.
     """
 
-    __slots__ = ("target", "kinds", "simple", "common", "flat")
+    __slots__ = ("target", "kinds", "simple", "common", "flat", "writes")
 
     def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
         self.target = target
+        # set when f wrote into a captured array: from then on f gets writable stand-ins for them. Until
+        # then f reads the plain arrays, which JAX's own functions take (lax.select of a captured mask)
+        self.writes = False
         self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.stateless
         self.common = None
@@ -234,8 +276,20 @@ class _Function:
         flat = [next(it) if v is _DYNAMIC else v for v in static.leaves]
         values, state = jax.tree_util.tree_unflatten(static.treedef, flat)
         contexts = [duplicate(v, WritableArray) if kind is Cache else v for kind, v in zip(self.kinds, values)]
-        fn = self.target.instance(WritableArray, values=state if self.target.has_state else None)
-        return _output(_unwrap(fn(x, *contexts)), self.target)
+
+        def run(leaf: Any) -> Any:
+            fn = self.target.instance(leaf, values=state if self.target.has_state else None)
+            return _output(_unwrap(fn(x, *contexts)), self.target)
+
+        if self.writes or not self.target.has_state:
+            return run(WritableArray)
+        try:
+            return run(_plain)
+        except Exception as error:
+            if not _write_refused(error):
+                raise  # f's own error
+            self.writes = True  # f wrote into a captured array: it runs again over stand-ins (this trace too)
+            return run(WritableArray)
 
 
 def _output(y: Any, target: Any) -> Any:
@@ -249,8 +303,17 @@ def _split(results: Any, count: int) -> tuple[Any, ...]:
     return tuple(results[i] for i in range(count))
 
 
+def _cast(ts: Any, like: Any) -> Any:
+    """Tangents (or cotangents) in the dtype of ``like`` (x, or f(x)), as the other backends take them:
+    JAX refuses a tangent of another dtype, and a Python number arrives weakly typed. Traced: no cost
+    in a compiled call where the dtypes already match."""
+    dtype = like.dtype
+    return tuple(t if getattr(t, "dtype", None) == dtype else jnp.asarray(t).astype(dtype) for t in ts)
+
+
 def _jvps(f: Any, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
+    ts = _cast(ts, x)
     if len(ts) == 1:
         y, out = jax.jvp(f, (x,), (ts[0],))
         return y, (out,)
@@ -274,7 +337,7 @@ def _pushforward(forward: bool) -> Traced:
     def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
-            out = contract_all(jac, ts, x, True)
+            out = contract_all(jac, _cast(ts, x), x, True)
         else:
             y, out = _jvps(f, x, ts)
         return (y, out) if value else out
@@ -286,9 +349,10 @@ def _pullback(forward: bool) -> Traced:
     def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
-            out = contract_all(jac, ts, x, False)
+            out = contract_all(jac, _cast(ts, y), x, False)
         else:
             y, vjp = jax.vjp(f, x)
+            ts = _cast(ts, y)
             if len(ts) == 1:
                 out = (vjp(ts[0])[0],)
             else:
@@ -563,21 +627,21 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
 
         def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
             y, vjp = jax.vjp(f, list(x))
-            out = (list(vjp(layout.ys.ravel(list(ts[0])))[0]),)
+            out = (list(vjp(_cast((layout.ys.ravel(list(ts[0])),), y)[0])[0]),)
             return (cut_y("y", y), out) if value else out
 
         return pullback
     if operator is PUSHFORWARD and forward:
 
         def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
-            y, out = jax.jvp(f, (list(x),), (list(ts[0]),))
+            y, out = jax.jvp(f, (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
 
         return pushforward
     if operator is HVP:
 
         def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
-            g, out = jax.jvp(jax.grad(f), (list(x),), (list(ts[0]),))
+            g, out = jax.jvp(jax.grad(f), (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (list(g), (list(out),)) if value else (list(out),)
 
         return hvp
@@ -612,6 +676,20 @@ class Adapter(_Base):
     def traced(value: Any) -> bool:
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, jax.core.Tracer)
+
+    @staticmethod
+    def refused_write(error: BaseException) -> bool:
+        """numpy refusing a write into a read-only view (the base hook), or JAX refusing item
+        assignment into one of its arrays or tracers (captured jax arrays reach f as they are)."""
+        return _Base.refused_write(error) or _jax_write_refused(error)
+
+    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+        """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
+        for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
+        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):
+                return super().evaluate(target, x, contexts)
+        return super().evaluate(target, x, contexts)
 
     def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
         function = _Function(target, contexts)

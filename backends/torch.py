@@ -40,6 +40,7 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import warnings
@@ -177,10 +178,13 @@ class _Function:
     which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
-    __slots__ = ("target", "simple", "run", "eager", "writes_input")
+    __slots__ = ("target", "simple", "run", "eager", "writes_input", "watch")
 
     def __init__(self, target: Any, contexts: tuple[Any, ...], compile: bool) -> None:
         self.target = target
+        # whether the differentiated runs of f go under _Watch (see there): at the first one, and at
+        # every one after a run where f read a tensor's value
+        self.watch = True
         # set when f wrote into its input in reverse mode (torch refused the write into the leaf):
         # from then on f gets a differentiable copy of x (see _record)
         self.writes_input = False
@@ -421,6 +425,140 @@ def _lost(fn: Any, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> 
     ) from cause
 
 
+# -- a derivative lost on part of the way -------------------------------------------------------
+
+# Tensor methods that hand a tensor's value to Python: f branches on it (``if x.max() > 1:``) or
+# computes with it. The floating ones (_ESCAPES) drop the derivative of what they read.
+_READS = frozenset(("__bool__", "__int__", "__index__", "equal", "is_nonzero"))
+_VALUE_ESCAPES = frozenset(("item", "tolist", "numpy", "__array__", "__float__", "__complex__"))
+
+
+def _carries(value: Any) -> bool:
+    """Whether a tensor carries a derivative: it requires grad, or it is a dual tensor with a tangent."""
+    if not isinstance(value, _Tensor) or not (value.is_floating_point() or value.is_complex()):
+        return False
+    if value.requires_grad:
+        return True
+    try:
+        return fwAD.unpack_dual(value).tangent is not None
+    except RuntimeError:  # a tensor vmap batches: taken as carrying, the check decides
+        return True
+
+
+class _Watch(torch.overrides.TorchFunctionMode):
+    """Sees, through torch's own function mode, where ``f`` reads a tensor's value into Python.
+
+    ``escapes``: the floating reads of a tensor that carries a derivative (``.item()``, ``.tolist()``,
+    ``float(t)``, ``.numpy()``): whatever f computes from them has no derivative, which is right where
+    they only steer control flow (``if x.max().item() > 1:``) and wrong where they reach f(x); the
+    call then checks the derivative itself (:func:`_check_escapes`). ``reads``: any read of a value
+    (``__bool__`` too): f's operations may differ at another x, so the prep keeps watching; an f
+    without any is the same straight-line program at every x and runs unwatched from then on (the
+    mode costs a Python call per torch operation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.escapes: list[str] = []
+        self.reads = False
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in _VALUE_ESCAPES or name in _READS:
+            self.reads = True
+            if name in _VALUE_ESCAPES and args and _carries(args[0]):  # recorded before .numpy() raises
+                self.escapes.append(_ESCAPES[name])
+        return func(*args, **(kwargs or {}))
+
+
+def _watching(fn: Any) -> Any:
+    """A new :class:`_Watch` while ``fn.watch``, else None."""
+    return _Watch() if fn.watch else None
+
+
+def _under(watch: Any) -> Any:
+    return contextlib.nullcontext() if watch is None else watch
+
+
+def _numpy_refused(fn: Any, error: BaseException, watch: Any) -> LostDerivativeError | None:
+    """The call's error where f failed because torch refuses ``.numpy()`` of a tensor that carries a
+    derivative (``np.asarray(t)`` too), after the guard's retries over copies."""
+    conversions = (_ESCAPES["numpy"], _ESCAPES["__array__"])
+    numpy = [e for e in (watch.escapes if watch is not None else ()) if e in conversions]
+    if not numpy or not raised_by(error, Adapter.refused_write):
+        return None
+    return _escape_error(
+        fn,
+        numpy,
+        (
+            "torch refuses to convert a tensor that requires grad to numpy (a value read only for control flow: "
+            "t.detach().numpy())"
+        ),
+    )
+
+
+def _after_watch(fn: Any, watch: Any, x: Any, contexts: tuple[Any, ...], forward: bool) -> None:
+    """After a watched run of f that succeeded: keeps watching where f read values, and checks the
+    derivative where a value that carried one escaped."""
+    if watch is None:
+        return
+    fn.watch = watch.reads
+    if watch.escapes:
+        _check_escapes(fn, x, contexts, watch.escapes, forward)
+
+
+def _escape_error(fn: Any, escapes: list[str], found: str) -> LostDerivativeError:
+    where = ", ".join(dict.fromkeys(escapes))
+    return LostDerivativeError(
+        f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}): {found}. "
+        f"A value read into Python that only steers control flow (if x.max().item() > 1:) is fine; one "
+        f"that reaches f(x) must stay a tensor (x[0] * x[1], not x[0].item() * x[1]). {LOST_CAUSES}."
+    )
+
+
+def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str], forward: bool) -> None:
+    """Raises :class:`LostDerivativeError` where a value read out of torch reached f(x): torch's
+    directional derivative ``<w, J v>`` (random ``v`` and ``w``, seeded) against a central difference
+    of f along ``v``, at two steps (their difference bounds the truncation error, so a kink or a branch
+    switch inside the step widens the tolerance instead of raising). Run only where an escape was
+    seen; real inputs and outputs (a complex f is not checked)."""
+    x0 = x.detach()
+    if not x0.is_floating_point() or x0.numel() == 0:
+        return
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(x0.shape, generator=gen, dtype=x0.dtype).to(x0.device)
+    v = v / torch.linalg.vector_norm(v)
+    if forward:
+        with _DUAL_LEVEL, fwAD.dual_level():
+            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x0.clone(), v), contexts))
+    else:
+        with torch.enable_grad():
+            xt = x0.clone().requires_grad_()
+            y = fn.eager(xt.clone(), contexts)  # a clone: f may write into its input
+    if not y.is_floating_point():
+        return
+    w = torch.randn(y.shape, generator=gen, dtype=y.dtype).to(y.device)
+    if forward:
+        ad = 0.0 if dy is None else float((w * dy.detach()).sum())
+    else:
+        g = torch.autograd.grad(y, xt, w, allow_unused=True)[0] if y.requires_grad else None
+        ad = 0.0 if g is None else float((g * v).sum())
+    eps = torch.finfo(x0.dtype).eps
+    h = eps ** (1 / 3) * max(1.0, float(x0.abs().max()))
+    with torch.no_grad():
+        y0 = fn.eager(x0.clone(), contexts).detach()
+
+        def central(step: float) -> float:
+            up, down = fn.eager(x0 + step * v, contexts), fn.eager(x0 - step * v, contexts)
+            return float((w * (up.detach() - down.detach())).sum()) / (2 * step)
+
+        fd, fd2 = central(h), central(2 * h)
+        noise = eps * float((w.abs() * y0.abs()).sum()) / h  # rounding in the difference
+    tolerance = 4 * abs(fd - fd2) + 10 * noise + eps**0.5 * (abs(ad) + abs(fd))
+    if not abs(ad - fd) <= tolerance:  # NaN included
+        found = f"along a random direction torch's derivative is {ad:.6g}, a central difference of f gives {fd:.6g}"
+        raise _escape_error(fn, escapes, found)
+
+
 # -- the two directions ------------------------------------------------------------------------
 
 
@@ -435,16 +573,28 @@ def _record(fn: Any, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tupl
     if not torch.is_grad_enabled():
         with torch.enable_grad():
             return _record(fn, x, contexts, run)
-    if fn.writes_input:
-        y = run(xt.clone(), contexts)
-    else:
+
+    def once(run: Any) -> Any:
+        if fn.writes_input:
+            return run(xt.clone(), contexts)
         try:
-            y = run(xt, contexts)
+            return run(xt, contexts)
         except Exception as error:
             if not raised_by(error, Adapter.refused_write):
                 raise  # f's own error, after one run of f
             fn.writes_input = True
-            y = run(xt.clone(), contexts)
+            return run(xt.clone(), contexts)
+
+    watch = _watching(fn)
+    try:
+        with _under(watch):
+            y = once(run if watch is None else fn.eager)  # a watched run is eager: torch.compile would trace the mode
+    except Exception as error:
+        known = _numpy_refused(fn, error, watch)
+        if known is not None:
+            raise known from error
+        raise
+    _after_watch(fn, watch, x, contexts, False)
     if not y.requires_grad:
         _lost(fn, x, contexts)
     return y, xt
@@ -517,9 +667,10 @@ def _jvps(
     primal_x = x.detach().clone()
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
+    watch = _watching(fn)
 
     def one(t: Any) -> tuple[Any, ...]:
-        with fwAD.dual_level():
+        with fwAD.dual_level(), _under(watch):
             y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
         if dy is None:
             lost.append(True)
@@ -552,6 +703,7 @@ def _jvps(
                 except Exception:  # noqa: BLE001 - f cannot be batched (it writes a batched value into an
                     out = looped()  # unbatched buffer; vmap's unfold of a 0-d x raises IndexError): single passes
             y = primal[0]
+    _after_watch(fn, watch, x, contexts, True)
     if lost:
         _lost(fn, x, contexts, forward=True)
     return y, out
@@ -648,8 +800,11 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
         def forward_body(x: Any, contexts: Any) -> Any:
             xt = x.detach().requires_grad_()
+            watch = _watching(fn)
             with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
-                y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
+                with _under(watch):
+                    y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
+                _after_watch(fn, watch, x, contexts, True)
                 if der is None:
                     _lost(fn, x, contexts, forward=True)
                     der = torch.zeros_like(y)
@@ -741,7 +896,9 @@ class Adapter(_Base):
             return Runners(fallback.plain, fallback.value)
         plain, value = build(forward)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
-            value(x, tangents, contexts)
+            value(x, tangents, contexts)  # watched, so eager (see _Watch)
+            if not fn.watch:
+                value(x, tangents, contexts)
         return Runners(plain, value)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -625,3 +626,231 @@ def test_an_op_torch_defines_as_non_differentiable_gives_zeros_as_torch_does(mod
     want = torch.autograd.functional.jacobian(count, x)
     assert torch.equal(want, torch.zeros(2, 2, 3, dtype=torch.float64))
     assert torch.equal(di.jacobian(AutoTorch(mode=mode), count, x), want)
+
+
+# -- 38.2: a torch value read into Python that reaches f(x) is an error; control flow on it is not -----
+
+
+def _escapes():
+    import torch
+
+    return [
+        pytest.param(lambda z: z[0].item() * z[1] + z[0] ** 2, r"\.item\(\)", id="item"),
+        pytest.param(lambda z: z.tolist()[0] * z[1] + z[0] ** 2, r"\.tolist\(\)", id="tolist"),
+        pytest.param(lambda z: float(z[0]) * z[1] + z[0] ** 2, r"float\(t\)", id="float"),
+        pytest.param(lambda z: torch.as_tensor(z[0].numpy()) * z[1] + z[0] ** 2, r"\.numpy\(\)", id="numpy"),
+        pytest.param(lambda z: float(np.asarray(z[0])) * z[1] + z[0] ** 2, "conversion to numpy", id="asarray"),
+    ]
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+@pytest.mark.parametrize("f, named", _escapes() if installed("torch") else [])
+def test_38_2_a_torch_value_read_into_python_that_reaches_the_output_is_an_error(mode, f, named):
+    import torch
+
+    # true gradient of x0 * x1 + x0**2 at [2, 3]: [7, 2] (finite differences give it); torch alone: [4, 2]
+    x = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    np.testing.assert_allclose(di.gradient(AutoFiniteDiff(), lambda z: z[0] * z[1] + z[0] ** 2, x.numpy()), [7, 2])
+    backend = AutoTorch(mode=mode)
+    one = torch.ones((), dtype=torch.float64)
+    calls = {
+        "gradient": lambda: di.gradient(backend, f, x),
+        "value_and_gradient": lambda: di.value_and_gradient(backend, f, x),
+        "jacobian": lambda: di.jacobian(backend, lambda z: f(z)[None], x),
+        "pullback": lambda: di.pullback(backend, f, x, one),
+        "pushforward": lambda: di.pushforward(backend, f, x, torch.tensor([1.0, 0.0], dtype=torch.float64)),
+        "hvp": lambda: di.hvp(backend, f, x, torch.tensor([1.0, 0.0], dtype=torch.float64)),
+        "prepared gradient": lambda: di.gradient(backend, f, x, prep=di.prepare_gradient(backend, f, x)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(
+            LostDerivativeError, match=rf"^\w+\(AutoTorch\(.*\), f, x.*\): f\(x\) is computed from x.*{named}"
+        ):
+            call()
+            pytest.fail(f"{name}: no error")
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_38_2_control_flow_on_a_value_read_into_python_stays_right(mode):
+    import torch
+
+    def f(z):  # the issue's own example: a branch on x.max().item()
+        if z.max().item() > 1:
+            return (z**2).sum()
+        return (3 * z).sum()
+
+    backend = AutoTorch(mode=mode)
+    high = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    low = torch.tensor([0.25, 0.5], dtype=torch.float64)
+    prep = di.prepare_gradient(backend, f, high)
+    for x, want in ((high, 2 * high), (low, torch.full((2,), 3.0, dtype=torch.float64))):
+        for _ in range(2):
+            torch.testing.assert_close(di.gradient(backend, f, x), want, rtol=0, atol=0)
+            torch.testing.assert_close(di.gradient(backend, f, x, prep=prep), want, rtol=0, atol=0)
+        torch.testing.assert_close(
+            di.hvp(backend, f, x, torch.ones(2, dtype=torch.float64)),
+            2 * torch.ones(2, dtype=torch.float64) * (x is high),
+        )
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_38_2_a_prep_keeps_watching_f_that_branches_on_x(mode):
+    import torch
+
+    def f(z):  # the escape happens only on one branch: a prep made on the other still catches it
+        if z[0] > 0:
+            return (z**2).sum()
+        return z[0].item() * z[1] + z[0] ** 2
+
+    backend = AutoTorch(mode=mode)
+    prep = di.prepare_gradient(backend, f, torch.tensor([1.0, 3.0], dtype=torch.float64))
+    got = di.gradient(backend, f, torch.tensor([1.0, 3.0], dtype=torch.float64), prep=prep)
+    torch.testing.assert_close(got, torch.tensor([2.0, 6.0], dtype=torch.float64))
+    with pytest.raises(LostDerivativeError, match=r"gradient\(AutoTorch\(.*\), f, x.*\.item\(\)"):
+        di.gradient(backend, f, torch.tensor([-2.0, 3.0], dtype=torch.float64), prep=prep)
+
+
+# -- 38.4: a NaN from an engine's own rule at a finite point where f is finite is a warning ----------
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_38_4_autograd_prod_nan_at_a_zero_warns_naming_the_rule_and_the_fix(mode):
+    x = np.array([0.0, 2.0])
+    # the true gradient of prod at [0, 2] is [2, 0] (the product of the other entries); FD agrees
+    np.testing.assert_allclose(di.gradient(AutoFiniteDiff(), np.prod, x), [2.0, 0.0], atol=1e-6)
+    backend = AutoAutograd(mode=mode)
+    t = np.array([1.0, 0.0])
+    with np.errstate(all="ignore"):
+        for name, call in (
+            ("gradient", lambda: di.gradient(backend, np.prod, x)),
+            ("value_and_gradient", lambda: di.value_and_gradient(backend, np.prod, x)),
+            ("pushforward", lambda: di.pushforward(backend, np.prod, x, t)),
+            ("hvp", lambda: di.hvp(backend, np.prod, x, t)),
+            ("hessian", lambda: di.hessian(backend, np.prod, x)),
+        ):
+            with pytest.warns(
+                RuntimeWarning,
+                match=rf"^{name.removeprefix('value_and_')}\(AutoAutograd\(.*NaN entries.*np\.prod.*AutoJAX\(\)",
+            ):
+                call()
+        with warnings.catch_warnings():  # NaN where f(x) is NaN, or x has a NaN, or a finite result: no warning
+            warnings.simplefilter("error", RuntimeWarning)
+            di.gradient(backend, lambda z: np.sqrt(z).sum(), np.array([-1.0, 2.0]))
+            di.gradient(backend, np.prod, np.array([np.nan, 2.0]))
+            np.testing.assert_allclose(di.gradient(backend, np.prod, np.array([3.0, 2.0])), [2.0, 3.0])
+
+
+# -- 38.3: float64 stays float64 where a float64 JAX array meets global x64 off ------------------------
+
+
+needs_jax = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
+
+
+def _x64_jax(values):
+    import jax
+
+    with jax.enable_x64(True):  # as jax.enable_x64 or a loaded checkpoint makes it; the global setting stays off
+        return jax.numpy.asarray(np.asarray(values, dtype=np.float64))
+
+
+@needs_jax
+@pytest.mark.parametrize("name", ["torch", "autograd", "finitediff", "jax"])
+def test_38_3_gradients_of_a_float64_jax_x_stay_float64_on_every_backend(name):
+    import jax
+
+    if name in ("torch", "autograd") and not installed(name):
+        pytest.skip(f'{name} is not installed: pip install "diffinterface[{name}]"')
+    assert not jax.config.jax_enable_x64
+    x = _x64_jax([0.3, 0.7, 1.1])
+    z = np.asarray(x)
+    want = 2 * np.sin(z) * np.cos(z)  # the gradient of sum(sin(z)**2)
+    backend = {"torch": AutoTorch(), "autograd": AutoAutograd(), "finitediff": AutoFiniteDiff(), "jax": AutoJAX()}[name]
+
+    def f(w):
+        xp = array_namespace(w)
+        return xp.sum(xp.sin(w) ** 2)
+
+    for got in (di.gradient(backend, f, x), di.value_and_gradient(backend, f, x)[1]):
+        assert str(got.dtype) == "float64", got.dtype
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15 if name != "finitediff" else 1e-7)
+
+
+@needs_jax
+@pytest.mark.parametrize(
+    "outer", [AutoJAX(), AutoJAX(mode="forward"), AutoFiniteDiff()], ids=["jax", "jax-forward", "finitediff"]
+)
+def test_38_3_second_order_value_forms_of_a_float64_jax_x_stay_float64(outer):
+    import jax.numpy as jnp
+
+    x = _x64_jax([0.3, 0.7, 1.1])
+    z = np.asarray(x)
+    backend = di.SecondOrder(outer, AutoJAX())
+    rtol = 1e-15 if isinstance(outer, AutoJAX) else 1e-6
+
+    def f(w):
+        return jnp.sum(jnp.sin(w) ** 2)
+
+    y, g, h = di.value_gradient_and_hessian(backend, f, x)
+    assert [str(a.dtype) for a in (y, g, h)] == ["float64"] * 3
+    assert float(y) == float(np.sum(np.sin(z) ** 2))  # f(x) itself, computed in float64
+    np.testing.assert_allclose(np.asarray(h), np.diag(2 * np.cos(2 * z)), rtol=rtol, atol=rtol)
+    y, d, d2 = di.value_derivative_and_second_derivative(backend, lambda t: jnp.sin(t) ** 2, x[0])
+    assert [str(a.dtype) for a in (y, d, d2)] == ["float64"] * 3
+    assert float(y) == float(np.sin(z[0]) ** 2)
+    np.testing.assert_allclose(float(d2), 2 * np.cos(2 * z[0]), rtol=rtol)
+
+
+@needs_jax
+def test_38_3_sparse_jax_jacobian_of_a_float64_jax_x_stays_float64():
+    import jax
+
+    x = _x64_jax(np.linspace(0.1, 2.0, 6))
+    z = np.asarray(x)
+    a = np.random.default_rng(0).standard_normal((6, 6))
+    a[np.abs(a) < 0.7] = 0  # a captured float64 numpy matrix, sparse
+    want = a * np.cos(z)[None, :]
+    backend = di.AutoSparse(AutoJAX())
+
+    def f(w):
+        return a @ array_namespace(w).sin(w)
+
+    prep = di.prepare_jacobian(backend, f, x)
+    for jac in (di.jacobian(backend, f, x), di.jacobian(backend, f, x, prep=prep)):
+        assert str(jac.dtype) == "float64"
+        with jax.enable_x64(True):  # BCOO.todense outside it would compute in float32
+            dense = np.asarray(jac.todense())
+        np.testing.assert_allclose(dense, want, rtol=1e-14, atol=1e-15)
+
+
+# -- 38.9 (part): AutoAutograd on an empty x gives empty derivatives, as the other backends ------------
+
+
+@needs_autograd
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_38_9_autograd_on_an_empty_x_gives_empty_derivatives_as_the_other_backends(mode):
+    import autograd.numpy as anp
+
+    x = np.zeros(0)
+    backend = AutoAutograd(mode=mode)
+
+    def vector(z):
+        return anp.concatenate([z, anp.ones(2)])
+
+    def scalar(z):
+        return anp.sum(z**2) + 1.0
+
+    for got, reference in (
+        (di.jacobian(backend, vector, x), di.jacobian(AutoFiniteDiff(), vector, x)),
+        (di.hessian(backend, scalar, x), di.hessian(AutoFiniteDiff(), scalar, x)),
+        (di.gradient(backend, scalar, x), di.gradient(AutoFiniteDiff(), scalar, x)),
+    ):
+        assert got.shape == reference.shape and got.shape in ((2, 0), (0, 0), (0,))
+    y, jac = di.value_and_jacobian(backend, vector, x)
+    np.testing.assert_array_equal(y, [1.0, 1.0])
+    assert jac.shape == (2, 0)
+    y, g, h = di.value_gradient_and_hessian(backend, scalar, x)
+    assert float(y) == 1.0 and g.shape == (0,) and h.shape == (0, 0)

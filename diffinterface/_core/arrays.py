@@ -182,7 +182,15 @@ def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
 
 
 def _jax_from_numpy(value: Any, like: Any = None) -> Any:
-    return importlib.import_module("jax.numpy").asarray(value)  # jax is imported: a jax array is the target
+    """A numpy value as a jax array (jax is imported: a jax array is the target); a float64 value
+    stays float64 where ``like`` is a float64 jax array, whatever the global x64 setting (a tangent of
+    such an x, given as a Python number or a numpy array)."""
+    asarray = importlib.import_module("jax.numpy").asarray
+    dtype = getattr(like, "dtype", None)
+    if dtype is None or getattr(value, "dtype", None) != np.float64:
+        return asarray(value)
+    with _jax_computing(dtype):
+        return asarray(value)
 
 
 def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
@@ -190,7 +198,7 @@ def _jax_convert(value: Any, source: str, like: Any = None) -> Any:
         return None
     value = value.detach()
     if value.device.type == "cpu":
-        return _jax_from_numpy(value.numpy())
+        return _jax_from_numpy(value.numpy(), like)
     return sys.modules["jax"].dlpack.from_dlpack(value)
 
 
@@ -416,7 +424,7 @@ def output_like(value: Any, x: Any) -> Any:
     if type(value) is type(x):  # the fast path: the engine computed in the user's own array type
         return value
     fam = family(x)
-    value = to_family(value, fam, like=x if fam == TORCH else None)
+    value = to_family(value, fam, like=x if fam in (TORCH, JAX) else None)  # JAX: float64 kept with x64 off
     if isinstance(x, float) and isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]  # np.float64, which is also a float
     return value
