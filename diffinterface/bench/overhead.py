@@ -79,15 +79,22 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
     plain, prepare = getattr(di, name_), getattr(di, f"prepare_{name_}")
     args = (x, t) if t is not None else (x,)
     prep = prepare(backend, f, *args)
-    one_shot = config(name, reuse_prep=False)
+
+    def one_shot() -> Any:  # a call that reuses no preparation (any config: prep_cache off for it)
+        di.prep_cache.enabled = False
+        try:
+            return plain(backend, f, *args)
+        finally:
+            di.prep_cache.enabled = True
+
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     return {
         "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
         # the adapter's runner, without the frontend: its result is the engine's array (waited for)
         "runner": lambda: eng.ready(runner(x, tangents, ())),
-        # a call without prep= that reuses nothing (reuse_prep=False): what a one-shot call costs
-        "unprepared": lambda: ready(plain(one_shot, f, *args)),
+        # a call without prep= that reuses nothing (prep_cache off): what a one-shot call costs
+        "unprepared": lambda: ready(one_shot()),
         # the same f called without prep= in a loop: diffinterface.prep_cache's kept preparation
         "repeated": lambda: ready(plain(backend, f, *args)),
         # a new function at every call (a lambda written in the loop): the cache's miss, then a one-shot call
