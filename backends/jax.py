@@ -10,7 +10,7 @@
 - ``jit=True``: preparation traces and compiles the operator once (its value form, ``value_and_*``,
   at its first call, as ``jax.jit`` compiles); a prepared call passes the arrays to the compiled
   function and nothing else. A one-shot call runs eagerly (compiling for one call costs more than it
-  saves); the second call without ``prep=`` with the same function and shapes prepares
+  saves); the third call without ``prep=`` with the same function and shapes prepares
   (``diffinterface.prep_cache``), and later ones take the compiled path.
 - float64 inputs are computed in float64 inside ``jax.enable_x64(True)`` (a thread-local context),
   entered only when the input is float64 and x64 is not already on; the user's global setting is

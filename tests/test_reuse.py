@@ -49,13 +49,13 @@ def sum_sin2(x):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_second_call_prepares_and_later_calls_reuse_it(backend):
+def test_the_third_call_prepares_and_later_calls_reuse_it(backend):
     x = np.linspace(0.0, 1.0, 5)
     for k in range(4):
         g = di.gradient(backend, sum_sin2, x + k)
         np.testing.assert_allclose(g, np.sin(2 * (x + k)), atol=_tol(backend))
-    # first call: seen only (no compilation), second: prepared and kept, third and fourth: reused
-    assert (di.prep_cache.misses, di.prep_cache.builds, di.prep_cache.hits) == (2, 1, 2)
+    # first and second calls: counted only (no compilation), third: prepared and kept, fourth: reused
+    assert (di.prep_cache.misses, di.prep_cache.builds, di.prep_cache.hits) == (3, 1, 1)
     assert len(di.prep_cache) == 1
 
 
@@ -81,7 +81,7 @@ def test_changing_captured_state_between_unprepared_calls_is_seen(backend):
 
     global SCALE
     x = np.array([1.0, 2.0, 3.0])
-    for s, c in [(1.0, 1.0), (2.0, 3.0), (5.0, -1.0), (0.5, 4.0)]:
+    for s, c in [(1.0, 1.0), (2.0, 3.0), (5.0, -1.0), (0.5, 4.0), (3.0, 0.25)]:
         SCALE = s
         scale[0] = c  # a captured array written between calls
         np.testing.assert_allclose(di.gradient(backend, f, x), s * c * 2 * x, atol=_tol(backend) * 100)

@@ -340,7 +340,7 @@ def reused(
     if kept is not None:
         kept.check(operator, backend, f, args)
         return kept
-    if prep_cache.seen(f, key):  # the second call with these arguments: prepare once, keep it
+    if prep_cache.seen(f, key):  # seen twice with these arguments before: prepare once, keep it
         kept = prepare(
             operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, strict=True, holomorphic=holomorphic
         )
