@@ -37,11 +37,6 @@ KNOWN_ERRORS = {
     ): "issue 38 item 11: DifferentiateWith(f, AutoTorch()) inside AutoTorch forward mode "
     "(torch: nested forward mode AD is not supported)",
 }
-for _outer in ("AutoJAX", "AutoTorch", "AutoAutograd"):
-    for _mode in ("None", "forward", "reverse"):
-        KNOWN_ERRORS[("AutoAutograd", f"{_outer}-{_mode}")] = (
-            "issue 38 item 10: AutoAutograd refuses buf[:] *= x on a captured buffer (output array is read-only)"
-        )
 
 
 def _outers() -> list:
