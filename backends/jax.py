@@ -158,7 +158,11 @@ def _plain(value: Any) -> Any:
     """A captured array as ``f`` reads it until it writes: a numpy array as a read-only view (a write
     raises), a jax array or tracer as it is (immutable)."""
     alias = read_only_alias(value)
-    return value if alias is None else alias
+    if alias is not None:
+        return alias
+    if isinstance(value, jax.Array) or not hasattr(value, "shape"):
+        return value  # immutable, or not an array (a number)
+    return WritableArray(value)  # another engine's array (a torch buffer y): JAX cannot write into it
 
 
 _DYNAMIC_TYPES: set[type] = set()  # the types _is_dynamic has answered True for (the answer is the type's)
@@ -286,7 +290,9 @@ class _Function:
         try:
             return run(_plain)
         except Exception as error:
-            if not _write_refused(error):
+            # a write refused over the plain arrays, or a traced value written into a numpy array f made
+            # from them (copy.copy(buf); c[0] = z[0]): over stand-ins both are functional updates
+            if not (_write_refused(error) or raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS))):
                 raise  # f's own error
             self.writes = True  # f wrote into a captured array: it runs again over stand-ins (this trace too)
             return run(WritableArray)
