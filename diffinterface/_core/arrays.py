@@ -1,4 +1,4 @@
-"""Array families (numpy, jax, torch): recognised through ``sys.modules``, never by importing an engine.
+"""Array families (numpy, jax, torch, tensorflow): recognised through ``sys.modules``, never by importing an engine.
 
 A value's family decides the type results come back in: numpy in, numpy out, whichever engine
 computed them. Python floats count as numpy.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-NUMPY, JAX, TORCH, AUTOGRAD = "numpy", "jax", "torch", "autograd"
+NUMPY, JAX, TORCH, AUTOGRAD, TENSORFLOW = "numpy", "jax", "torch", "autograd", "tensorflow"
 
 
 class ArrayFamily:
@@ -247,6 +247,41 @@ register_family(
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 
 
+def _tf_to_numpy(value: Any) -> Any:
+    """An eager tensor or a ``tf.Variable`` as numpy (zero-copy for an eager tensor on the CPU)."""
+    return value.numpy()
+
+
+def _tf_from_numpy(value: Any, like: Any = None) -> Any:
+    """A numpy value as an eager tensor of its own dtype (float64 stays float64), on ``like``'s device."""
+    tf = sys.modules["tensorflow"]
+    device = getattr(like, "device", None)
+    if device:
+        with tf.device(device):
+            return tf.convert_to_tensor(value)
+    return tf.convert_to_tensor(value)
+
+
+def _tf_private_copy(value: Any) -> Any:
+    """Eager tensors are immutable: as they are; a ``tf.Variable``'s current value as a tensor."""
+    read = getattr(value, "read_value", None)
+    return read() if read is not None else value
+
+
+# tf.Tensor (eager and symbolic) and tf.Variable share TensorFlow's base class of tensor-like values;
+# tf.Module is the stateful callable whose variables the closure walker duplicates
+register_family(
+    ArrayFamily(
+        TENSORFLOW,
+        "tensorflow.python.types.core.Tensor",
+        _tf_to_numpy,
+        _tf_from_numpy,
+        private_copy=_tf_private_copy,
+        module_type="tensorflow.python.module.module.Module",
+    )
+)
+
+
 _PYTHON_TYPES = frozenset(
     [v for v in vars(builtins).values() if isinstance(v, type)]
     + [type(None), types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType]
@@ -305,6 +340,8 @@ def dtype_name(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return type(value).__name__
+    if hasattr(dtype, "as_numpy_dtype"):  # TensorFlow's DType prints as "<dtype: 'float64'>"
+        return str(dtype.name)
     return str(dtype).replace("torch.", "")
 
 
@@ -424,7 +461,7 @@ def output_like(value: Any, x: Any) -> Any:
     if type(value) is type(x):  # the fast path: the engine computed in the user's own array type
         return value
     fam = family(x)
-    value = to_family(value, fam, like=x if fam in (TORCH, JAX) else None)  # JAX: float64 kept with x64 off
+    value = to_family(value, fam, like=x if fam in (TORCH, JAX, TENSORFLOW) else None)  # JAX: float64 kept with x64 off
     if isinstance(x, float) and isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]  # np.float64, which is also a float
     return value

@@ -3,6 +3,9 @@
 They hold plain values, compare and hash by value, validate their fields on construction, and
 show only the fields that differ from the defaults. One field holds an object: the executor of
 ``AutoFiniteDiff(executor=...)``, compared and hashed by identity (an executor has no value).
+
+Size: over 400 lines in one module, because the built-in configs and the registry that loads their
+adapters read one another; apart, a config's fields and the registry's checks would drift.
 """
 
 from __future__ import annotations
@@ -221,6 +224,36 @@ class AutoAutograd(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class AutoTensorFlow(AbstractBackend):
+    """TensorFlow: ``tf.GradientTape`` (reverse), ``tf.autodiff.ForwardAccumulator`` (forward); prepared
+    calls run one ``tf.function`` per operator (``function=True``), XLA-compiled with ``jit_compile=True``.
+
+    Example:
+
+        >>> g = di.gradient(di.AutoTensorFlow(), lambda x: (x ** 2).sum(), np.array([1.0, 2.0]))  # doctest: +SKIP
+    """
+
+    mode: str | None = None
+    function: bool = True
+    jit_compile: bool = False
+    closure: str = "duplicated"
+    reuse_prep: bool = True
+    name: ClassVar[str] = "tensorflow"
+    engine: ClassVar[str | None] = "tensorflow"
+    adapter: ClassVar[str] = "diffinterface.backends.tensorflow:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.tensorflow_bench:Bench"
+    install: ClassVar[str] = 'pip install "diffinterface[tensorflow]"'
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        _choice(self, "function", self.function, (True, False))
+        _choice(self, "jit_compile", self.jit_compile, (True, False))
+        if self.jit_compile and not self.function:
+            raise ValueError("AutoTensorFlow(jit_compile=True, function=False): jit_compile needs function=True")
+        self._check_closure()
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class SecondOrder(_Repr):
     """``inner`` differentiated by ``outer``: for second-order operators only (hvp, hessian, second_derivative).
 
@@ -342,7 +375,7 @@ def registered_backends() -> dict[str, type[AbstractBackend]]:
     return dict(_registered)
 
 
-for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd):
+for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoTensorFlow):
     register_backend(_config)
 
 

@@ -47,6 +47,7 @@ from .arrays import (
     as_input,
     complex_dtype,
     describe,
+    dtype_name,
     family,
     output_like,
     real_floating_dtype,
@@ -196,7 +197,7 @@ class Structure:
         for shape, c, vector in zip(self.shapes, self.complex, self.vectors):
             part = next(parts)
             if c:
-                part = part + 1j * next(parts)
+                part = _complex(part, next(parts))
             out.append(part if vector else _reshape(part, shape))  # a 1-D leaf: its part as it is
         return out
 
@@ -327,7 +328,24 @@ def _build(spec: Any, leaves: Any) -> Any:
 def _reshape(value: Any, shape: tuple[Any, ...]) -> Any:
     if hasattr(value, "reshape"):
         return value.reshape(shape)
+    namespace = getattr(value, "__array_namespace__", None)  # an array with no method (TensorFlow's tensors)
+    if namespace is not None:
+        return namespace().reshape(value, shape)
     return np.reshape(value, shape)
+
+
+def _complex(re: Any, im: Any) -> Any:
+    """``re + 1j * im``; for arrays whose real parts do not promote to complex by themselves (TensorFlow's
+    tensors: no ``.real``, an array API namespace), both cast to the complex dtype first."""
+    if hasattr(re, "real") or not hasattr(re, "dtype"):
+        return re + 1j * im
+    dtype = np.complex64 if np.dtype(dtype_name(re)) == np.float32 else np.complex128
+    if hasattr(re, "__array_namespace__"):  # inside the engine's call, where f's arrays have a namespace
+        xp = re.__array_namespace__()
+        return xp.astype(re, dtype) + 1j * xp.astype(im, dtype)
+    fam = family(re)  # a computed result: through numpy, back to its family
+    both = np.asarray(to_family(re, NUMPY), dtype) + 1j * np.asarray(to_family(im, NUMPY), dtype)
+    return to_family(both, fam)
 
 
 def _real_imag(value: Any) -> list[Any]:
@@ -338,6 +356,9 @@ def _real_imag(value: Any) -> list[Any]:
     if tracer is not None and isinstance(value, tracer.Box):  # autograd's boxes have no .real
         anp = sys.modules["autograd.numpy"]
         return [anp.real(value), anp.imag(value)]
+    if not hasattr(value, "real") and hasattr(value, "__array_namespace__"):  # TensorFlow's tensors
+        xp = value.__array_namespace__()
+        return [xp.real(value), xp.imag(value)]
     return [value.real, value.imag]
 
 
@@ -361,7 +382,15 @@ def _concat(parts: list[Any]) -> Any:
 def _cast(value: Any, dtype: Any) -> Any:
     if value.dtype == dtype:
         return value
-    return value.to(dtype) if family(value) == TORCH else value.astype(dtype)
+    if family(value) == TORCH:
+        return value.to(dtype)
+    if not hasattr(value, "astype"):  # TensorFlow's tensors: by their namespace inside a call, else numpy
+        if hasattr(value, "__array_namespace__"):
+            return value.__array_namespace__().astype(value, dtype)
+        return to_family(
+            np.asarray(to_family(value, NUMPY)).astype(np.dtype(_dtype_name(dtype, type(value)))), family(value)
+        )
+    return value.astype(dtype)
 
 
 class Layout:
@@ -438,7 +467,7 @@ class Layout:
                 # asks for holomorphic=True); a complex f(x) leaf: its real rows + 1j * its imaginary rows
                 block = matrix[ro : ro + rn, co : co + cn]
                 if rc:
-                    block = block + 1j * matrix[ro + rn : ro + 2 * rn, co : co + cn]
+                    block = _complex(block, matrix[ro + rn : ro + 2 * rn, co : co + cn])
                 block = _reshape(block, rshape + cshape)
                 out.append(_cast(block, rdtype) if rows.mixed or rc else block)
         return out

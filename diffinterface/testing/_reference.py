@@ -77,12 +77,17 @@ def convert(value: Any, family: str, dtype: Any) -> Any:
         import jax.numpy as jnp
 
         return jnp.asarray(arr)
-    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax' or 'torch'")
+    if family == "tensorflow":
+        import tensorflow as tf
+
+        return tf.convert_to_tensor(arr)
+    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax', 'torch' or 'tensorflow'")
 
 
 def _mutable_family(family: str) -> str:
-    """The family of buffers f writes into: jax arrays are immutable, so a jax user's buffer is numpy."""
-    return "numpy" if family == "jax" else family
+    """The family of buffers f writes into: jax arrays and TensorFlow tensors are immutable, so such a
+    user's buffer is numpy."""
+    return "numpy" if family in ("jax", "tensorflow") else family
 
 
 def _tangent(shape: tuple[Any, ...], k: int) -> np.ndarray:

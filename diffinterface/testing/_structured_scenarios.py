@@ -504,6 +504,10 @@ def complex_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list
                 import jax.numpy as jnp
 
                 return jnp.asarray(arr)
+            if family == "tensorflow":
+                import tensorflow as tf
+
+                return tf.convert_to_tensor(arr)
             return arr
 
         return _map(s, leaf)

@@ -1,0 +1,851 @@
+"""``AutoTensorFlow``: every operator on TensorFlow's tapes, one ``tf.function`` per prepared operator.
+
+- reverse (gradient, pullback): ``tf.GradientTape``; a batch of cotangents shares one recorded pass
+  (a persistent tape, one backward pass per cotangent). forward (pushforward, derivative):
+  ``tf.autodiff.ForwardAccumulator``, one pass per tangent.
+- jacobian: reverse, ``tape.jacobian`` (TensorFlow's own, vectorised by ``pfor`` inside a
+  ``tf.function``); forward, one accumulator pass per basis vector. ``mode=None`` picks forward when
+  ``x.size <= f(x).size``; ``mode="forward"``/``"reverse"`` forces every first-order operator (a
+  pushforward in reverse mode or a pullback in forward mode goes through the Jacobian).
+- hvp and hessian: reverse over reverse (nested tapes; the Hessian is the outer tape's ``jacobian``
+  of the gradient); second derivative: nested forward accumulators.
+- preparation (``function=True``, the default): the operator's body is traced once into a
+  ``tf.function`` with a fixed input signature (x, the tangents, the arrays of the contexts and of the
+  captured state: read at every call, never baked in, and never a retrace), XLA-compiled with
+  ``jit_compile=True``. An ``f`` that cannot be traced into a graph (it reads a value into Python:
+  ``.numpy()``, ``float(t)``) runs eagerly for that prep. Unprepared calls run eagerly.
+
+Arrays: ``f`` receives ``x`` as a ``tf.Tensor`` of its dtype (float64 stays float64); numpy in, numpy
+out, tensors in, tensors out. Inside a call ``array_namespace(t)`` of a tensor gives TensorFlow under
+the array API's names (``tf.experimental.numpy`` with the renames), and ``@`` takes 1-d operands as the
+array API does; both are set on TensorFlow's tensor class for the duration of a call only.
+
+Captured arrays (numpy, tensors, ``tf.Variable``), ``Cache`` and ``Constant`` contexts and output
+buffers reach ``f`` as writable stand-ins (:class:`WritableArray`) over tensors: ``buf[i] = v`` is a
+functional update (``tf.tensor_scatter_nd_update``), ``var.assign(v)`` too, so derivatives flow through
+writes and the user's objects are never touched.
+
+A derivative lost on the way (``.numpy()``, ``float(t)``, ``np.asarray`` of a tensor that carries
+one, ``tf.stop_gradient``) is the call's :class:`LostDerivativeError`, never a zero: TensorFlow tells
+which tensors a tape or accumulator follows, and the adapter records where such a tensor's value
+is read into Python.
+
+Size: over 400 lines in one module, because an adapter is the registry's unit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow.experimental.numpy as tnp
+from tensorflow.python.eager import record as _record
+from tensorflow.python.framework import op_callbacks as _op_callbacks
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.framework import tensor as _tensor
+
+from diffinterface.extend import (
+    DERIVATIVE,
+    GRADIENT,
+    HESSIAN,
+    HVP,
+    LOST_CAUSES,
+    NUMPY,
+    PULLBACK,
+    PUSHFORWARD,
+    SECOND_DERIVATIVE,
+    Info,
+    LostDerivativeError,
+    Operator,
+    Runner,
+    Runners,
+    StandInConversionError,
+    contract_all,
+    duplicate,
+    family,
+    is_array,
+    shape_size,
+    standin_error,
+    structured_output,
+    to_family,
+    value_form,
+)
+from diffinterface.extend import (
+    Adapter as _Base,
+)
+from diffinterface.extend import (
+    WritableArray as _Writable,
+)
+from diffinterface.extend import (
+    unwrap as _unwrap,
+)
+
+TF = "tensorflow"
+_Tensor = _tensor.Tensor  # eager and symbolic tensors
+_Eager = _ops._EagerTensorBase  # noqa: SLF001 - the class whose value reads are recorded (see _Scope)
+
+
+# -- the array API over TensorFlow ------------------------------------------------------------------
+
+
+def _as_tensor(value: Any, dtype: Any = None) -> Any:
+    value = _unwrap(value)
+    if isinstance(value, _Tensor):
+        return value if dtype is None or value.dtype == dtype else tf.cast(value, dtype)
+    if isinstance(value, tf.Variable):
+        value = value.read_value()
+        return value if dtype is None or value.dtype == dtype else tf.cast(value, dtype)
+    if family(value) not in (None, NUMPY, TF):
+        value = np.asarray(to_family(value, NUMPY))
+    return tf.convert_to_tensor(value, dtype=dtype)
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` with the array API's 1-d rules (TensorFlow's ``matmul`` wants rank 2)."""
+    a, b = _unwrap(a), _unwrap(b)
+    if isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.shape.rank is not None and a.shape.rank >= 2:
+        if b.shape.rank is not None and b.shape.rank >= 2 and a.dtype == b.dtype:
+            return tf.linalg.matmul(a, b)
+    like = a if isinstance(a, _Tensor) else b
+    return tnp.matmul(_as_tensor(a, like.dtype), _as_tensor(b, like.dtype))
+
+
+class _Namespace:
+    """TensorFlow under the array API's names: what ``array_namespace(tensor)`` gives inside a call."""
+
+    _RENAMED = {
+        "concat": "concatenate",
+        "pow": "power",
+        "permute_dims": "transpose",
+        "acos": "arccos",
+        "asin": "arcsin",
+        "atan": "arctan",
+        "atan2": "arctan2",
+        "acosh": "arccosh",
+        "asinh": "arcsinh",
+        "atanh": "arctanh",
+        "bitwise_invert": "invert",
+    }
+
+    def __getattr__(self, name: str) -> Any:  # looked up once: later reads find the instance attribute
+        function = getattr(tnp, self._RENAMED.get(name, name))
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return function(*[_unwrap_all(a) for a in args], **{k: _unwrap_all(v) for k, v in kwargs.items()})
+
+        value = call if callable(function) and not isinstance(function, type) else function
+        setattr(self, name, value)
+        return value
+
+    @staticmethod
+    def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+        return _as_tensor(obj, None if dtype is None else tf.as_dtype(dtype))
+
+    @staticmethod
+    def astype(x: Any, dtype: Any, copy: bool = True, device: Any = None) -> Any:
+        return tf.cast(_unwrap(x), tf.as_dtype(dtype))
+
+    @staticmethod
+    def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
+        return tf.reshape(_unwrap(x), shape)
+
+    @staticmethod
+    def matrix_transpose(x: Any) -> Any:
+        return tf.linalg.matrix_transpose(_unwrap(x))
+
+    @staticmethod
+    def matmul(a: Any, b: Any) -> Any:
+        return _matmul(a, b)
+
+    @staticmethod
+    def zeros(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+        return tf.zeros(shape, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
+
+    @staticmethod
+    def ones(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+        return tf.ones(shape, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
+
+    @staticmethod
+    def eye(n: int, m: Any = None, k: int = 0, dtype: Any = None, device: Any = None) -> Any:
+        return tnp.eye(n, m, k, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
+
+    @staticmethod
+    def stack(arrays: Any, axis: int = 0) -> Any:
+        return tf.stack([_unwrap(a) for a in arrays], axis=axis)
+
+    def __repr__(self) -> str:
+        return "<the array API over TensorFlow (diffinterface)>"
+
+
+def _unwrap_all(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    return _unwrap(value)
+
+
+namespace: _Namespace = _Namespace()
+
+
+# -- the call's scope: the array API on tensors, and value reads recorded ----------------------------
+
+_ESCAPES = {
+    "numpy": ".numpy()",
+    "__array__": "a conversion to numpy (np.asarray, np.array([...]))",
+    "__float__": "float(t)",
+    "__int__": "int(t)",
+    "__index__": "an index taken from x",
+}
+
+
+class _Recorder(threading.local):
+    """Per thread: whether a call is recording, the forward accumulators it runs, what escaped."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.accumulators: list[Any] = []
+        self.escapes: list[str] = []
+
+
+_RECORDER = _Recorder()
+
+
+def _carries(value: Any) -> bool:
+    """Whether a tensor carries a derivative: a tape records it, or an accumulator has its tangent."""
+    if not value.dtype.is_floating and not value.dtype.is_complex:
+        return False
+    if _record.should_record_backprop([value]):
+        return True
+    return any(acc.jvp(value) is not None for acc in _RECORDER.accumulators)
+
+
+def _recording(name: str, original: Any) -> Any:
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _RECORDER.active and _carries(self):
+            _RECORDER.escapes.append(_ESCAPES[name])
+        return original(self, *args, **kwargs)
+
+    read.__name__ = name
+    return read
+
+
+class _Scope:
+    """Entered around every call: sets ``__array_namespace__`` and the array API's ``@`` on TensorFlow's
+    tensor class and records value reads of tensors that carry a derivative; restored on the way out.
+    Re-entrant and process-wide (one lock): nothing stays set on TensorFlow's classes after a call."""
+
+    _lock = threading.RLock()
+    _depth = 0
+    _saved: dict[Any, Any] = {}
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        _RECORDER.active += 1
+        type(self)._depth += 1
+        if self._depth == 1:
+            saved = {}
+            for cls, name, value in self._patches():
+                saved[(cls, name)] = cls.__dict__.get(name, _MISSING)
+                setattr(cls, name, value)
+            type(self)._saved = saved
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            _RECORDER.active -= 1
+            type(self)._depth -= 1
+            if self._depth == 0:
+                for (cls, name), value in self._saved.items():
+                    if value is _MISSING:
+                        delattr(cls, name)
+                    else:
+                        setattr(cls, name, value)
+        finally:
+            self._lock.release()
+
+    @staticmethod
+    def _patches() -> list[tuple[Any, str, Any]]:
+        out: list[tuple[Any, str, Any]] = [
+            (_Tensor, "__array_namespace__", _tensor_namespace),
+            (_Tensor, "__matmul__", _matmul),
+            (_Tensor, "__rmatmul__", lambda a, b: _matmul(b, a)),
+        ]
+        out += [(_Eager, name, _recording(name, _ORIGINAL[name])) for name in _ESCAPES]
+        return out
+
+
+_MISSING = object()
+_ORIGINAL = {name: _Eager.__dict__[name] for name in _ESCAPES}
+_SCOPE = _Scope()
+
+
+def _tensor_namespace(self: Any, api_version: Any = None) -> Any:
+    return namespace
+
+
+# -- the functional update and the stand-in ----------------------------------------------------------
+
+
+def _static_index(index: Any) -> Any:
+    """An index with tensors read as numpy (eager), for the positions of :func:`set_item`."""
+    if isinstance(index, tuple):
+        return tuple(_static_index(i) for i in index)
+    if isinstance(index, (_Tensor, tf.Variable)):
+        value = tf.get_static_value(index)
+        if value is None:
+            raise TypeError("f writes into a captured array at an index computed inside a graph; index with numbers")
+        return value
+    return _unwrap(index)
+
+
+def set_item(value: Any, index: Any, item: Any) -> Any:
+    """``value`` with ``value[index] = item``, as a new tensor (derivatives flow to both)."""
+    shape = tuple(value.shape)
+    positions = np.arange(shape_size(shape), dtype=np.int64).reshape(shape)[_static_index(index)]
+    item = _as_tensor(item, value.dtype)
+    item = tf.reshape(tf.broadcast_to(item, positions.shape), (-1,))
+    flat = tf.tensor_scatter_nd_update(tf.reshape(value, (-1,)), positions.reshape(-1, 1), item)
+    return tf.reshape(flat, shape)
+
+
+class WritableArray(_Writable):
+    """What ``f`` gets for a captured array, a ``Cache``, a ``Constant`` or an output buffer under
+    ``AutoTensorFlow``: a tensor whose item assignment (and, for a captured ``tf.Variable``, ``assign``)
+    is a functional update. TensorFlow's functions take it as a tensor."""
+
+    __slots__ = ()
+    _namespace = namespace
+
+    @staticmethod
+    def _wrap(value: Any) -> Any:
+        return _as_tensor(value)
+
+    _update = staticmethod(set_item)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        if isinstance(self.value, _Tensor) and not isinstance(self.value, _Eager):
+            raise StandInConversionError("a captured array was converted to numpy inside a traced function")
+        return np.asarray(self.value, dtype=dtype)
+
+    # tf.Variable's writes, for a captured variable
+    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        self.value = _as_tensor(value, self.value.dtype) + tf.zeros_like(self.value)
+        return self
+
+    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        self.value = self.value + _as_tensor(delta, self.value.dtype)
+        return self
+
+    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        self.value = self.value - _as_tensor(delta, self.value.dtype)
+        return self
+
+    def read_value(self) -> Any:
+        return self.value
+
+    def numpy(self) -> Any:
+        return self.value.numpy()
+
+
+def _standin_to_tensor(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:
+    return tf.convert_to_tensor(value.value, dtype=dtype, name=name)
+
+
+tf.register_tensor_conversion_function(WritableArray, _standin_to_tensor)  # our own class only
+
+
+# -- f as the adapter calls it ----------------------------------------------------------------------
+
+
+def _output(y: Any, like: Any, target: Any) -> Any:
+    y = _unwrap(y)
+    if isinstance(y, _Tensor):
+        return y
+    if isinstance(y, (tuple, list, dict)):
+        raise structured_output(y, target.call)
+    if isinstance(y, tf.Variable):
+        return y.read_value()
+    return _as_tensor(np.asarray(to_family(y, NUMPY)) if family(y) not in (None, NUMPY) else y, like.dtype)
+
+
+class _Skeleton:
+    """The contexts and captured state of one call with their arrays taken out: ``leaves`` (tensors, the
+    ``tf.function``'s arguments) and the rest (compared by value with the prep's)."""
+
+    _LEAF = object()
+
+    def __init__(self, values: Any) -> None:
+        self.leaves: list[Any] = []
+        self.shape = self._cut(values)
+
+    def _cut(self, value: Any) -> Any:
+        if is_array(value) or isinstance(value, tf.Variable):
+            self.leaves.append(_as_tensor(value))
+            return self._LEAF
+        if isinstance(value, (list, tuple)):
+            return (type(value), tuple(self._cut(v) for v in value))
+        if isinstance(value, dict):
+            return (dict, tuple((k, self._cut(v)) for k, v in value.items()))
+        return value
+
+    def same(self, other: _Skeleton) -> bool:
+        return _equal(self.shape, other.shape) and all(
+            a.dtype == b.dtype and a.shape == b.shape for a, b in zip(self.leaves, other.leaves)
+        )
+
+    def build(self, leaves: list[Any]) -> Any:
+        it = iter(leaves)
+
+        def fill(shape: Any) -> Any:
+            if shape is self._LEAF:
+                return next(it)
+            if isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], type):
+                kind, parts = shape
+                if kind is dict:
+                    return {k: fill(v) for k, v in parts}
+                items = [fill(v) for v in parts]
+                return kind(*items) if hasattr(kind, "_fields") else kind(items)
+            return shape
+
+        return fill(self.shape)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+class _Function:
+    """``fn(x, contexts, state=None) -> tensor``: ``f`` over stand-ins for its captured state and its
+    contexts; ``state`` (the captured values, tensors inside a ``tf.function``) replaces the user's."""
+
+    __slots__ = ("target", "simple")
+
+    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+        self.target = target
+        self.simple = not contexts and target.plain
+
+    def __call__(self, x: Any, contexts: tuple[Any, ...], state: Any = None, values: Any = None) -> Any:
+        target = self.target
+        if self.simple and state is None:
+            return _output(target.f(x), x, target)
+        if values is None:
+            values = [c.value for c in contexts]
+        ctx = [duplicate(v, WritableArray) for v in values]
+        fn = target.instance(WritableArray, values=state)
+        return _output(fn(x, *ctx), x, target)
+
+    def state(self) -> list[Any]:
+        return self.target.plan.read() if self.target.has_state else []
+
+
+# -- a lost derivative ------------------------------------------------------------------------------
+
+
+# operations that cut the derivative of a floating value on purpose (registered without a gradient)
+_CUTS = {"StopGradient": "tf.stop_gradient", "PreventGradient": "tf.raw_ops.PreventGradient"}
+
+
+class _Provenance:
+    """An op callback (TensorFlow's ``op_callbacks``): follows which eager tensors are computed from
+    ``x`` and records the operations that cut their derivative (:data:`_CUTS`)."""
+
+    def __init__(self, root: Any) -> None:
+        self.derived = {id(root): root}  # strong references: ids are not reused while this runs
+
+    def __call__(
+        self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None, graph: Any = None
+    ) -> Any:
+        if graph is not None or not any(id(i) in self.derived for i in inputs or ()):
+            return None
+        name = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
+        if name in _CUTS:
+            _RECORDER.escapes.append(_CUTS[name])
+            return None
+        for out in outputs or ():
+            self.derived[id(out)] = out
+        return None
+
+
+def _lost(fn: _Function, call: Any, x: Any) -> None:
+    """Where TensorFlow says ``f(x)`` does not depend on ``x``: runs ``f`` once more under a tape and
+    raises :class:`LostDerivativeError` where a value that carried x's derivative was read into Python
+    or cut (``tf.stop_gradient``) on the way; returns where ``f`` is constant in ``x`` (the derivatives
+    are zeros)."""
+
+    def run() -> None:
+        watcher = _Provenance(x)
+        _op_callbacks.add_op_callback(watcher)
+        try:
+            _tape_value(call, x)
+        finally:
+            _op_callbacks.remove_op_callback(watcher)
+
+    escapes = _run_recorded(run)
+    if not escapes and _moves(call, x):
+        # numpy reads an eager tensor through the buffer protocol (np.asarray(t), np.sin(t)), which
+        # TensorFlow does not see: f(x) then changes with x while no derivative reaches it
+        escapes = ["a conversion to numpy that TensorFlow does not see (np.asarray(t), a numpy function of t)"]
+    if escapes:
+        where = ", ".join(dict.fromkeys(escapes))
+        raise LostDerivativeError(
+            f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}), so "
+            f"every derivative would come out zero. {LOST_CAUSES}."
+        )
+
+
+def _moves(call: Any, x: Any) -> bool:
+    """Whether f's value changes along a small step of x (random direction, seeded): f is not constant."""
+    if not (x.dtype.is_floating or x.dtype.is_complex) or shape_size(tuple(x.shape)) == 0:
+        return False
+    v = np.random.default_rng(0).standard_normal(tuple(x.shape))
+    real = x.dtype.real_dtype if x.dtype.is_complex else x.dtype
+    eps = float(np.finfo(real.as_numpy_dtype).eps)
+    h = eps**0.5 * max(1.0, float(tf.reduce_max(tf.abs(x))))
+    with _SCOPE:
+        try:
+            y0, y1 = call(x), call(x + tf.cast(h * v, x.dtype))
+        except Exception:  # noqa: BLE001 - f fails off x: no answer, taken as constant
+            return False
+    return bool(tf.reduce_any(tf.not_equal(y0, y1)))
+
+
+def _tape_value(call: Any, x: Any) -> Any:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        return call(x)
+
+
+def _run_recorded(run: Any) -> list[str]:
+    saved = _RECORDER.escapes
+    _RECORDER.escapes = []
+    try:
+        with _SCOPE:
+            try:
+                run()
+            except Exception:  # noqa: BLE001 - f failing on the way: what escaped before is the answer
+                pass
+        return _RECORDER.escapes
+    finally:
+        _RECORDER.escapes = saved
+
+
+def _check_escapes(fn: _Function, call: Any, x: Any, escapes: list[str], ad: Any) -> None:
+    """Where a value that carried x's derivative was read into Python and the derivative is not None:
+    the directional derivative ``<w, J v>`` against a central difference of f along ``v`` (two steps),
+    as torch's adapter does; :class:`LostDerivativeError` where they disagree."""
+    if not x.dtype.is_floating or shape_size(tuple(x.shape)) == 0:
+        return
+    gen = np.random.default_rng(0)
+    v = gen.standard_normal(tuple(x.shape))
+    v = tf.constant(v / max(np.linalg.norm(v), 1e-300), dtype=x.dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = call(x)
+    if not y.dtype.is_floating:
+        return
+    w = tf.constant(gen.standard_normal(tuple(y.shape)), dtype=y.dtype)
+    g = tape.gradient(y, x, output_gradients=w)
+    derivative = 0.0 if g is None else float(tf.reduce_sum(g * v))
+    eps = float(np.finfo(x.dtype.as_numpy_dtype).eps)
+    h = eps ** (1 / 3) * max(1.0, float(tf.reduce_max(tf.abs(x))))
+
+    def central(step: float) -> float:
+        return float(tf.reduce_sum(w * (call(x + step * v) - call(x - step * v)))) / (2 * step)
+
+    fd, fd2 = central(h), central(2 * h)
+    noise = eps * float(tf.reduce_sum(tf.abs(w) * tf.abs(y))) / h
+    tolerance = 4 * abs(fd - fd2) + 10 * noise + eps**0.5 * (abs(derivative) + abs(fd))
+    if not abs(derivative - fd) <= tolerance:
+        where = ", ".join(dict.fromkeys(escapes))
+        raise LostDerivativeError(
+            f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}): along a "
+            f"random direction TensorFlow's derivative is {derivative:.6g}, a central difference of f gives "
+            f"{fd:.6g}. A value read into Python that only steers control flow is fine; one that reaches f(x) "
+            f"must stay a tensor. {LOST_CAUSES}."
+        )
+
+
+# -- the operators' bodies ----------------------------------------------------------------------------
+
+
+class _Missing:
+    """Marks a derivative TensorFlow returned as None (f(x) not connected to x), per body run."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, value: Any, like: Any) -> Any:
+        if value is None:
+            self.seen = True
+            return tf.zeros_like(like)
+        if isinstance(value, tf.IndexedSlices):
+            return tf.convert_to_tensor(value)
+        return value
+
+
+def _jvp(call: Any, x: Any, t: Any, missing: _Missing) -> tuple[Any, Any]:
+    acc = tf.autodiff.ForwardAccumulator(x, t)
+    _RECORDER.accumulators.append(acc)
+    try:
+        with acc:
+            y = call(x)
+    finally:
+        _RECORDER.accumulators.remove(acc)
+    return y, missing(acc.jvp(y), y)
+
+
+def _cast(t: Any, like: Any) -> Any:
+    return _as_tensor(t, like.dtype)
+
+
+def _basis(shape: tuple[Any, ...], dtype: Any) -> Any:
+    n = shape_size(shape)
+    return tf.reshape(tf.eye(n, dtype=dtype), (n,) + tuple(shape))
+
+
+def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
+    """``body(call, x, ts, missing) -> (primal, result)`` on tensors for ``operator``."""
+    x_shape, y_shape = info.x_shape, info.y_shape
+    n, m = shape_size(x_shape), shape_size(y_shape)
+
+    def jacobian(call: Any, x: Any, missing: _Missing) -> Any:
+        if forward:
+            if n == 0:
+                y = call(x)
+                return y, tf.zeros(tuple(y_shape) + tuple(x_shape), dtype=y.dtype)
+            cols = []
+            basis = _basis(x_shape, x.dtype)
+            for i in range(n):
+                y, col = _jvp(call, x, basis[i], missing)
+                cols.append(tf.reshape(col, (m,)))
+            return y, tf.reshape(tf.stack(cols, axis=1), tuple(y_shape) + tuple(x_shape))
+        with tf.GradientTape(persistent=tf.executing_eagerly()) as tape:
+            tape.watch(x)
+            y = call(x)
+        jac = tape.jacobian(y, x, experimental_use_pfor=not tf.executing_eagerly())
+        return y, missing(jac, tf.zeros(tuple(y_shape) + tuple(x_shape), dtype=x.dtype))
+
+    def pullbacks(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        with tf.GradientTape(persistent=len(ts) > 1) as tape:
+            tape.watch(x)
+            y = call(x)
+        return y, tuple(missing(tape.gradient(y, x, output_gradients=_cast(t, y)), x) for t in ts)
+
+    if operator is PUSHFORWARD and forward:
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            results = [_jvp(call, x, _cast(t, x), missing) for t in ts]
+            return results[0][0], tuple(r[1] for r in results)
+
+    elif operator is PULLBACK and not forward:
+        body = pullbacks
+    elif operator.tangent is not None and operator.order == 1:  # against the direction: through the Jacobian
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            y, jac = jacobian(call, x, missing)
+            like = x if operator is PUSHFORWARD else y
+            return y, contract_all(jac, tuple(_cast(t, like) for t in ts), x, operator is PUSHFORWARD)
+
+    elif operator is DERIVATIVE and forward:
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            return _jvp(call, x, tf.ones_like(x), missing)
+
+    elif operator is GRADIENT and not forward:
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = call(x)
+            return y, missing(tape.gradient(y, x), x)
+
+    elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            return jacobian(call, x, missing)
+
+    elif operator is SECOND_DERIVATIVE:  # forward over forward
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            one = tf.ones_like(x)
+            outer = tf.autodiff.ForwardAccumulator(x, one)
+            _RECORDER.accumulators.append(outer)
+            try:
+                with outer:
+                    y, der = _jvp(call, x, one, missing)
+            finally:
+                _RECORDER.accumulators.remove(outer)
+            return (y, der), missing(outer.jvp(der), der)
+
+    elif operator in (HVP, HESSIAN):  # reverse over reverse
+
+        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+            with tf.GradientTape(persistent=len(ts) > 1 or tf.executing_eagerly()) as outer:
+                outer.watch(x)
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    y = call(x)
+                g = missing(inner.gradient(y, x), x)
+            if operator is HESSIAN:
+                hess = outer.jacobian(g, x, experimental_use_pfor=not tf.executing_eagerly())
+                return (y, g), missing(hess, tf.zeros(tuple(x_shape) * 2, dtype=x.dtype))
+            return (y, g), tuple(
+                missing(outer.gradient(g, x, output_gradients=_cast(t, x)), x) if not missing.seen else tf.zeros_like(x)
+                for t in ts
+            )
+
+    else:  # pragma: no cover - the frontend only passes the operators above
+        raise ValueError(operator)
+    return body
+
+
+# -- the runners --------------------------------------------------------------------------------------
+
+
+def _detached(value: Any) -> Any:
+    return value
+
+
+class _Prepared:
+    """One operator for one function: its eager runners, and its ``tf.function`` ones when traced."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        operator: Operator,
+        target: Any,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        info: Info,
+        forward: bool,
+    ) -> None:
+        self.operator, self.target, self.info = operator, target, info
+        self.fn = _Function(target, contexts)
+        self.body = _bodies(operator, forward, info)
+        self.dtype = _as_tensor(x).dtype
+        self.graph: Any = None
+        self.skeleton: _Skeleton | None = None
+        self.use_graph = adapter.backend.function and not info.oneshot
+        if self.use_graph:
+            self._trace(x, tangents, contexts, adapter.backend.jit_compile)
+
+    # eager: f at every call, what escaped checked
+    def eager(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
+        x = _as_tensor(x, self.dtype)
+        fn, missing = self.fn, _Missing()
+
+        def call(z: Any) -> Any:
+            return fn(z, contexts)
+
+        saved = _RECORDER.escapes
+        _RECORDER.escapes = []
+        try:
+            with _SCOPE:
+                try:
+                    primal, result = self.body(call, x, ts, missing)
+                except (TypeError, ValueError) as error:
+                    known = standin_error(self.target, error, "TensorFlow")
+                    if known is not None:
+                        raise known from error
+                    raise
+            escapes = _RECORDER.escapes
+        finally:
+            _RECORDER.escapes = saved
+        if missing.seen:
+            _lost(fn, call, x)
+        elif escapes:
+            with _SCOPE:
+                _check_escapes(fn, call, x, escapes, result)
+        return value_form(self.operator, primal, result, _detached) if value else result
+
+    # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
+    # arguments; it returns the body's (primal, result), from which both runners take their part
+    def _trace(self, x: Any, tangents: Any, contexts: Any, jit: bool) -> None:
+        skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()))
+        fn, body = self.fn, self.body
+        specs = [
+            tf.TensorSpec(tuple(np.shape(x)), self.dtype),
+            [tf.TensorSpec(tuple(np.shape(t)), self.dtype) for t in tangents],
+            [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in skeleton.leaves],
+        ]
+        has_state = self.target.has_state
+        lost: list[bool] = []
+
+        def graph(x: Any, ts: Any, leaves: Any) -> Any:
+            values, state = skeleton.build(list(leaves))
+            missing = _Missing()
+
+            def call(z: Any) -> Any:
+                return fn(z, contexts, state if has_state else None, values)
+
+            out = body(call, x, tuple(ts), missing)
+            if missing.seen:
+                lost.append(True)
+            return out
+
+        # autograph off: f is traced as the Python it is (as jax.jit does), and TensorFlow prints nothing
+        function = tf.function(graph, input_signature=specs, jit_compile=jit or None, autograph=False)
+        try:
+            with _SCOPE:
+                function.get_concrete_function()
+        except Exception:  # noqa: BLE001 - f cannot be traced into a graph: eager for this prep
+            self.use_graph = False
+            return
+        if lost:  # a derivative TensorFlow cannot follow: the eager path checks, and raises or gives zeros
+            self.use_graph = False
+            return
+        self.graph, self.skeleton = function, skeleton
+
+    def run(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
+        if self.use_graph:
+            skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()))
+            assert self.skeleton is not None
+            if skeleton.same(self.skeleton):
+                with _SCOPE:
+                    primal, result = self.graph(
+                        _as_tensor(x, self.dtype), [_as_tensor(t, self.dtype) for t in ts], skeleton.leaves
+                    )
+                return value_form(self.operator, primal, result, _detached) if value else result
+        return self.eager(x, ts, contexts, value)
+
+
+class Adapter(_Base):
+    """TensorFlow; see the module docstring."""
+
+    engine_name = "TensorFlow"
+
+    @staticmethod
+    def traced(value: Any) -> bool:
+        """A symbolic tensor: under closure='const' the frontend checks that none is left in captured lists."""
+        return isinstance(value, _Tensor) and not isinstance(value, _Eager)
+
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+        fn = _Function(target, contexts)
+        try:
+            with _SCOPE:
+                y = fn(_as_tensor(x), contexts)
+        except (TypeError, ValueError) as error:
+            known = standin_error(target, error, "TensorFlow")
+            if known is not None:
+                raise known from error
+            raise
+        return Info(tuple(y.shape), y.dtype.as_numpy_dtype, None, tuple(np.shape(x)), oneshot)
+
+    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+        forward = self.forward(operator, info)
+        prepared = _Prepared(self, operator, target, x, tangents, contexts, info, forward)
+
+        def plain(x: Any, ts: Any, contexts: Any) -> Any:
+            return prepared.run(x, ts, contexts, False)
+
+        def value(x: Any, ts: Any, contexts: Any) -> Any:
+            return prepared.run(x, ts, contexts, True)
+
+        runners: tuple[Runner, Runner] = (plain, value)
+        return Runners(*runners, prepared)
