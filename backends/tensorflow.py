@@ -589,14 +589,39 @@ class _Missing:
 
 
 def _jvp(call: Any, x: Any, t: Any, missing: _Missing) -> tuple[Any, Any]:
-    acc = tf.autodiff.ForwardAccumulator(x, t)
-    _RECORDER.accumulators.append(acc)
-    try:
-        with acc:
-            y = call(x)
-    finally:
-        _RECORDER.accumulators.remove(acc)
-    return y, missing(acc.jvp(y), y)
+    y, (out,) = _jvps(call, x, (t,), missing)
+    return y, out
+
+
+def _jvps(call: Any, x: Any, ts: tuple[Any, ...], missing: _Missing) -> tuple[Any, tuple[Any, ...]]:
+    """``(f(x), (J t for t in ts))``. Inside a graph: one ``ForwardAccumulator`` pass per tangent.
+    Eagerly: TensorFlow's own transpose trick (``J t`` is the derivative of ``J^T u`` in ``u`` along
+    ``t``, which is how ``ForwardAccumulator`` computes the JVP of most operations), once for all the
+    tangents: one recorded pass and two backward passes per tangent, where the accumulator would trace
+    a function per operation (measured: 9 ms per operation eagerly)."""
+    if not tf.executing_eagerly():
+        results = []
+        for t in ts:
+            acc = tf.autodiff.ForwardAccumulator(x, t)
+            _RECORDER.accumulators.append(acc)
+            try:
+                with acc:
+                    y = call(x)
+            finally:
+                _RECORDER.accumulators.remove(acc)
+            results.append(missing(acc.jvp(y), y))
+        return y, tuple(results)
+    with tf.GradientTape() as inner:
+        inner.watch(x)
+        y = call(x)
+    u = tf.zeros_like(y)
+    with tf.GradientTape(persistent=len(ts) > 1) as outer:
+        outer.watch(u)
+        g = inner.gradient(y, x, output_gradients=u)
+    if g is None:
+        missing.seen = True
+        return y, tuple(tf.zeros_like(y) for _ in ts)
+    return y, tuple(missing(outer.gradient(g, u, output_gradients=t), y) for t in ts)
 
 
 def _cast(t: Any, like: Any) -> Any:
@@ -618,12 +643,10 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
             if n == 0:
                 y = call(x)
                 return y, tf.zeros(tuple(y_shape) + tuple(x_shape), dtype=y.dtype)
-            cols = []
             basis = _basis(x_shape, x.dtype)
-            for i in range(n):
-                y, col = _jvp(call, x, basis[i], missing)
-                cols.append(tf.reshape(col, (m,)))
-            return y, tf.reshape(tf.stack(cols, axis=1), tuple(y_shape) + tuple(x_shape))
+            y, cols = _jvps(call, x, tuple(basis[i] for i in range(n)), missing)
+            flat = tf.stack([tf.reshape(c, (m,)) for c in cols], axis=1)
+            return y, tf.reshape(flat, tuple(y_shape) + tuple(x_shape))
         with tf.GradientTape(persistent=tf.executing_eagerly()) as tape:
             tape.watch(x)
             y = call(x)
@@ -639,8 +662,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
     if operator is PUSHFORWARD and forward:
 
         def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
-            results = [_jvp(call, x, _cast(t, x), missing) for t in ts]
-            return results[0][0], tuple(r[1] for r in results)
+            return _jvps(call, x, tuple(_cast(t, x) for t in ts), missing)
 
     elif operator is PULLBACK and not forward:
         body = pullbacks
@@ -673,6 +695,17 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
         def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
             one = tf.ones_like(x)
+            if tf.executing_eagerly():  # the transpose trick twice (see _jvps)
+                with tf.GradientTape() as second:
+                    second.watch(x)
+                    y, der = _jvp(call, x, one, missing)
+                u = tf.zeros_like(der)
+                with tf.GradientTape() as outer_u:
+                    outer_u.watch(u)
+                    g = second.gradient(der, x, output_gradients=u)
+                if g is None:
+                    return (y, der), missing(None, der)
+                return (y, der), missing(outer_u.gradient(g, u, output_gradients=one), der)
             outer = tf.autodiff.ForwardAccumulator(x, one)
             _RECORDER.accumulators.append(outer)
             try:

@@ -340,6 +340,11 @@ def dtype_name(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return type(value).__name__
+    return dtype_str(dtype)
+
+
+def dtype_str(dtype: Any) -> str:
+    """A dtype (numpy's, torch's, TensorFlow's) by name: ``float64``."""
     if hasattr(dtype, "as_numpy_dtype"):  # TensorFlow's DType prints as "<dtype: 'float64'>"
         return str(dtype.name)
     return str(dtype).replace("torch.", "")

@@ -48,6 +48,7 @@ from .arrays import (
     complex_dtype,
     describe,
     dtype_name,
+    dtype_str,
     family,
     output_like,
     real_floating_dtype,
@@ -217,7 +218,7 @@ def _dtype_name(value: Any, kind: Any = None) -> str:
     if dtype is None:
         kind = kind if kind is not None else type(value)
         return "float64" if issubclass(kind, float) else "complex128" if issubclass(kind, complex) else ""
-    return str(dtype).replace("torch.", "")
+    return dtype_str(dtype)
 
 
 def leaf_repr(kind: type, shape: tuple[Any, ...], dtype: Any) -> str:
@@ -225,7 +226,7 @@ def leaf_repr(kind: type, shape: tuple[Any, ...], dtype: Any) -> str:
     if issubclass(kind, float) and not issubclass(kind, np.generic):
         return "Python float"
     fam = _family_of(kind)
-    return f"{fam} {str(dtype).replace('torch.', '')} {shape}"
+    return f"{fam} {dtype_str(dtype)} {shape}"
 
 
 def _spec(value: Any, path: str, leaves: list[Any], paths: list[str], what: str) -> Any:
@@ -331,6 +332,9 @@ def _reshape(value: Any, shape: tuple[Any, ...]) -> Any:
     namespace = getattr(value, "__array_namespace__", None)  # an array with no method (TensorFlow's tensors)
     if namespace is not None:
         return namespace().reshape(value, shape)
+    fam = family(value)
+    if fam not in (None, NUMPY):  # outside the engine's call (the user's x, a result): through numpy
+        return to_family(np.reshape(to_family(value, NUMPY), shape), fam)
     return np.reshape(value, shape)
 
 
@@ -356,9 +360,12 @@ def _real_imag(value: Any) -> list[Any]:
     if tracer is not None and isinstance(value, tracer.Box):  # autograd's boxes have no .real
         anp = sys.modules["autograd.numpy"]
         return [anp.real(value), anp.imag(value)]
-    if not hasattr(value, "real") and hasattr(value, "__array_namespace__"):  # TensorFlow's tensors
-        xp = value.__array_namespace__()
-        return [xp.real(value), xp.imag(value)]
+    if not hasattr(value, "real"):  # TensorFlow's tensors: by their namespace inside a call, else numpy
+        if hasattr(value, "__array_namespace__"):
+            xp = value.__array_namespace__()
+            return [xp.real(value), xp.imag(value)]
+        fam, array = family(value), np.asarray(to_family(value, NUMPY))
+        return [to_family(np.ascontiguousarray(array.real), fam), to_family(np.ascontiguousarray(array.imag), fam)]
     return [value.real, value.imag]
 
 
@@ -374,6 +381,8 @@ def _concat(parts: list[Any]) -> Any:
     tracer = sys.modules.get("autograd.tracer")
     if tracer is not None and any(isinstance(p, tracer.Box) for p in parts):
         return sys.modules["autograd.numpy"].concatenate(parts)
+    if not hasattr(parts[0], "__array_namespace__") and fam is not None:  # TensorFlow's, outside a call
+        return to_family(np.concatenate([np.asarray(to_family(p, NUMPY)) for p in parts]), fam)
     from array_api_compat import array_namespace
 
     return array_namespace(*parts).concat(parts)
@@ -503,7 +512,7 @@ class Layout:
 
 def real_dtype_name(dtype: Any) -> str:
     """``float64`` for float64 and complex128, ``float32`` for float32 and complex64 (by name)."""
-    name = str(dtype).replace("torch.", "")
+    name = dtype_str(dtype)
     return {"complex128": "float64", "complex64": "float32"}.get(name, name)
 
 
@@ -517,7 +526,7 @@ def check_leaves(structure: Structure, what: str, call: str) -> None:
         python_float = issubclass(kind, float) and not issubclass(kind, np.generic)
         if not python_float and not is_complex and not real_floating_dtype(dtype):
             raise TypeError(
-                f"{call}: {what}{path} has dtype {str(dtype).replace('torch.', '')}; derivatives need floating "
+                f"{call}: {what}{path} has dtype {dtype_str(dtype)}; derivatives need floating "
                 f"leaves (real or complex): pass floats (e.g. a.astype(float))"
             )
         fam, name = (NUMPY, "float64") if python_float else (_family_of(kind), real_dtype_name(dtype))

@@ -33,6 +33,9 @@ def is_sparse(value: Any) -> bool:
     jsparse = sys.modules.get("jax.experimental.sparse")
     if jsparse is not None and isinstance(value, jsparse.JAXSparse):
         return True
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(value, tf.sparse.SparseTensor):
+        return True
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided
 
@@ -44,6 +47,9 @@ def densify(result: Any) -> Any:
         return result.toarray()
     if hasattr(result, "to_dense"):  # torch
         return result.to_dense()
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(result, tf.sparse.SparseTensor):
+        return tf.sparse.to_dense(result)
     from .._core.arrays import JAX, families
 
     with families()[JAX].computing(np.dtype(str(result.dtype))):  # BCOO
@@ -82,7 +88,8 @@ def fill_out(out: Any, result: Any, call: str) -> Any:
             out.values().copy_(result.values())
         return out
     raise TypeError(
-        f"{call}: out= is given, and JAX's sparse matrices are immutable; drop out= and use the returned matrix"
+        f"{call}: out= is given, and JAX's and TensorFlow's sparse matrices are immutable; drop out= and use the "
+        f"returned matrix"
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .._adapters.contract import Adapter, Runners
-from .._core.arrays import JAX, NUMPY, TORCH, dtype_name, families, family, to_family
+from .._core.arrays import JAX, NUMPY, TENSORFLOW, TORCH, dtype_name, families, family, to_family
 from .._core.configs import adapter_for
 from .._core.errors import BackendNotAvailableError
 from .._core.operators import GRADIENT, HESSIAN, HVP, JACOBIAN, PULLBACK, PUSHFORWARD, Operator
@@ -323,8 +323,22 @@ def _gatherer(index: np.ndarray, x: Any) -> Any:
                 return take(tuple(to_family(p, fam, like=x) for p in parts))
 
         return gather_jax
+    if fam == TENSORFLOW:
+        import tensorflow as tf
+
+        tf_dtype = x.dtype
+
+        def gather_tf(parts: tuple[Any, ...]) -> Any:
+            if not parts:
+                return tf.zeros(0, dtype=tf_dtype)
+            flat = np.concatenate([np.reshape(np.asarray(to_family(p, NUMPY)), (-1,)) for p in parts])
+            return tf.convert_to_tensor(flat[index], dtype=tf_dtype)
+
+        return gather_tf
     if fam not in (NUMPY, None):
-        raise TypeError(f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch are)")
+        raise TypeError(
+            f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch, tensorflow are)"
+        )
     dtype = np.asarray(x).dtype
 
     def gather_numpy(parts: tuple[Any, ...]) -> Any:
@@ -414,4 +428,16 @@ def _builder(pattern: Any, x: Any) -> Any:
                 return jsparse.BCOO((data, coo), shape=shape, indices_sorted=True, unique_indices=True)
 
         return build_jax
-    raise TypeError(f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch are)")
+    if fam == TENSORFLOW:
+        import tensorflow as tf
+
+        rows = np.repeat(np.arange(shape[0]), np.diff(indptr))
+        coo = tf.constant(np.stack([rows, indices], axis=1).astype(np.int64))
+
+        def build_tf(data: Any) -> Any:
+            return tf.sparse.SparseTensor(coo, data, dense_shape=shape)
+
+        return build_tf
+    raise TypeError(
+        f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch, tensorflow are)"
+    )
