@@ -36,6 +36,7 @@ Size: over 400 lines in one module, because an adapter is the registry's unit.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -744,6 +745,25 @@ def _detached(value: Any) -> Any:
     return value
 
 
+class _Hashed:
+    """A skeleton's static part in a cache key: equal as :func:`_equal` compares (by value, same types)."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: Any) -> None:
+        self.value, self._hash = value, hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _Hashed) and _equal(self.value, other.value)
+
+
+# traced graphs by the user's function (weakly: they die with it), shared by its preps
+_GRAPHS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
 class _Prepared:
     """One operator for one function: its eager runners, and its ``tf.function`` ones when traced."""
 
@@ -766,7 +786,7 @@ class _Prepared:
         self.skeleton: _Skeleton | None = None
         self.use_graph = adapter.backend.function and not info.oneshot
         if self.use_graph:
-            self._trace(x, tangents, contexts, adapter.backend.jit_compile)
+            self._trace(x, tangents, contexts, adapter.backend.jit_compile, (adapter.backend, forward))
 
     # eager: f at every call, what escaped checked
     def eager(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
@@ -799,8 +819,13 @@ class _Prepared:
 
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
     # arguments; it returns the body's (primal, result), from which both runners take their part
-    def _trace(self, x: Any, tangents: Any, contexts: Any, jit: bool) -> None:
+    def _trace(self, x: Any, tangents: Any, contexts: Any, jit: bool, config: Any) -> None:
         skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()))
+        key = self._key(x, tangents, contexts, skeleton, config)
+        shared = _GRAPHS.get(self.target.user_f, {}).get(key) if key is not None else None
+        if shared is not None:  # traced by another prep of the same function (the prep cache's, a user's)
+            self.graph, self.skeleton = shared
+            return
         fn, body = self.fn, self.body
         specs = [
             tf.TensorSpec(tuple(np.shape(x)), self.dtype),
@@ -834,6 +859,35 @@ class _Prepared:
             self.use_graph = False
             return
         self.graph, self.skeleton = function, skeleton
+        if key is not None:
+            try:
+                graphs = _GRAPHS.setdefault(self.target.user_f, {})
+            except TypeError:  # a callable that takes no weak reference
+                return
+            if len(graphs) < 8:
+                graphs[key] = (function, skeleton)
+
+    def _key(self, x: Any, tangents: Any, contexts: Any, skeleton: _Skeleton, config: Any) -> Any:
+        """What a traced graph depends on beyond its arguments, for sharing it between preps of one
+        function: None (not shared) for an output buffer or a structured x, whose templates the trace
+        holds, and for a static part that does not hash."""
+        target = self.target
+        if target.y is not None or target.layout is not None:
+            return None
+        key = (
+            self.operator.name,
+            config,
+            target.closure,
+            (tuple(np.shape(x)), self.dtype),
+            tuple(tuple(np.shape(t)) for t in tangents),
+            tuple(type(c) for c in contexts),
+            tuple((tuple(leaf.shape), leaf.dtype) for leaf in skeleton.leaves),
+        )
+        try:
+            hash(skeleton.shape)
+        except TypeError:
+            return None
+        return key + (_Hashed(skeleton.shape),)
 
     def run(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
         if self.use_graph:
