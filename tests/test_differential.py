@@ -39,7 +39,7 @@ import pytest
 from array_api_compat import array_namespace, device
 
 import diffinterface as di
-from conftest import catalogue_count, installed
+from conftest import AD_ENGINES, catalogue_count, installed
 
 hypothesis = pytest.importorskip("hypothesis", reason='hypothesis is not installed: pip install -e ".[test]"')
 jax = pytest.importorskip("jax", reason='the reference is JAX: pip install "diffinterface[jax]"')
@@ -60,15 +60,7 @@ SETTINGS = settings(
 )
 COUNTS = "differential test (random programs, every backend x operator x mode, against JAX float64)"
 
-ENGINES = [
-    (name, cls)
-    for name, cls, module in (
-        ("AutoJAX", di.AutoJAX, "jax"),
-        ("AutoTorch", di.AutoTorch, "torch"),
-        ("AutoAutograd", di.AutoAutograd, "autograd"),
-    )
-    if installed(module)
-]
+ENGINES = [(name, getattr(di, name)) for name, module, _ in AD_ENGINES if installed(module)]
 # every backend and mode
 BACKENDS = [("AutoFiniteDiff", di.AutoFiniteDiff())] + [
     (f"{name}(mode={mode!r})", cls(mode=mode)) for name, cls in ENGINES for mode in (None, "forward", "reverse")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import installed
+from conftest import AD_ENGINES, installed
 
 BUF = [2.0, 3.0]
 X = [1.5, 0.5]
-ENGINES = {"AutoFiniteDiff": None, "AutoJAX": "jax", "AutoTorch": "torch", "AutoAutograd": "autograd"}
+ENGINES = {"AutoFiniteDiff": None, **{name: module for name, module, _ in AD_ENGINES}}
 
 # Pairs that raise an error today (never a wrong number: the test below checks the number wherever
 # the call returns). Each belongs to an item of issue 38 in the engines' adapters.
@@ -41,7 +41,7 @@ KNOWN_ERRORS = {
 
 def _outers() -> list:
     out = [("AutoFiniteDiff", di.AutoFiniteDiff())]
-    for name in ("AutoJAX", "AutoTorch", "AutoAutograd"):
+    for name, _, _ in AD_ENGINES:
         for mode in (None, "forward", "reverse"):
             out.append((f"{name}-{mode}", getattr(di, name)(mode=mode)))
     return out
