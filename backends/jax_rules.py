@@ -356,13 +356,15 @@ def _out(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
                 for s in structs
             ]
             try:
-                y = np.asarray(rule.primal(*probes, **kwargs))
+                # eagerly, also inside a trace of JAX (omnistaging would stage the primal's own JAX
+                # operations into the trace around this call: DifferentiateWith(f, AutoJAX()) in AutoJAX)
+                with jax.ensure_compile_time_eval():
+                    y = np.asarray(rule.primal(*probes, **kwargs))
             except Exception as error:  # noqa: BLE001 - reported with what to do
                 raise TypeError(
                     f"{rule.__name__} under JAX: an opaque function's output shape is needed before it "
                     f"runs; running it on random inputs of shapes {[s.shape for s in structs]} failed "
-                    f"({type(error).__name__}: {error}). Pass custom_rule(opaque=True, out_shape=fn) with "
-                    f"fn(*args) -> (shape, dtype)"
+                    f"({type(error).__name__}: {error}). Pass {rule.out_shape_fix}"
                 ) from error
             shape, dtype = y.shape, y.dtype
         return jax.ShapeDtypeStruct(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))

@@ -91,6 +91,19 @@ _Tensor = torch.Tensor
 _DUAL_LEVEL = threading.RLock()
 
 
+def _dual_level() -> Any:
+    """torch's ``dual_level()`` for one forward-mode pass, or NotImplementedError where one is already
+    open in the process (torch's own ``forward_ad._current_level``): torch cannot nest forward mode
+    (``DifferentiateWith(f, AutoTorch())`` inside AutoTorch's forward mode, or a call inside the user's
+    own ``dual_level``), and ``mode=None`` answers NotImplementedError by reverse mode
+    (``DirectionFallback``), where an explicit ``mode="forward"`` gets the call's error with the fix."""
+    if getattr(fwAD, "_current_level", -1) >= 0:
+        raise NotImplementedError(
+            "a forward-mode pass of torch is already running around this call, and torch cannot nest forward-mode AD"
+        )
+    return fwAD.dual_level()
+
+
 def _quiet_asarray(run: Any) -> Any:
     """``run`` (a call of ``f`` over guarded aliases, which require grad: see :func:`_alias`) with
     torch's warning that ``torch.asarray(alias)`` keeps requires_grad silenced: array-API code in ``f``
@@ -528,7 +541,7 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
     v = torch.randn(x0.shape, generator=gen, dtype=x0.dtype).to(x0.device)
     v = v / torch.linalg.vector_norm(v)
     if forward:
-        with _DUAL_LEVEL, fwAD.dual_level():
+        with _DUAL_LEVEL, _dual_level():
             y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x0.clone(), v), contexts))
     else:
         with torch.enable_grad():
@@ -670,7 +683,7 @@ def _jvps(
     watch = _watching(fn)
 
     def one(t: Any) -> tuple[Any, ...]:
-        with fwAD.dual_level(), _under(watch):
+        with _dual_level(), _under(watch):
             y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
         if dy is None:
             lost.append(True)
@@ -801,7 +814,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
         def forward_body(x: Any, contexts: Any) -> Any:
             xt = x.detach().requires_grad_()
             watch = _watching(fn)
-            with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
+            with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
                 with _under(watch):
                     y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
                 _after_watch(fn, watch, x, contexts, True)

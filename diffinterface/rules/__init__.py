@@ -148,6 +148,8 @@ class Rule:
     opaque: bool  # the primal is not traceable by the engines (NumPy/SciPy/compiled code)
     vectorized: bool
     out_shape: Callable[..., Any] | None
+    # how a user passes out_shape to this kind of rule (an engine's message where it cannot probe it)
+    out_shape_fix: str = "custom_rule(opaque=True, out_shape=fn) with fn(*args) -> (shape, dtype)"
 
     def __init__(
         self,

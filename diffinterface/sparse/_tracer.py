@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .._core.arrays import NUMPY, family, to_family
+
 
 def _sp() -> Any:
     import scipy.sparse as sp
@@ -215,6 +217,7 @@ class Tracer:
 def _binary_method(name: str, reflected: bool = False) -> Any:
     def method(self: Tracer, other: Any) -> Any:
         fn = getattr(self.trace.namespace, name)
+        other = _numpy_constant(other)  # a captured torch or JAX constant
         return fn(other, self) if reflected else fn(self, other)
 
     return method
@@ -285,10 +288,19 @@ def _select(t: Tracer, index: np.ndarray) -> Tracer:
     return Tracer(_or_none(t.deps[index.ravel()]), index.shape, t.trace, t.dtype)
 
 
+def _numpy_constant(value: Any) -> Any:
+    """A constant of another array family (a captured torch or JAX matrix) as NumPy; others as they are."""
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool, complex, list, tuple)):
+        return value
+    fam = family(value)
+    return value if fam is None or fam == NUMPY else to_family(value, NUMPY)
+
+
 def _lift(value: Any, trace: Trace) -> Tracer:
     """A tracer for ``value``: itself, or a constant (no dependence) of its shape."""
     if isinstance(value, Tracer):
         return value
+    value = _numpy_constant(value)
     shape = np.shape(value)
     dtype = np.result_type(value) if not isinstance(value, (int, float, bool)) else np.float64
     return Tracer(None, shape, trace, dtype)
@@ -320,7 +332,11 @@ def _union(rows: list[Any]) -> Any:
 
 
 def _dtype(*values: Any) -> Any:
-    dts = [v.dtype if isinstance(v, Tracer) else np.result_type(v) for v in values if not isinstance(v, (int, float))]
+    dts = [
+        v.dtype if isinstance(v, Tracer) else np.result_type(_numpy_constant(v))
+        for v in values
+        if not isinstance(v, (int, float))
+    ]
     return np.result_type(*dts) if dts else np.float64
 
 
@@ -385,7 +401,7 @@ class Namespace:
             return obj if dtype is None else Tracer(obj.deps, obj.shape, obj.trace, dtype)
         if isinstance(obj, (list, tuple)) and any(isinstance(o, Tracer) for o in obj):
             return self.stack([self.asarray(o) for o in obj])
-        value = np.asarray(obj, dtype=dtype)
+        value = np.asarray(_numpy_constant(obj), dtype=dtype)
         return Tracer(None, value.shape, self.trace, value.dtype, value)
 
     def _const(self, shape: Any, dtype: Any = None) -> Tracer:
@@ -542,6 +558,7 @@ class Namespace:
 
     # linear algebra
     def matmul(self, a: Any, b: Any) -> Tracer:
+        a, b = _numpy_constant(a), _numpy_constant(b)
         ta, tb = _lift(a, self.trace), _lift(b, self.trace)
         if ta.deps is not None and tb.deps is not None:
             if ta.ndim == 1 and tb.ndim == 1:  # a dot product of two traced vectors: sum of products
