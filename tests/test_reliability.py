@@ -536,6 +536,30 @@ def test_an_op_that_drops_forward_tangents_is_not_available_in_forward_mode_and_
 
 
 @needs_torch
+def test_item8_forward_routes_that_return_zero_tangents_are_refused_and_mode_none_is_right():
+    """Issue 38 item 8: torch.func.jvp/jacfwd "succeed" on scatter_reduce(reduce="prod") and the chunked
+    linear_cross_entropy, but their tangents are zeros (torch 2.13 drops them: checked here against
+    torch's reverse-mode Jacobian). So forward mode stays refused with the fix named, and mode=None
+    takes reverse mode: right numbers, never torch's zeros."""
+    import torch
+
+    src, index = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), torch.tensor([0, 1, 0, 1])
+
+    def g(s):
+        return torch.zeros(2, dtype=torch.float64).scatter_reduce(0, index, s, reduce="prod", include_self=False)
+
+    reference = torch.autograd.functional.jacobian(g, src)
+    assert torch.equal(reference, torch.tensor([[3.0, 0.0, 1.0, 0.0], [0.0, 4.0, 0.0, 2.0]], dtype=torch.float64))
+    # the engine defect this test is about: if torch's forward mode becomes right, route through it
+    assert torch.equal(torch.func.jacfwd(g)(src), torch.zeros_like(reference)), "torch's forward mode got fixed"
+    assert torch.equal(di.jacobian(AutoTorch(), g, src), reference)
+    t = torch.ones(4, dtype=torch.float64)
+    assert torch.equal(di.pushforward(AutoTorch(), g, src, t), reference @ t)
+    with pytest.raises(NotImplementedError, match=r"jacobian\(AutoTorch\(mode='forward'\).*mode='reverse'"):
+        di.jacobian(AutoTorch(mode="forward"), g, src)
+
+
+@needs_torch
 def test_an_op_that_vmap_cannot_batch_is_run_one_tangent_at_a_time():
     import torch
 

@@ -272,12 +272,13 @@ class Adapter:
     def direction_fallback(
         self, operator: Operator, forward: bool, target: Any, build: Build
     ) -> DirectionFallback | None:
-        """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
-        (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
+        """The runners of a first-order operator behind a :class:`DirectionFallback` (``build(forward)
+        -> (plain, value)``, first in the direction ``forward``); None for the second order, whose
         directions are fixed."""
-        if not forward or operator.order != 1:
+        if operator.order != 1:
             return None
-        return DirectionFallback(build, target.call, self.backend, switch=getattr(self.backend, "mode", None) is None)
+        mode = getattr(self.backend, "mode", None)
+        return DirectionFallback(build, target.call, self.backend, switch=mode is None, forward=forward)
 
     def jacobian_forward(self, x_size: int, y_size: int) -> bool:
         """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""
@@ -430,20 +431,21 @@ def _copy_value(value: Any) -> Any:
 
 
 class DirectionFallback:
-    """The runners (``plain``, ``value``) of an operator that ``mode=None`` routed forward, for an
-    engine that lacks forward rules for some of its operations (torch's forward AD, autograd's JVPs
-    raise ``NotImplementedError`` there, where reverse mode works): at the first such error the
-    reverse-mode runners are built with ``build(False)`` and used from then on. With an explicit
-    ``mode="forward"`` (``switch=False``) the error is raised, prefixed with the call and the fix."""
+    """The runners (``plain``, ``value``) of a first-order operator, for an engine that lacks one
+    direction's rules for some of its operations (torch's forward AD and autograd's JVPs or VJPs raise
+    ``NotImplementedError`` there, as autograd's ``flip`` and ``take`` have no VJP, where the other
+    direction works): at the first such error under ``mode=None`` (``switch``) the runners of the other
+    direction are built with ``build(not forward)`` and used from then on. With an explicit ``mode``
+    the error is raised, prefixed with the call and the fix."""
 
-    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock")
+    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock", "_forward")
     plain: Callable[..., Any]
     value: Callable[..., Any]
 
-    def __init__(self, build: Build, call: str, backend: Any, switch: bool) -> None:
-        self._current = build(True)  # (plain, value), forward mode first
+    def __init__(self, build: Build, call: str, backend: Any, switch: bool, forward: bool = True) -> None:
+        self._current = build(forward)  # (plain, value), the chosen direction first
         self._build = build if switch else None
-        self._call, self._backend = call, backend
+        self._call, self._backend, self._forward = call, backend, forward
         self._lock = threading.Lock()
         self.plain, self.value = self._runner(0), self._runner(1)
 
@@ -453,14 +455,25 @@ class DirectionFallback:
             try:
                 return current[which](x, tangents, contexts)
             except NotImplementedError as error:
+                if current is not self._current:  # another thread switched meanwhile
+                    return self._current[which](x, tangents, contexts)
                 if self._build is None:
+                    this, other = ("forward", "reverse") if self._forward else ("reverse", "forward")
                     raise NotImplementedError(
-                        f"{self._call}: forward mode is not available for an operation of f ({error}); "
-                        f"reverse mode may be: use mode='reverse' or mode=None in {type(self._backend).__name__}"
+                        f"{self._call}: {this} mode is not available for an operation of f ({error}); "
+                        f"{other} mode may be: use mode='{other}' or mode=None in {type(self._backend).__name__}"
                     ) from error
                 with self._lock:
                     if self._current is current:
-                        self._current = self._build(False)
-                return self._current[which](x, tangents, contexts)
+                        self._current = self._build(not self._forward)
+                try:
+                    return self._current[which](x, tangents, contexts)
+                except NotImplementedError as again:
+                    engine = type(self._backend).__name__
+                    raise NotImplementedError(
+                        f"{self._call}: neither mode is available for the operations of f on {engine} (forward "
+                        f"and reverse: {error}; {again}); differentiate f with another backend, or give the "
+                        f"operation a rule (diffinterface.rules)"
+                    ) from again
 
         return run
