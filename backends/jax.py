@@ -29,6 +29,7 @@ one module, imported at first use).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,7 @@ from diffinterface.extend import (
     const_write_error,
     contract_all,
     duplicate,
+    families,
     family,
     innermost_frame,
     jax_enable_x64,
@@ -671,6 +673,50 @@ def _is_float64(value: Any) -> bool:
     return dtype is not None and np.dtype(str(dtype).replace("torch.", "")) in (np.float64, np.complex128)
 
 
+# JAX's own errors for a traced value that f needs concrete (float(), .item(), int(), a Python `if`,
+# np.asarray): the first trace of f (output_info) turns them into the call's error
+_CONCRETE_NEEDED = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def _traced_value_error(target: Any, error: BaseException) -> TypeError | None:
+    """The call's error where ``f``, traced by JAX, needs a concrete value of x (JAX's own error types)
+    or hands JAX's traced arrays to another engine's functions (a TypeError raised right in ``f``,
+    whose code names a module of another registered array family: ``torch.sin(z)``); None otherwise."""
+    first = str(error).strip().split("\n", 1)[0]
+    if isinstance(error, _CONCRETE_NEEDED):
+        return TypeError(
+            f"{target.call}: f needs the value of an array computed from x, which JAX traces without values "
+            f"({type(error).__name__}: {first}): float(), int(), .item(), a Python `if` on x's values or "
+            f"np.asarray of one. Write that part with jax.numpy (jnp.where or lax.cond for a branch), or "
+            f"differentiate f with AutoTorch(), AutoAutograd() or AutoFiniteDiff(), which run it on values"
+        )
+    frame = innermost_frame(error)
+    if not isinstance(error, TypeError) or frame is None:
+        return None
+    engines = {r.array_type.split(".")[0] for r in families().values()} - {"jax", "jaxlib", "numpy"}
+    code, scopes = frame.f_code, (frame.f_locals, frame.f_globals)  # f_locals holds f's free variables
+    used = sorted(
+        {
+            getattr(value, "__name__", "").split(".")[0]
+            for name in code.co_names + code.co_freevars
+            for value in (next((s[name] for s in scopes if name in s), None),)
+            if isinstance(value, types.ModuleType)
+        }
+        & engines
+    )
+    if not used:
+        return None
+    return TypeError(
+        f"{target.call}: f calls {', '.join(used)} on JAX's traced arrays ({type(error).__name__}: {first}); "
+        f"AutoJAX runs f on JAX arrays: write f with jax.numpy (or array_namespace(x)), use the backend of "
+        f"{used[0]}, or wrap the {used[0]} part in DifferentiateWith(part, backend)"
+    )
+
+
 class Adapter(_Base):
     """JAX; see the module docstring."""
 
@@ -719,6 +765,9 @@ class Adapter(_Base):
             const = const_write_error(target, error, "JAX", _leaked) or standin_error(target, error, "JAX")
             if const is not None:
                 raise const from error
+            traced = _traced_value_error(target, error)
+            if traced is not None:
+                raise traced from error
             raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 

@@ -93,6 +93,12 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
         raise TypeError(
             f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
         )
+    if name == "y" and complex_dtype(getattr(x, "dtype", None)):
+        raise TypeError(
+            f"{call}: y is complex ({describe(x)}); an f(y, x) that writes into a complex buffer is not "
+            f"supported (a complex x is: its leaves are differentiated as real pairs): return the output "
+            f"from f(x) instead of writing it into y, or write its real and imaginary parts into a real y"
+        )
     if not is_real_floating(x):
         raise TypeError(
             f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a floating "
@@ -133,6 +139,12 @@ def _check_output(operator: Operator, info: Any, call: str) -> None:
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar, but f(x) has shape {info.y_shape}; "
             f"for a vector output use {hint}"
+        )
+    if operator.scalar_output and complex_dtype(info.y_dtype):
+        raise ValueError(
+            f"{call}: {operator} needs a real scalar f(x), and f(x) is complex ({info.y_dtype}); for a "
+            f"holomorphic f use derivative or jacobian with holomorphic=True, for any f pullback with a complex "
+            f"cotangent, or the {operator} of its real part (xp.real(f(x)))"
         )
 
 
@@ -286,10 +298,22 @@ def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: st
     """What a structured x or f(x) cannot do: a scalar operator's structured f(x), AutoSparse."""
     ys = layout.ys
     assert ys is not None
+    if operator.scalar_output and ys.trivial_shape and ys.has_complex:
+        raise ValueError(
+            f"{call}: {operator} needs a real scalar f(x), and f(x) is complex ({ys.dtypes[0]}); for a "
+            f"holomorphic f use derivative or jacobian with holomorphic=True, for any f pullback with a complex "
+            f"cotangent, or the {operator} of its real part (xp.real(f(x)))"
+        )
     if operator.scalar_output and not ys.trivial:
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar array, but f returned a structure of "
             f"{len(ys.paths)} arrays; for structured outputs use jacobian, pushforward or pullback"
+        )
+    if not adapter.takes_structures and (layout.xs.has_complex or ys.has_complex) and ys.trivial_shape:
+        raise TypeError(
+            f"{call}: AutoSparse takes a real x and a real f(x); here {'x' if layout.xs.has_complex else 'f(x)'} "
+            f"is complex: use the dense backend {adapter.backend.dense!r} (a complex x's leaves are differentiated "
+            f"as real pairs there), or differentiate the real and imaginary parts as one real vector"
         )
     if not adapter.takes_structures:
         raise TypeError(
@@ -479,13 +503,23 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 def _structured(
     prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: Operator, backend: Any
 ) -> Any:
-    """A call with a structured x or f(x): the structures come back built (``StructuredRunners``)."""
-    if out is not None:
-        raise TypeError(
-            f"{_call(operator, backend, None)}: out= takes an array result; with a structured x or f(x) the "
-            f"result is a structure: drop out= and use the returned one"
-        )
-    return prep.data.run(value, x, tangent, contexts)
+    """A call with a structured x or f(x): the structures come back built (``StructuredRunners``).
+    ``out=`` receives a result that is one array (a complex x's gradient or Jacobian)."""
+    results = prep.data.run(value, x, tangent, contexts)
+    if out is None:
+        return results
+    kinds = operator.conversions if value else (operator.plain_conversion,)
+    parts = list(results) if value else [results]
+    for i, kind in enumerate(kinds):
+        if kind != "out":
+            continue
+        if family(parts[i]) is None:
+            raise TypeError(
+                f"{_call(operator, backend, None)}: out= takes an array result; with a structured x or f(x) "
+                f"the result is a structure: drop out= and use the returned one"
+            )
+        parts[i] = finish(parts[i], parts[i], out, operator.value_method if value else operator.name, backend)
+    return tuple(parts) if value else parts[0]
 
 
 def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = None) -> Any:

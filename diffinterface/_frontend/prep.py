@@ -234,6 +234,10 @@ class Prep:
             made = self.args[i] if i < len(self.args) else "(nothing)"
             now = got[i] if i < len(got) else "(nothing)"
             same = i < len(args) and self.signature[i] in (None, signature(args[i]))
+            if made == now and not same and i < len(args):  # same description, other Python type
+                kind = self.signature[i][0] if type(self.signature[i]) is tuple else self.signature[i]
+                made = f"{made} as {getattr(kind, '__qualname__', kind)}"
+                now = f"{now} as {type(args[i]).__qualname__}"
             mark = "" if made == now and same else "   <- differs"
             lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
         raise PreparationMismatchError(
