@@ -37,11 +37,12 @@ import operator
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-import autograd.numpy as anp
+import autograd.core
+import autograd.numpy
 import numpy as np
-from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp, defvjp, primitive, vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
@@ -87,6 +88,14 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     WritableArray as _Writable,
 )
+
+# autograd ships no type information, and a type checker reading its source sees neither the
+# functions that ``autograd.numpy`` creates at import (``wrap_namespace``: ``reshape``, ``_astype``...)
+# nor what ``make_vjp``/``make_jvp`` return (their decorator hides it): both are declared here.
+anp: Any = autograd.numpy
+# make_vjp(fun, x) -> (vjp: cotangent -> gradient, f(x)); make_jvp(fun, x)(t) -> (f(x), J t)
+make_vjp: Callable[[Callable[[Any], Any], Any], tuple[Callable[[Any], Any], Any]] = autograd.core.make_vjp
+make_jvp: Callable[[Callable[[Any], Any], Any], Callable[[Any], tuple[Any, Any]]] = autograd.core.make_jvp
 
 # -- the functional update and the stand-in ---------------------------------------------------
 
@@ -138,7 +147,7 @@ class _Namespace:
     def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
         obj = unwrap(obj)
         if isinstance(obj, Box):
-            return obj if dtype is None or obj.dtype == dtype else anp._astype(obj, dtype)
+            return obj if dtype is None or getval(obj).dtype == dtype else anp._astype(obj, dtype)
         return np.array(obj, dtype=dtype, copy=True) if copy else np.asarray(obj, dtype=dtype)
 
     @staticmethod
@@ -417,8 +426,9 @@ class _Traces:
             self._saved = {
                 name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")
             }
-            ArrayBox.__array_namespace__ = _box_namespace
-            ArrayBox.device = _box_device
+            # added to autograd's class for the duration (restored in __exit__)
+            setattr(ArrayBox, "__array_namespace__", _box_namespace)  # noqa: B010
+            setattr(ArrayBox, "device", _box_device)  # noqa: B010
 
     def __exit__(self, *exc: Any) -> None:
         try:

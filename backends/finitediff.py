@@ -261,6 +261,11 @@ def _unbatch(ys: Any, k: int, call: str, y_shape: tuple[int, ...] | None) -> lis
     return [ys[i, ...] for i in range(k)]
 
 
+# A point's recipe (see _PointSet): (base, replace, adds), ``adds`` of (c, kind, arg) with ``arg`` a
+# coordinate (kind "e") or a vector's name (kind "v")
+Recipe = tuple[str, "tuple[int, str] | None", tuple[tuple[int, str, Any], ...]]
+
+
 class _PointSet:
     """The points of one call, as recipes over a few named flat vectors, so that a point is built where
     ``f`` runs (a worker receives recipes, not points) by the same code here and there.
@@ -297,7 +302,7 @@ class _PointSet:
             self._steps[position] = (i, step)
         return step
 
-    def build(self, recipe: tuple[Any, ...]) -> Any:
+    def build(self, recipe: Recipe) -> Any:
         base, replace, adds = recipe
         vectors = self.vectors
         v = vectors[base]
@@ -311,8 +316,8 @@ class _PointSet:
         position = 0
         for c, kind, arg in adds:
             if kind == "e":
-                kept = self._steps[position] if position < 2 else (-1, None)
-                term = kept[1] if kept[0] == arg else self._step(xp, arg, position)
+                kept = self._steps[position] if position < 2 else None  # one read: threads replace slots
+                term = kept[1] if kept is not None and kept[0] == arg else self._step(xp, arg, position)
             else:
                 term = vectors[arg]
             position += 1
@@ -325,7 +330,7 @@ class _PointSet:
         return v if self.shape is None else xp.reshape(v, self.shape)
 
     @staticmethod
-    def describe(recipe: tuple[Any, ...]) -> str:
+    def describe(recipe: Recipe) -> str:
         """How the point is made, in words: ``x - h_3 e_3`` (indices into the flattened ``x``)."""
         base, replace, adds = recipe
         text = {"x+h": "x + h", "x-h": "x - h"}.get(base, base)
@@ -381,10 +386,10 @@ class _Job:
             self._f = _evaluator(self.target, self.contexts, self.x, self.complex_step)
         return self._f
 
-    def one(self, recipe: tuple[Any, ...]) -> Any:
+    def one(self, recipe: Recipe) -> Any:
         return self._evaluate()(self.points.build(recipe))
 
-    def batch(self, recipes: list[Any]) -> list[Any]:
+    def batch(self, recipes: list[Recipe]) -> list[Any]:
         points = [self.points.build(r) for r in recipes]
         stacked = array_namespace(points[0]).stack(points)
         return _unbatch(self._evaluate()(stacked), len(points), self.target.call, self.y_shape)
@@ -393,10 +398,10 @@ class _Job:
     def environment(self) -> Any:
         return functools.partial(_computing_for, family(self.x), self.x.dtype)
 
-    def point(self, recipe: tuple[Any, ...]) -> Any:
+    def point(self, recipe: Recipe) -> Any:
         return self.points.build(recipe)
 
-    def describe(self, recipe: tuple[Any, ...]) -> str:
+    def describe(self, recipe: Recipe) -> str:
         return self.points.describe(recipe)
 
 
@@ -431,7 +436,7 @@ class Adapter(_Base):
         contexts: tuple[Any, ...],
         x: Any,
         points: _PointSet,
-        recipes: list[Any],
+        recipes: list[Recipe],
         complex_step: bool = False,
         y_shape: tuple[int, ...] | None = None,
     ) -> Any:
@@ -489,7 +494,7 @@ class Adapter(_Base):
         xp, n = p.xp, p.n
         y0 = data.take_value()
         cols = []
-        recipes: list[Any]
+        recipes: list[Recipe]
         if method == "complex":
             cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
             cflat = xp.astype(p.flat, cdtype)
@@ -548,7 +553,7 @@ class Adapter(_Base):
         vectors = {"x": xp.astype(x, cdtype) if complex_step else x}  # shaped like x: no reshape per point
         # f(x), where needed, joins the points (a complex step evaluates it apart: at a real point)
         first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
-        recipes: list[Any] = [("x", None, ())] if first else []
+        recipes: list[Recipe] = [("x", None, ())] if first else []
         abs_h = None
         steps = []
         for j, t in enumerate(tangents):
@@ -612,7 +617,7 @@ class Adapter(_Base):
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         first = y0 is None
-        recipes: list[Any] = [("x", None, ())] if first else []
+        recipes: list[Recipe] = [("x", None, ())] if first else []
         for i in range(n):
             recipes += [("x", None, ((2, "e", i),)), ("x", None, ((-2, "e", i),))]
             for j in range(i + 1, n):
@@ -638,7 +643,7 @@ class Adapter(_Base):
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
-        recipes: list[Any] = []
+        recipes: list[Recipe] = []
         steps = []
         for j, t in enumerate(tangents):
             k = p.along(t) if n else 0.0
@@ -682,7 +687,8 @@ class Adapter(_Base):
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
         first = y0 is None
-        recipes: list[Any] = ([("x", None, ())] if first else []) + [("x+h", None, ()), ("x-h", None, ())]
+        recipes: list[Recipe] = [("x", None, ())] if first else []
+        recipes += [("x+h", None, ()), ("x-h", None, ())]
         points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, None, p.shape, p.xp)
         values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
         if first:

@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -120,7 +121,7 @@ def _leaked(error: BaseException) -> bool:
     """The recogniser of ``const_write_error``: one of JAX's tracer errors in the chain (a tracer
     written into a numpy array), or an operator error in ``f`` between a tracer and a foreign array."""
     return raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS)) or operand_error(
-        error, lambda v: isinstance(v, jax.core.Tracer)
+        error, lambda v: isinstance(v, Tracer)
     )
 
 
@@ -681,7 +682,7 @@ class Adapter(_Base):
     @staticmethod
     def traced(value: Any) -> bool:
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
-        return isinstance(value, jax.core.Tracer)
+        return isinstance(value, Tracer)
 
     @staticmethod
     def refused_write(error: BaseException) -> bool:
@@ -779,14 +780,23 @@ class Adapter(_Base):
 
 def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
     """The body of ``Adapter.prepare_compressed`` (seeds and index are constants of the program)."""
+    to_sparse: Callable[[Any], Any] | None = None  # the nonzeros as a BCOO of the pattern
     if pattern is not None:
         from jax.experimental import sparse as jsparse
 
         rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
         coo = np.stack([rows, pattern.indices], axis=1).astype(np.int32)
 
+        def bcoo(data: Any) -> Any:
+            return jsparse.BCOO(
+                (data, jnp.asarray(coo)), shape=tuple(pattern.shape), indices_sorted=True, unique_indices=True
+            )
+
+        to_sparse = bcoo
+
     def body(f: Any, x: Any, _: Any, value: Any) -> Any:
         s, idx = jnp.asarray(seeds), jnp.asarray(index)
+        y = g = None  # f(x) and the gradient, computed where value asks for them
         if kind == "columns":
             y, lin = jax.linearize(f, x)
             compressed = jax.vmap(lin)(s)
@@ -800,10 +810,8 @@ def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
             _, lin = jax.linearize(jax.grad(f), x)
             compressed = jax.vmap(lin)(s)
         data: Any = jnp.reshape(compressed, (-1,))[idx]
-        if pattern is not None:
-            data = jsparse.BCOO(
-                (data, jnp.asarray(coo)), shape=tuple(pattern.shape), indices_sorted=True, unique_indices=True
-            )
+        if to_sparse is not None:
+            data = to_sparse(data)
         if not value:
             return data
         return (y, g, data) if kind == "star" else (y, data)

@@ -527,6 +527,7 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
     gen = torch.Generator().manual_seed(0)
     v = torch.randn(x0.shape, generator=gen, dtype=x0.dtype).to(x0.device)
     v = v / torch.linalg.vector_norm(v)
+    dy = xt = None  # the tangent of f(x) (forward), or the input the gradient is taken for (reverse)
     if forward:
         with _DUAL_LEVEL, fwAD.dual_level():
             y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x0.clone(), v), contexts))
@@ -537,7 +538,7 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
     if not y.is_floating_point():
         return
     w = torch.randn(y.shape, generator=gen, dtype=y.dtype).to(y.device)
-    if forward:
+    if xt is None:  # forward
         ad = 0.0 if dy is None else float((w * dy.detach()).sum())
     else:
         g = torch.autograd.grad(y, xt, w, allow_unused=True)[0] if y.requires_grad else None
