@@ -284,7 +284,7 @@ def _structural(eqn: Any, ins: list[Any], trace: Trace) -> Any:
     out = np.asarray(eqn.primitive.bind(*operands, **params)).astype(np.int64)
     stacked = sp.vstack(rows + [sp.csr_array((1, trace.n), dtype=bool)], format="csr")  # last row: none
     picked = np.where(out.ravel() < 0, offset, out.ravel())
-    return Tracer(_or_none(stacked[picked]), tuple(out.shape), trace, _np_dtype(eqn.outvars[0].aval.dtype))
+    return Tracer(_or_none(stacked.tocsr()[picked]), tuple(out.shape), trace, _np_dtype(eqn.outvars[0].aval.dtype))
 
 
 def _dot_general(eqn: Any, ins: list[Any], trace: Trace) -> Tracer:

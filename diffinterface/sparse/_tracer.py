@@ -165,7 +165,7 @@ class Tracer:
         raise self._opaque("its conversion to a NumPy array (np.asarray, a SciPy call or a write into a NumPy buffer)")
 
     # NumPy functions and ufuncs on a tracer run the namespace's (np.sin(x), A @ x with A a NumPy array)
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
         fn = getattr(self.trace.namespace, name, None)
         if method != "__call__" or fn is None or kwargs.get("out") is not None:
@@ -552,7 +552,8 @@ class Namespace:
             )
         va, vb = ta.ndim == 1, tb.ndim == 1
         sa, sb = ((1,) + ta.shape) if va else ta.shape, (tb.shape + (1,)) if vb else tb.shape
-        if sa[-1] != sb[-2 if len(sb) > 1 else 0]:
+        nb = len(sb)  # not len(sb) in the test below: a type checker would narrow sb to one dimension
+        if sa[-1] != sb[-2 if nb > 1 else 0]:
             raise ValueError(f"matmul: shapes {ta.shape} and {tb.shape} do not align")
         out_shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
         final = out_shape[:-2] + (() if va else (sa[-2],)) + (() if vb else (sb[-1],))
