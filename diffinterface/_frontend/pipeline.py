@@ -179,6 +179,7 @@ def prepare(
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
     layout = None
+    x_leaves: list[Any] = []  # the leaves of a structured x (with layout)
     inner_operator = operator
     if type(x) is complex:
         x = as_input(x)  # a Python complex: a 0-d complex128 array
