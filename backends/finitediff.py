@@ -35,7 +35,7 @@ import functools
 import importlib
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -63,6 +63,9 @@ from diffinterface.extend import (
 )
 
 from .finitediff_executor import evaluations
+
+if TYPE_CHECKING:
+    from diffinterface.extend import Contexts, Info, Target
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -142,7 +145,7 @@ class _Along:
     xp: Any
     r: float
 
-    def __init__(self, info: Any, x: Any, exponent: float) -> None:
+    def __init__(self, info: Info, x: Any, exponent: float) -> None:
         self.info, self.exponent = info, exponent
         self.kind = None
         self.namespace(x)
@@ -214,7 +217,7 @@ def _computing_for(fam: str | None, dtype: Any) -> Any:
     return record.computing(dtype)
 
 
-def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
+def _evaluator(target: Target, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
     dtype, dev = x.dtype, device(x)
     leaf = _complex_leaf if complex_step else copy_leaf
@@ -353,7 +356,7 @@ class _Job:
 
     def __init__(
         self,
-        target: Any,
+        target: Target,
         contexts: tuple[Any, ...],
         x: Any,
         points: _PointSet,
@@ -422,7 +425,7 @@ class Adapter(_Base):
 
     # -- evaluations ---------------------------------------------------------------------------
 
-    def _vectorizable(self, target: Any) -> None:
+    def _vectorizable(self, target: Target) -> None:
         if target.y is not None or target.layout is not None:
             what = "writes its output into a buffer y" if target.y is not None else "has a structured x or f(x)"
             raise TypeError(
@@ -432,7 +435,7 @@ class Adapter(_Base):
 
     def _values(
         self,
-        target: Any,
+        target: Target,
         contexts: tuple[Any, ...],
         x: Any,
         points: _PointSet,
@@ -448,7 +451,7 @@ class Adapter(_Base):
         job = _Job(target, contexts, x, points, complex_step, self.vectorized, y_shape)
         return iter(evaluations(job, recipes, self.executor, self.batch_size, target.call))
 
-    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         if self.vectorized:  # f takes a batch: this one point is a batch of one
             self._vectorizable(target)
             with _computing(x):
@@ -461,7 +464,13 @@ class Adapter(_Base):
             return _evaluator(target, contexts, x)(private_copy(x))
 
     def prepare(
-        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        info: Info,
     ) -> Runners:
         """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
         ``enable_x64`` for float64 x without global x64: else the steps and f's values were float32)."""
@@ -472,11 +481,11 @@ class Adapter(_Base):
             return runners
         plain, value = runners.plain, runners.value
 
-        def plain_in(x: Any, ts: Any, cs: Any) -> Any:
+        def plain_in(x: Any, ts: Any, cs: Contexts) -> Any:
             with _computing(x):
                 return plain(x, ts, cs)
 
-        def value_in(x: Any, ts: Any, cs: Any) -> Any:
+        def value_in(x: Any, ts: Any, cs: Contexts) -> Any:
             with _computing(x):
                 return value(x, ts, cs)
 
@@ -487,7 +496,9 @@ class Adapter(_Base):
 
     # -- first order -----------------------------------------------------------------------------
 
-    def _jacobian(self, data: Any, target: Any, x: Any, contexts: tuple[Any, ...], want_value: bool) -> tuple[Any, ...]:
+    def _jacobian(
+        self, data: Any, target: Target, x: Any, contexts: tuple[Any, ...], want_value: bool
+    ) -> tuple[Any, ...]:
         """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
         method = self.method
         p = _Points(x, self._exponent("first"), self.rel_step)
@@ -528,13 +539,13 @@ class Adapter(_Base):
         jac = xp.reshape(xp.stack([xp.reshape(c, (-1,)) for c in cols], axis=1), y_shape + x_shape)
         return y0, jac
 
-    def prepare_jacobian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_jacobian(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
-    def value_and_jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_and_jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, True)
 
-    def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, False)[1]
 
     # gradient and derivative are Jacobians of shape x.shape and f(x).shape: same code, same counts.
@@ -542,7 +553,9 @@ class Adapter(_Base):
     value_and_gradient = value_and_derivative = value_and_jacobian
     gradient = derivative = jacobian
 
-    def _pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any, want_value: Any) -> Any:
+    def _pushforward(
+        self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts, want_value: Any
+    ) -> Any:
         if type(data) is not _Along:  # an Info from another adapter's preparation (one that delegates here)
             data = _Along(data, x, self._exponent("first"))
         xp, r = data.namespace(x)
@@ -593,26 +606,26 @@ class Adapter(_Base):
                 results.append((y0 - next(values)) / k)
         return y0, tuple(results)
 
-    def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_pushforward(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
         return _Along(info, x, self._exponent("first"))
 
-    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def value_and_pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, True)
 
-    def pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, False)[1]
 
     # -- second order: central second differences ------------------------------------------------
 
-    def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_second_derivative(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
     prepare_hessian = prepare_second_derivative
 
-    def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_hvp(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
-    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+    def _hessian(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
         """The Hessian; ``f(x)``, which its diagonal needs, joins the points where ``y0`` is None."""
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
@@ -639,7 +652,7 @@ class Adapter(_Base):
             return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
-    def _hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def _hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
@@ -669,21 +682,21 @@ class Adapter(_Base):
             results.append(xp.reshape(xp.stack(out), p.shape))
         return tuple(results)
 
-    def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._hessian(data, target, x, contexts, data.take_value())
 
-    def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_gradient_and_hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         y0, grad = self._jacobian(data, target, x, contexts, True)
         return y0, grad, self._hessian(data, target, x, contexts, y0)
 
-    def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def gradient_and_hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
 
-    def _second_derivative(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+    def _second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
         first = y0 is None
@@ -697,10 +710,10 @@ class Adapter(_Base):
         plus = next(values)
         return (plus - 2 * y0 + next(values)) / (step * step)
 
-    def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._second_derivative(data, target, x, contexts, data.take_value())
 
-    def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_derivative_and_second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         y0, der = self._jacobian(data, target, x, contexts, True)
         return y0, der, self._second_derivative(data, target, x, contexts, y0)
 

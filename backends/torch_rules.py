@@ -27,7 +27,7 @@ no rules of their own).
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from diffinterface.extend import (
 )
 
 from .torch import as_tensor
+
+if TYPE_CHECKING:
+    pass
 
 _Tensor = torch.Tensor
 

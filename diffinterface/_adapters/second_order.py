@@ -15,12 +15,15 @@ above the adapters, and nothing below it calls back up.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.arrays import output_like, private_copy
 from .._core.configs import adapter_for
 from .._core.operators import PUSHFORWARD, Operator
 from .target import Target
+
+if TYPE_CHECKING:
+    from .target import Target
 
 
 class Nested:
@@ -33,7 +36,7 @@ class Nested:
         operator: Operator,
         outer: Any,
         inner: Any,
-        target: Any,
+        target: Target,
         x: Any,
         tangents: tuple[Any, ...],
         contexts: tuple[Any, ...],

@@ -9,10 +9,13 @@ returns it; the user's ``y`` is only a template and is never modified).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
 
 class Target:
@@ -110,7 +113,7 @@ class Target:
         if y is None:
             return self.over(fn)
 
-        def out_of_place(x: Any, *contexts: Any) -> Any:
+        def out_of_place(x: Any, *contexts: Contexts) -> Any:
             buffer = duplicate(y, leaf)
             fn(buffer, x, *contexts)
             return buffer

@@ -9,7 +9,7 @@ its public call through validation, preparation and the runners back to the user
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,14 +46,20 @@ from .prep import Prep
 from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _call(operator: Operator, backend: Any, y: Any) -> str:
+    from .._adapters.contract import Info
+    from .._core.configs import Backend
+
+
+def _call(operator: Operator, backend: Backend, y: Any) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
     return call_repr(operator.name, backend, args)
 
 
-def _adapter(operator: Operator, backend: Any, call: str) -> Any:
+def _adapter(operator: Operator, backend: Backend, call: str) -> Any:
     if isinstance(backend, SecondOrder):
         if operator.order != 2:
             raise TypeError(
@@ -127,7 +133,7 @@ def _tangents(
     return tuple(out), batched
 
 
-def _check_output(operator: Operator, info: Any, call: str) -> None:
+def _check_output(operator: Operator, info: Info, call: str) -> None:
     if operator.scalar_output and info.y_shape != ():
         hint = "jacobian" if operator.order == 1 else "jacobian of the gradient, or hvp of a scalar function"
         raise ValueError(
@@ -163,8 +169,8 @@ def _structured_tangents(
 
 def prepare(
     operator: Operator,
-    backend: Any,
-    f: Any,
+    backend: Backend,
+    f: Callable[..., Any],
     x: Any,
     *,
     tangent: Any = None,
@@ -301,8 +307,8 @@ def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: st
 
 def resolve(
     operator: Operator,
-    backend: Any,
-    f: Any,
+    backend: Backend,
+    f: Callable[..., Any],
     x: Any,
     *,
     tangent: Any,
@@ -327,7 +333,14 @@ def resolve(
 
 
 def reused(
-    operator: Operator, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    holomorphic: bool,
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
@@ -371,7 +384,7 @@ def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
+def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
     if kind == "out":
@@ -381,8 +394,8 @@ def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, 
 
 def run(
     operator: Operator,
-    backend: Any,
-    f: Any,
+    backend: Backend,
+    f: Callable[..., Any],
     x: Any,
     *,
     tangent: Any = None,
@@ -435,7 +448,13 @@ def run(
 
 
 def run_prepared(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    contexts: tuple[Any, ...],
+    out: Any = None,
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
@@ -449,7 +468,13 @@ def run_prepared(
 
 
 def run_prepared_tangent(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
@@ -478,7 +503,14 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 
 
 def _structured(
-    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: Operator, backend: Any
+    prep: Prep,
+    value: bool,
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    out: Any,
+    operator: Operator,
+    backend: Backend,
 ) -> Any:
     """A call with a structured x or f(x): the structures come back built (``StructuredRunners``)."""
     if out is not None:
@@ -489,7 +521,7 @@ def _structured(
     return prep.data.run(value, x, tangent, contexts)
 
 
-def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = None) -> Any:
+def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
 

@@ -25,9 +25,14 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._core.configs import Backend
 
 FD_HESSIAN_SIZE = 1_000  # finite-difference Hessians are timed at this size (4n evaluations per color)
 
@@ -232,7 +237,7 @@ def _against_jax_packages(
     row: dict[str, Any],
     problem: Any,
     x: Any,
-    backend: Any,
+    backend: Backend,
     op: Any,
     prep: Any,
     pattern: Any,
@@ -415,7 +420,7 @@ def _block(result: Any) -> Any:
     return result
 
 
-def _asdex_row(row: dict[str, Any], f: Any, x: Any, is_jac: bool, ours: Any, timing: Any) -> None:
+def _asdex_row(row: dict[str, Any], f: Callable[..., Any], x: Any, is_jac: bool, ours: Any, timing: Any) -> None:
     import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
     import jax
 

@@ -30,9 +30,12 @@ rule for index sets is a method of the tracer.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _sp() -> Any:
@@ -172,7 +175,7 @@ class Tracer:
             raise self._opaque(f"numpy.{ufunc.__name__}.{method}")
         return fn(*inputs)
 
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    def __array_function__(self, func: Callable[..., Any], types: Any, args: Any, kwargs: Any) -> Any:
         if func.__name__ in ("ndim", "shape", "size") and len(args) == 1 and not kwargs:  # np.shape(x), ...
             return getattr(args[0], func.__name__)
         name = _FUNCTION_NAMES.get(func.__name__, func.__name__)
