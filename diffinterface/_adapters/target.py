@@ -16,6 +16,7 @@ from .._closures.plan import StatePlan, copy_leaf, duplicate
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 class Target:
@@ -113,7 +114,7 @@ class Target:
         if y is None:
             return self.over(fn)
 
-        def out_of_place(x: Any, *contexts: Contexts) -> Any:
+        def out_of_place(x: Array, *contexts: Contexts) -> Any:
             buffer = duplicate(y, leaf)
             fn(buffer, x, *contexts)
             return buffer

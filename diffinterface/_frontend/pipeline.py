@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from .._adapters.contract import Info
     from .._core.configs import Backend
+    from .._core.types import Array
 
 
 def _call(operator: Operator, backend: Backend, y: Any) -> str:
@@ -94,7 +95,7 @@ def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
     )
 
 
-def _check_x(x: Any, call: str, name: str = "x") -> Any:
+def _check_x(x: Array, call: str, name: str = "x") -> Any:
     if family(x) is None:
         raise TypeError(
             f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
@@ -108,7 +109,7 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
 
 
 def _tangents(
-    tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
+    tangent: Any, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     batched = isinstance(tangent, tuple)
@@ -142,7 +143,7 @@ def _check_output(operator: Operator, info: Info, call: str) -> None:
         )
 
 
-def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
+def _structured_x(x: Array, call: str) -> tuple[Layout, list[Any]]:
     """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays) and its leaves, checked."""
     if isinstance(x, (bool, int, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
         _check_x(x, call)  # the error for a value that is neither an array nor a structure
@@ -157,7 +158,7 @@ def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
 
 
 def _structured_tangents(
-    tangent: Any, structure: Structure, like: Any, call: str, name: str
+    tangent: Any, structure: Structure, like: Array, call: str, name: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A tangent shaped like ``structure`` (or a tuple of them): ``(flat tangents, leaf lists)``."""
     try:
@@ -171,7 +172,7 @@ def prepare(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...] = (),
@@ -280,7 +281,7 @@ def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -
     return JACOBIAN if operator is DERIVATIVE else operator
 
 
-def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
+def _output_info(adapter: Any, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if target.closure == "const" and traced is not None:
         return const_trace_checked(
@@ -309,7 +310,7 @@ def resolve(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     *,
     tangent: Any,
     contexts: tuple[Any, ...],
@@ -336,7 +337,7 @@ def reused(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     tangent: Any,
     contexts: tuple[Any, ...],
     y: Any,
@@ -363,14 +364,14 @@ def reused(
     return None
 
 
-def _arguments(operator: Operator, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arguments(operator: Operator, x: Array, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments a prep is checked against, in the order of ``Prep.names``."""
     if operator.tangent is not None:
         return (x, tangent) + ((y,) if y is not None else ()) + contexts
     return (x,) + ((y,) if y is not None else ()) + contexts
 
 
-def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
+def tangents_of(tangent: Any, x: Array) -> tuple[Any, ...]:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
     items = tangent if type(tangent) is tuple else (tangent,)
     kind = type(x)
@@ -384,7 +385,7 @@ def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
+def _convert(kind: str, result: Any, x: Array, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
     if kind == "out":
@@ -396,7 +397,7 @@ def run(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...],
@@ -452,7 +453,7 @@ def run_prepared(
     prep: Prep,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     contexts: tuple[Any, ...],
     out: Any = None,
 ) -> Any:
@@ -472,7 +473,7 @@ def run_prepared_tangent(
     prep: Prep,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
+    x: Array,
     tangent: Any,
     contexts: tuple[Any, ...],
 ) -> Any:
@@ -484,7 +485,7 @@ def run_prepared_tangent(
     return result if type(result) is type(x) else _like_x(prep, result, x)
 
 
-def _like_x(prep: Prep, result: Any, x: Any) -> Any:
+def _like_x(prep: Prep, result: Any, x: Array) -> Any:
     """A prepared call's result in the family of the user's ``x`` (:func:`finish` without ``out=``).
 
     A dense result of another family for a numpy ``x`` is converted by the family's ``to_numpy``
@@ -505,7 +506,7 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 def _structured(
     prep: Prep,
     value: bool,
-    x: Any,
+    x: Array,
     tangent: Any,
     contexts: tuple[Any, ...],
     out: Any,
@@ -521,7 +522,7 @@ def _structured(
     return prep.data.run(value, x, tangent, contexts)
 
 
-def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
+def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
 
@@ -549,7 +550,7 @@ def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Backen
     return out
 
 
-def tangent_result(results: tuple[Any, ...], tangent: Any, x: Any) -> Any:
+def tangent_result(results: tuple[Any, ...], tangent: Any, x: Array) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
     if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)

@@ -37,6 +37,8 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._core.types import Array
+
 
 def _sp() -> Any:
     import scipy.sparse as sp
@@ -403,12 +405,12 @@ class Namespace:
     def full(self, shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(shape, dtype)
 
-    def zeros_like(self, x: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def zeros_like(self, x: Array, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
     ones_like = empty_like = zeros_like
 
-    def full_like(self, x: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def full_like(self, x: Array, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
     def arange(self, *args: Any, **kwargs: Any) -> Tracer:
@@ -420,12 +422,12 @@ class Namespace:
     def eye(self, n_rows: int, n_cols: int | None = None, **kwargs: Any) -> Tracer:
         return self._const((n_rows, n_cols if n_cols is not None else n_rows), kwargs.get("dtype"))
 
-    def astype(self, x: Any, dtype: Any, copy: Any = True, device: Any = None) -> Tracer:
+    def astype(self, x: Array, dtype: Any, copy: Any = True, device: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return Tracer(x.deps, x.shape, self.trace, dtype)
 
     # elementwise
-    def _unary(self, x: Any, kind: str) -> Tracer:
+    def _unary(self, x: Array, kind: str) -> Tracer:
         x = _lift(x, self.trace)
         if kind == "constant":
             return Tracer(None, x.shape, self.trace, x.dtype)
@@ -475,11 +477,11 @@ class Namespace:
         shape, (_, ra, rb) = _broadcast(cond, ta, tb)
         return Tracer(_union([ra, rb]), shape, self.trace, _dtype(a, b))
 
-    def clip(self, x: Any, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - the array API's names
+    def clip(self, x: Array, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - the array API's names
         return self._unary(x, "piecewise")
 
     # reductions
-    def _reduce(self, x: Any, axis: Any, keepdims: bool, nonlinear: bool) -> Tracer:
+    def _reduce(self, x: Array, axis: Any, keepdims: bool, nonlinear: bool) -> Tracer:
         x = _lift(x, self.trace)
         axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(a % x.ndim for a in axes) if x.ndim else ()
@@ -500,26 +502,26 @@ class Namespace:
             self.trace.nonlinear(deps)
         return Tracer(_or_none(deps), final_shape, self.trace, x.dtype)
 
-    def sum(self, x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def sum(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def mean(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def prod(self, x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def prod(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
-    def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def max(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
     min = max
 
-    def std(self, x: Any, axis: Any = None, correction: Any = 0.0, keepdims: bool = False) -> Tracer:
+    def std(self, x: Array, axis: Any = None, correction: Any = 0.0, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
     var = std
 
-    def cumulative_sum(self, x: Any, axis: Any = None, dtype: Any = None, include_initial: bool = False) -> Tracer:
+    def cumulative_sum(self, x: Array, axis: Any = None, dtype: Any = None, include_initial: bool = False) -> Tracer:
         x = _lift(x, self.trace)
         if include_initial:
             raise TracerError("the sparsity tracer does not follow cumulative_sum(include_initial=True)")
@@ -594,42 +596,42 @@ class Namespace:
         raise TracerError("the sparsity tracer follows tensordot as a matrix product only (axes=1)")
 
     # shapes and joins
-    def reshape(self, x: Any, shape: Any, copy: Any = None) -> Tracer:
+    def reshape(self, x: Array, shape: Any, copy: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, _positions(x.shape).reshape(shape))
 
-    def permute_dims(self, x: Any, axes: Any) -> Tracer:
+    def permute_dims(self, x: Array, axes: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.transpose(_positions(x.shape), axes))
 
-    def matrix_transpose(self, x: Any) -> Tracer:
+    def matrix_transpose(self, x: Array) -> Tracer:
         return _lift(x, self.trace).mT
 
-    def expand_dims(self, x: Any, axis: int = 0) -> Tracer:
+    def expand_dims(self, x: Array, axis: int = 0) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.expand_dims(_positions(x.shape), axis))
 
-    def squeeze(self, x: Any, axis: Any) -> Tracer:
+    def squeeze(self, x: Array, axis: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.squeeze(_positions(x.shape), axis))
 
-    def flip(self, x: Any, axis: Any = None) -> Tracer:
+    def flip(self, x: Array, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.flip(_positions(x.shape), axis))
 
-    def roll(self, x: Any, shift: Any, axis: Any = None) -> Tracer:
+    def roll(self, x: Array, shift: Any, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.roll(_positions(x.shape), shift, axis))
 
-    def moveaxis(self, x: Any, source: Any, destination: Any) -> Tracer:
+    def moveaxis(self, x: Array, source: Any, destination: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.moveaxis(_positions(x.shape), source, destination))
 
-    def broadcast_to(self, x: Any, shape: Any) -> Tracer:
+    def broadcast_to(self, x: Array, shape: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.broadcast_to(_positions(x.shape), shape))
 
-    def take(self, x: Any, indices: Any, axis: Any = None) -> Tracer:
+    def take(self, x: Array, indices: Any, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.take(_positions(x.shape), np.asarray(_key(indices)), axis=axis))
 
