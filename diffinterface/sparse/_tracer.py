@@ -171,7 +171,8 @@ class Tracer:
 
     # NumPy functions and ufuncs on a tracer run the namespace's (np.sin(x), A @ x with A a NumPy array)
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+        ufunc_name: str = ufunc.__name__
+        name = _UFUNC_NAMES.get(ufunc_name, ufunc_name)
         fn = getattr(self.trace.namespace, name, None)
         if method != "__call__" or fn is None or kwargs.get("out") is not None:
             raise self._opaque(f"numpy.{ufunc.__name__}.{method}")
