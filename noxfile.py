@@ -108,13 +108,14 @@ def wheel(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) and mypy over the package and the engines' adapters (the root backends/
-    folder; configured in pyproject.toml)."""
+    """ruff (lint and format), mypy and pyright (standard mode, no error) over the package and the
+    engines' adapters (the root backends/ folder; configured in pyproject.toml)."""
     session.install(TORCH)
     session.install("-e", ".[all,lint]")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
     session.run("mypy", "diffinterface", "backends")
+    session.run("pyright", "diffinterface", "backends")
 
 
 @nox.session

@@ -43,6 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import ShapedArray
 from jax.custom_derivatives import SymbolicZero, linear_call
 
 from diffinterface.extend import (
@@ -235,7 +236,9 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         active = tuple(v is not None for v in live)
         values = tuple(a if a is not None else c for a, c in zip(live, const))
         if type(ct) is SymbolicZero:
-            ct = jnp.zeros(ct.shape, ct.dtype)
+            aval = ct.aval  # SymbolicZero forwards shape and dtype to it, out of a type checker's sight
+            assert isinstance(aval, ShapedArray), aval  # a zero cotangent of an array output
+            ct = jnp.zeros(aval.shape, aval.dtype)
         if rule.opaque:
             wanted = _cotangent_structs(values, active)
             got = iter(_host(_reverse_host(rule, kwargs, active), wanted, values + (ct,), rule.vectorized))

@@ -9,10 +9,14 @@ returns it; the user's ``y`` is only a template and is never modified).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 class Target:
@@ -110,7 +114,7 @@ class Target:
         if y is None:
             return self.over(fn)
 
-        def out_of_place(x: Any, *contexts: Any) -> Any:
+        def out_of_place(x: Array, *contexts: Contexts) -> Any:
             buffer = duplicate(y, leaf)
             fn(buffer, x, *contexts)
             return buffer

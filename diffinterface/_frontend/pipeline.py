@@ -9,7 +9,7 @@ its public call through validation, preparation and the runners back to the user
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,14 +46,21 @@ from .prep import Prep
 from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _call(operator: Operator, backend: Any, y: Any) -> str:
+    from .._adapters.contract import Info
+    from .._core.configs import Backend
+    from .._core.types import Array
+
+
+def _call(operator: Operator, backend: Backend, y: Any) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
     return call_repr(operator.name, backend, args)
 
 
-def _adapter(operator: Operator, backend: Any, call: str) -> Any:
+def _adapter(operator: Operator, backend: Backend, call: str) -> Any:
     if isinstance(backend, SecondOrder):
         if operator.order != 2:
             raise TypeError(
@@ -88,7 +95,7 @@ def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
     )
 
 
-def _check_x(x: Any, call: str, name: str = "x") -> Any:
+def _check_x(x: Array, call: str, name: str = "x") -> Any:
     if family(x) is None:
         raise TypeError(
             f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
@@ -108,7 +115,7 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
 
 
 def _tangents(
-    tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
+    tangent: Any, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     batched = isinstance(tangent, tuple)
@@ -133,7 +140,7 @@ def _tangents(
     return tuple(out), batched
 
 
-def _check_output(operator: Operator, info: Any, call: str) -> None:
+def _check_output(operator: Operator, info: Info, call: str) -> None:
     if operator.scalar_output and info.y_shape != ():
         hint = "jacobian" if operator.order == 1 else "jacobian of the gradient, or hvp of a scalar function"
         raise ValueError(
@@ -148,7 +155,7 @@ def _check_output(operator: Operator, info: Any, call: str) -> None:
         )
 
 
-def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
+def _structured_x(x: Array, call: str) -> tuple[Layout, list[Any]]:
     """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays) and its leaves, checked."""
     if isinstance(x, (bool, int, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
         _check_x(x, call)  # the error for a value that is neither an array nor a structure
@@ -163,7 +170,7 @@ def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
 
 
 def _structured_tangents(
-    tangent: Any, structure: Structure, like: Any, call: str, name: str
+    tangent: Any, structure: Structure, like: Array, call: str, name: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A tangent shaped like ``structure`` (or a tuple of them): ``(flat tangents, leaf lists)``."""
     try:
@@ -175,9 +182,9 @@ def _structured_tangents(
 
 def prepare(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...] = (),
@@ -191,6 +198,7 @@ def prepare(
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
     layout = None
+    x_leaves: list[Any] = []  # the leaves of a structured x (with layout)
     inner_operator = operator
     if type(x) is complex:
         x = as_input(x)  # a Python complex: a 0-d complex128 array
@@ -285,7 +293,7 @@ def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -
     return JACOBIAN if operator is DERIVATIVE else operator
 
 
-def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
+def _output_info(adapter: Any, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if target.closure == "const" and traced is not None:
         return const_trace_checked(
@@ -324,9 +332,9 @@ def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: st
 
 def resolve(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any,
     contexts: tuple[Any, ...],
@@ -350,7 +358,14 @@ def resolve(
 
 
 def reused(
-    operator: Operator, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    holomorphic: bool,
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
@@ -373,14 +388,14 @@ def reused(
     return None
 
 
-def _arguments(operator: Operator, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arguments(operator: Operator, x: Array, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments a prep is checked against, in the order of ``Prep.names``."""
     if operator.tangent is not None:
         return (x, tangent) + ((y,) if y is not None else ()) + contexts
     return (x,) + ((y,) if y is not None else ()) + contexts
 
 
-def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
+def tangents_of(tangent: Any, x: Array) -> tuple[Any, ...]:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
     items = tangent if type(tangent) is tuple else (tangent,)
     kind = type(x)
@@ -394,7 +409,7 @@ def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
+def _convert(kind: str, result: Any, x: Array, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
     if kind == "out":
@@ -404,9 +419,9 @@ def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, 
 
 def run(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...],
@@ -458,7 +473,13 @@ def run(
 
 
 def run_prepared(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    contexts: tuple[Any, ...],
+    out: Any = None,
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
@@ -472,7 +493,13 @@ def run_prepared(
 
 
 def run_prepared_tangent(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
@@ -482,7 +509,7 @@ def run_prepared_tangent(
     return result if type(result) is type(x) else _like_x(prep, result, x)
 
 
-def _like_x(prep: Prep, result: Any, x: Any) -> Any:
+def _like_x(prep: Prep, result: Any, x: Array) -> Any:
     """A prepared call's result in the family of the user's ``x`` (:func:`finish` without ``out=``).
 
     A dense result of another family for a numpy ``x`` is converted by the family's ``to_numpy``
@@ -501,7 +528,14 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 
 
 def _structured(
-    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: Operator, backend: Any
+    prep: Prep,
+    value: bool,
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    out: Any,
+    operator: Operator,
+    backend: Backend,
 ) -> Any:
     """A call with a structured x or f(x): the structures come back built (``StructuredRunners``).
     ``out=`` receives a result that is one array (a complex x's gradient or Jacobian)."""
@@ -522,7 +556,7 @@ def _structured(
     return tuple(parts) if value else parts[0]
 
 
-def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = None) -> Any:
+def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
 
@@ -550,7 +584,7 @@ def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = 
     return out
 
 
-def tangent_result(results: tuple[Any, ...], tangent: Any, x: Any) -> Any:
+def tangent_result(results: tuple[Any, ...], tangent: Any, x: Array) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
     if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.arrays import as_input, describe, is_native
 from .._core.contexts import Context
 from .._core.errors import PreparationMismatchError
 from .._core.operators import Operator
 from .sparse_results import SparsePlan
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._adapters.target import Target
+    from .._core.configs import Backend
 
 
 def signature(value: Any) -> Any:
@@ -39,7 +45,7 @@ def describe_arg(value: Any) -> str:
     return describe(value)
 
 
-def same_function(f: Any, g: Any) -> bool:
+def same_function(f: Callable[..., Any], g: Any) -> bool:
     """Identity, except that bound methods (a new object at every attribute access) compare by value."""
     return f is g or (isinstance(f, types.MethodType) and f == g)
 
@@ -102,11 +108,11 @@ class Prep:
     def __init__(
         self,
         operator: Operator,
-        backend: Any,
-        f: Any,
+        backend: Backend,
+        f: Callable[..., Any],
         adapter: Any,
         data: Any,
-        target: Any,
+        target: Target,
         names: Any,
         args: Any,
         strict: Any,
@@ -169,12 +175,12 @@ class Prep:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
         return f"Prep({self.operator}, {self.backend!r}, made for {made})"
 
-    def call(self, operator: Operator, backend: Any) -> str:
+    def call(self, operator: Operator, backend: Backend) -> str:
         """The call as the user wrote it, for messages: ``pushforward(AutoJAX(), f, x, tx)``."""
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
-    def check(self, operator: Operator, backend: Any, f: Any, args: tuple[Any, ...]) -> None:
+    def check(self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
 
         This is on the prepared fast path: messages are formatted only on failure.
@@ -248,5 +254,5 @@ class Prep:
         )
 
 
-def _fname(f: Any) -> str:
+def _fname(f: Callable[..., Any]) -> str:
     return f"{getattr(f, '__qualname__', type(f).__name__)} at {id(f):#x}"

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import DERIVATIVE
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_derivative(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     strict: bool = True,
     holomorphic: bool = False,
@@ -36,7 +39,7 @@ def value_and_derivative(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
     holomorphic: bool = False,
@@ -56,7 +59,7 @@ def derivative(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
     holomorphic: bool = False,

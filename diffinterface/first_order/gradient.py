@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import GRADIENT
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
-def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
+
+def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, strict: bool = True) -> Prep:
     """Prepare :func:`gradient` and :func:`value_and_gradient` for arguments shaped like these.
 
     Example:
@@ -25,7 +28,7 @@ def prepare_gradient(backend: Backend, f: Callable[..., Any], x: Any, *contexts:
 
 
 def value_and_gradient(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None, out: Any = None
 ) -> tuple[Any, ...]:
     """``(f(x), grad)``; ``out=`` receives the gradient.
 
@@ -39,7 +42,7 @@ def value_and_gradient(
 
 
 def gradient(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None, out: Any = None
 ) -> Any:
     """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given.
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import JACOBIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     strict: bool = True,
     holomorphic: bool = False,
@@ -37,7 +40,7 @@ def value_and_jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
     out: Any = None,
@@ -58,7 +61,7 @@ def jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
     out: Any = None,

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import PULLBACK
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Contexts, y: Any = None, strict: bool = True
 ) -> Prep:
     """Prepare :func:`pullback` and :func:`value_and_pullback` for arguments shaped like these.
 
@@ -27,7 +30,13 @@ def prepare_pullback(
 
 
 def value_and_pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -42,7 +51,13 @@ def value_and_pullback(
 
 
 def pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
 ) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple.
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import PUSHFORWARD
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Contexts, y: Any = None, strict: bool = True
 ) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these.
 
@@ -28,7 +31,13 @@ def prepare_pushforward(
 
 
 def value_and_pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -45,7 +54,13 @@ def value_and_pushforward(
 
 
 def pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple.
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import HESSIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
-def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
+
+def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, strict: bool = True) -> Prep:
     """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these.
 
     Example:
@@ -26,7 +29,7 @@ def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: 
 
 
 def value_gradient_and_hessian(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None, out: Any = None
 ) -> tuple[Any, ...]:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian.
 
@@ -40,7 +43,7 @@ def value_gradient_and_hessian(
 
 
 def hessian(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None, out: Any = None
 ) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import HVP
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
-def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, strict: bool = True) -> Prep:
+
+def prepare_hvp(
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Contexts, strict: bool = True
+) -> Prep:
     """Prepare :func:`hvp` and :func:`gradient_and_hvp` for arguments shaped like these.
 
     Example:
@@ -25,7 +30,7 @@ def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *conte
 
 
 def gradient_and_hvp(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None
+    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Contexts, prep: Prep | None = None
 ) -> tuple[Any, ...]:
     """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products.
 
@@ -39,7 +44,7 @@ def gradient_and_hvp(
     return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep, value=True)
 
 
-def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
+def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Contexts, prep: Prep | None = None) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple.
 
     Example:

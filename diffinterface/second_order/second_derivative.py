@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import SECOND_DERIVATIVE
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_second_derivative(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, strict: bool = True
 ) -> Prep:
     """Prepare :func:`second_derivative` and :func:`value_derivative_and_second_derivative`.
 
@@ -27,7 +30,7 @@ def prepare_second_derivative(
 
 
 def value_derivative_and_second_derivative(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None
 ) -> tuple[Any, ...]:
     """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``.
 
@@ -40,7 +43,9 @@ def value_derivative_and_second_derivative(
     return run(SECOND_DERIVATIVE, backend, f, x, contexts=contexts, prep=prep, value=True)
 
 
-def second_derivative(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None) -> Any:
+def second_derivative(
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, prep: Prep | None = None
+) -> Any:
     """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``.
 
     Example:
