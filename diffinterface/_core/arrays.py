@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-NUMPY, JAX, TORCH, AUTOGRAD = "numpy", "jax", "torch", "autograd"
+NUMPY, JAX, TORCH, AUTOGRAD, MLX = "numpy", "jax", "torch", "autograd", "mlx"
 
 
 class ArrayFamily:
@@ -245,6 +245,30 @@ register_family(
     )
 )
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
+
+
+def _mlx_from_numpy(value: Any, like: Any = None) -> Any:
+    """A numpy value as an ``mlx.core.array`` of the same dtype (``mx.array`` of a float64 numpy array
+    would give float32 without the explicit dtype); float64 is kept (MLX computes it on the CPU)."""
+    mx = sys.modules["mlx.core"]
+    value = np.asarray(value)
+    dtype = getattr(mx, "bool_" if value.dtype == np.bool_ else value.dtype.name, None)
+    return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
+def _mlx_private_copy(value: Any) -> Any:
+    """A new ``mlx.core.array`` over the same data: MLX's item assignment replaces the written array's
+    node, so a write into the copy leaves ``value`` as it was."""
+    return sys.modules["mlx.core"].array(value)
+
+
+def _mlx_copy_into(out: Any, result: Any) -> None:
+    out[...] = result
+
+
+register_family(
+    ArrayFamily(MLX, "mlx.core.array", np.asarray, _mlx_from_numpy, None, _mlx_private_copy, copy_into=_mlx_copy_into)
+)
 
 
 _PYTHON_TYPES = frozenset(
