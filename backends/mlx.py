@@ -75,6 +75,8 @@ from diffinterface.extend import (
     Adapter as _Base,
 )
 
+from .mlx_rules import SECOND_ORDER
+
 # -- dtypes and conversions ------------------------------------------------------------------------
 
 
@@ -506,11 +508,18 @@ class _Prepared:
     def _runner(self, value: bool) -> Any:
         operator = self.operator
 
+        second = operator.order == 2
+
         def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
-            with _context(self.x_dtype):
-                xm, ts = self._inputs(x, tangents)
-                ctx, state = self.function.arguments(contexts)
-                out = self._call(value, xm, ts, ctx, state)
+            token = SECOND_ORDER.set(True) if second else None  # an opaque custom rule refuses it (mlx_rules)
+            try:
+                with _context(self.x_dtype):
+                    xm, ts = self._inputs(x, tangents)
+                    ctx, state = self.function.arguments(contexts)
+                    out = self._call(value, xm, ts, ctx, state)
+            finally:
+                if token is not None:
+                    SECOND_ORDER.reset(token)
             if value:
                 primal, result = out
                 return value_form(operator, primal, result, _same)
