@@ -198,8 +198,8 @@ class _ArrayAPI:
         with self._lock:
             if _ArrayAPI._depth == 0:
                 _ArrayAPI._saved = mx.array.__dict__.get("__array_namespace__")
-                mx.array.__array_namespace__ = _array_namespace
-                mx.array.device = _device
+                setattr(mx.array, "__array_namespace__", _array_namespace)  # noqa: B010 - MLX's type, patched for the call
+                setattr(mx.array, "device", _device)  # noqa: B010
             _ArrayAPI._depth += 1
 
     def __exit__(self, *exc: Any) -> None:
@@ -207,8 +207,8 @@ class _ArrayAPI:
             _ArrayAPI._depth -= 1
             if _ArrayAPI._depth == 0:
                 if _ArrayAPI._saved is not None:
-                    mx.array.__array_namespace__ = _ArrayAPI._saved
-                del mx.array.device
+                    setattr(mx.array, "__array_namespace__", _ArrayAPI._saved)  # noqa: B010
+                delattr(mx.array, "device")  # noqa: B043
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:
@@ -619,7 +619,8 @@ def _check_lost(function: _Function, args: tuple[Any, Any], x: Any, y: Any, call
     differentiates leads from ``f(x)`` back to ``x`` (``mx.stop_gradient`` on the whole way, a round
     trip through numpy or ``.item()``): a NaN cotangent reaches ``x`` along every path MLX follows
     (``0 * NaN`` is NaN), so a gradient without a NaN means none; a constant ``f`` is fine (its
-    derivatives are zeros). A step of ``sqrt(eps)`` along a fixed direction tells them apart."""
+    derivatives are zeros). A step of ``sqrt(eps)`` along a fixed direction tells them apart (an ``f``
+    constant over a step, ``floor`` away from its jumps, counts as constant)."""
     floating = (mx.float16, mx.bfloat16, mx.float32, mx.float64)
     if y.dtype not in floating or x.dtype not in floating or x.size == 0 or y.size == 0:
         return
@@ -629,8 +630,10 @@ def _check_lost(function: _Function, args: tuple[Any, Any], x: Any, y: Any, call
             return
     except Exception:  # noqa: BLE001 - a function MLX cannot reverse: the operator's own call reports it
         return
-    eps = float(np.finfo(_np_dtype(x.dtype)).eps)
-    step = math.sqrt(eps) * max(1.0, mx.max(mx.abs(x)).item())
+    # the coarser precision of x and f(x): f may compute in float32 from a float64 x (mx.array of a numpy
+    # float64 array is float32), where a float64-sized step would vanish
+    eps = max(float(np.finfo(_np_dtype(x.dtype)).eps), float(np.finfo(_np_dtype(y.dtype)).eps))
+    step = math.sqrt(eps) * max(1.0, float(np.asarray(mx.max(mx.abs(x)))))
     direction = mx.reshape(mx.linspace(0.5, 1.5, x.size, dtype=x.dtype), x.shape)
     moved = function(*args)(x + step * direction)
     if mx.array_equal(moved, y, equal_nan=True).item():

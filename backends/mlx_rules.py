@@ -5,7 +5,8 @@ primals and the output, not a residual of the forward call) and a ``jvp`` (the f
 An opaque rule's bodies get numpy arrays (MLX arrays are converted; their results come back as MLX
 arrays of the primal's dtype); an array-API rule's bodies get the MLX arrays themselves, so MLX
 differentiates its rules again where an outer transformation asks (a second derivative). MLX hands
-no activity to a custom VJP: every argument is passed as ``Active``.
+no activity to a custom VJP (every argument is passed as ``Active`` there); a custom JVP gets None
+as the tangent of an argument that is not pushed (``Const`` there).
 
 An opaque rule cannot be differentiated twice (its rules run on numpy): inside the second-order
 operators of ``AutoMLX`` it raises ``SecondOrderError`` (:data:`SECOND_ORDER` is set there). MLX
@@ -95,9 +96,12 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under MLX")
         check_order("its forward rule")
-        primals, tangents = _tuple(primals), _tuple(tangents)
-        values, ts = body(primals), body(tangents)
-        _, dy = rule.forward(*annotate(values, (True,) * len(values), Active, ts), **kwargs)
+        primals = _tuple(primals)
+        tangents = (tangents,) if isinstance(tangents, mx.array) or tangents is None else tuple(tangents)
+        active = tuple(t is not None for t in tangents)  # MLX passes None for an argument it does not push
+        values = body(primals)
+        ts = tuple(None if t is None else (np.asarray(t) if rule.opaque else t) for t in tangents)
+        _, dy = rule.forward(*annotate(values, active, Active, ts), **kwargs)
         return _as_mx(dy, primals[0].dtype)
 
     fn.vjp(vjp)

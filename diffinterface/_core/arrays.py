@@ -175,6 +175,8 @@ def _torch_from_numpy(value: Any, like: Any = None) -> Any:
 
 
 def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
+    if source == MLX:  # torch refuses MLX's DLPack capsule of a slice (a byte offset): through numpy
+        return None
     out = sys.modules["torch"].from_dlpack(value)
     if like is not None and out.device != like.device:
         out = out.to(like.device)
@@ -329,7 +331,7 @@ def dtype_name(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return type(value).__name__
-    return str(dtype).replace("torch.", "")
+    return str(dtype).replace("torch.", "").replace("mlx.core.", "")
 
 
 def describe(value: Any) -> str:
@@ -375,6 +377,9 @@ def real_floating_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.floating))
     try:
         return np.issubdtype(np.dtype(dtype), np.floating)
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
@@ -386,6 +391,9 @@ def complex_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_complex", None)  # torch.dtype
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")  # MLX's dtypes say so through mx.issubdtype (numpy does not know them)
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.complexfloating))
     try:
         return bool(np.issubdtype(np.dtype(dtype), np.complexfloating))
     except TypeError:
