@@ -9,6 +9,7 @@ from ._closures.namespaces import declare_modules as declare_modules
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
+from ._core.configs import AutoMLX as AutoMLX
 from ._core.configs import AutoTorch as AutoTorch
 from ._core.configs import Backend as Backend
 from ._core.configs import SecondOrder as SecondOrder
@@ -62,6 +63,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Backend",
     "AutoAutograd",
+    "AutoMLX",
     "AutoFiniteDiff",
     "AutoJAX",
     "AutoTorch",

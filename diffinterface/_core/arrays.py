@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-NUMPY, JAX, TORCH, AUTOGRAD = "numpy", "jax", "torch", "autograd"
+NUMPY, JAX, TORCH, AUTOGRAD, MLX = "numpy", "jax", "torch", "autograd", "mlx"
 
 
 class ArrayFamily:
@@ -175,6 +175,8 @@ def _torch_from_numpy(value: Any, like: Any = None) -> Any:
 
 
 def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
+    if source == MLX:  # torch refuses MLX's DLPack capsule of a slice (a byte offset): through numpy
+        return None
     out = sys.modules["torch"].from_dlpack(value)
     if like is not None and out.device != like.device:
         out = out.to(like.device)
@@ -247,6 +249,30 @@ register_family(
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 
 
+def _mlx_from_numpy(value: Any, like: Any = None) -> Any:
+    """A numpy value as an ``mlx.core.array`` of the same dtype (``mx.array`` of a float64 numpy array
+    would give float32 without the explicit dtype); float64 is kept (MLX computes it on the CPU)."""
+    mx = sys.modules["mlx.core"]
+    value = np.asarray(value)
+    dtype = getattr(mx, "bool_" if value.dtype == np.bool_ else value.dtype.name, None)
+    return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
+def _mlx_private_copy(value: Any) -> Any:
+    """A new ``mlx.core.array`` over the same data: MLX's item assignment replaces the written array's
+    node, so a write into the copy leaves ``value`` as it was."""
+    return sys.modules["mlx.core"].array(value)
+
+
+def _mlx_copy_into(out: Any, result: Any) -> None:
+    out[...] = result
+
+
+register_family(
+    ArrayFamily(MLX, "mlx.core.array", np.asarray, _mlx_from_numpy, None, _mlx_private_copy, copy_into=_mlx_copy_into)
+)
+
+
 _PYTHON_TYPES = frozenset(
     [v for v in vars(builtins).values() if isinstance(v, type)]
     + [type(None), types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType]
@@ -305,7 +331,7 @@ def dtype_name(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return type(value).__name__
-    return str(dtype).replace("torch.", "")
+    return str(dtype).replace("torch.", "").replace("mlx.core.", "")
 
 
 def describe(value: Any) -> str:
@@ -351,6 +377,9 @@ def real_floating_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.floating))
     try:
         return np.issubdtype(np.dtype(dtype), np.floating)
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
@@ -362,6 +391,9 @@ def complex_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_complex", None)  # torch.dtype
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")  # MLX's dtypes say so through mx.issubdtype (numpy does not know them)
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.complexfloating))
     try:
         return bool(np.issubdtype(np.dtype(dtype), np.complexfloating))
     except TypeError:

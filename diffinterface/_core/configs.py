@@ -3,6 +3,9 @@
 They hold plain values, compare and hash by value, validate their fields on construction, and
 show only the fields that differ from the defaults. One field holds an object: the executor of
 ``AutoFiniteDiff(executor=...)``, compared and hashed by identity (an executor has no value).
+
+Size: over 400 lines in one module, because the built-in configs and the registry they are entered
+in read as one table: each config is a short class, and apart they would import each other.
 """
 
 from __future__ import annotations
@@ -221,6 +224,46 @@ class AutoAutograd(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class AutoMLX(AbstractBackend):
+    """Apple's MLX: ``mx.vjp``/``mx.jvp``, ``mx.grad``, ``mx.vmap``; prepared calls ``mx.compile``-d.
+
+    ``compile=True`` (the default) compiles a prepared operator once with ``mx.compile`` (its
+    captured arrays and contexts arguments of the compiled function, read at every call); an ``f``
+    that reads a traced value into Python (``if x.max() > 1:``) runs eagerly instead. float64 is
+    computed on MLX's CPU stream (``mx.stream(mx.cpu)``), the user's default device untouched.
+
+    Example:
+
+        >>> g = di.gradient(di.AutoMLX(), lambda x: (x ** 2).sum(), np.array([1.0, 2.0]))
+        >>> print(g, g.dtype)  # numpy in, numpy out; float64 kept
+        [2. 4.] float64
+    """
+
+    mode: str | None = None
+    compile: bool = True
+    closure: str = "duplicated"
+    reuse_prep: bool = True
+    name: ClassVar[str] = "mlx"
+    engine: ClassVar[str | None] = "mlx"
+    adapter: ClassVar[str] = "diffinterface.backends.mlx:Adapter"
+    bench: ClassVar[str | None] = None  # no BenchEngine yet (backends/mlx_bench.py is not written)
+    install: ClassVar[str] = 'pip install "diffinterface[mlx]"'
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        _choice(self, "compile", self.compile, (True, False))
+        self._check_closure()
+
+    def tolerance(self, dtype: Any, second_order: bool) -> float:
+        """What the test harness allows: MLX computes float64 ``exp``, ``sin``, ``cos`` and ``erf`` on the
+        CPU with its float32 approximations (ml-explore/mlx issues 3047 and 4158; about 1e-7 relative
+        error in mlx 0.32), so float64 results are float32-accurate where f uses them."""
+        import numpy as np
+
+        return 1e-5 if np.dtype(dtype) == np.float32 else (2e-6 if second_order else 1e-6)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class SecondOrder(_Repr):
     """``inner`` differentiated by ``outer``: for second-order operators only (hvp, hessian, second_derivative).
 
@@ -342,7 +385,7 @@ def registered_backends() -> dict[str, type[AbstractBackend]]:
     return dict(_registered)
 
 
-for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd):
+for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoMLX):
     register_backend(_config)
 
 

@@ -77,7 +77,13 @@ def convert(value: Any, family: str, dtype: Any) -> Any:
         import jax.numpy as jnp
 
         return jnp.asarray(arr)
-    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax' or 'torch'")
+    if family == "mlx":
+        import mlx.core  # noqa: F401  (the family converts once its module is imported)
+
+        from .._core.arrays import to_family
+
+        return to_family(arr, "mlx")
+    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax', 'torch' or 'mlx'")
 
 
 def _mutable_family(family: str) -> str:
