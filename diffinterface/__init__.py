@@ -9,6 +9,7 @@ from ._closures.namespaces import declare_modules as declare_modules
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
+from ._core.configs import AutoPyTensor as AutoPyTensor
 from ._core.configs import AutoTorch as AutoTorch
 from ._core.configs import Backend as Backend
 from ._core.configs import SecondOrder as SecondOrder
@@ -64,6 +65,7 @@ __all__ = [
     "AutoAutograd",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoPyTensor",
     "AutoTorch",
     "SecondOrder",
     "AutoSparse",
