@@ -10,6 +10,7 @@ from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
 from ._core.configs import AutoMLX as AutoMLX
+from ._core.configs import AutoPyTensor as AutoPyTensor
 from ._core.configs import AutoTorch as AutoTorch
 from ._core.configs import Backend as Backend
 from ._core.configs import SecondOrder as SecondOrder
@@ -66,6 +67,7 @@ __all__ = [
     "AutoMLX",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoPyTensor",
     "AutoTorch",
     "SecondOrder",
     "AutoSparse",

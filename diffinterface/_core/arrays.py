@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-NUMPY, JAX, TORCH, AUTOGRAD, MLX = "numpy", "jax", "torch", "autograd", "mlx"
+NUMPY, JAX, TORCH, AUTOGRAD, MLX, PYTENSOR = "numpy", "jax", "torch", "autograd", "mlx", "pytensor"
 
 
 class ArrayFamily:
@@ -270,6 +270,32 @@ def _mlx_copy_into(out: Any, result: Any) -> None:
 
 register_family(
     ArrayFamily(MLX, "mlx.core.array", np.asarray, _mlx_from_numpy, None, _mlx_private_copy, copy_into=_mlx_copy_into)
+)
+
+
+def _pytensor_to_numpy(value: Any) -> Any:
+    """A PyTensor tensor's value: a shared variable's current one, a constant's data; a symbolic
+    tensor (an input or what f computed from it) has none outside its compiled function."""
+    get = getattr(value, "get_value", None)
+    if get is not None:
+        return np.asarray(get(borrow=True))
+    data = getattr(value, "data", None)
+    if data is not None:
+        return np.asarray(data)
+    raise TypeError(
+        f"a symbolic PyTensor tensor ({value!r}) has no value outside the function compiled from its graph; "
+        f"compute with pytensor.tensor, or compile it with pytensor.function"
+    )
+
+
+def _pytensor_from_numpy(value: Any, like: Any = None) -> Any:
+    return importlib.import_module("pytensor.tensor").as_tensor_variable(np.asarray(value))
+
+
+# PyTensor's arrays are numpy's; its own type is the symbolic tensor f receives (and the shared
+# variables f may capture): recognised so that structured outputs and captured state see arrays
+register_family(
+    ArrayFamily(PYTENSOR, "pytensor.tensor.variable.TensorVariable", _pytensor_to_numpy, _pytensor_from_numpy)
 )
 
 

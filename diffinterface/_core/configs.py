@@ -264,6 +264,42 @@ class AutoMLX(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class AutoPyTensor(AbstractBackend):
+    """PyTensor: ``f`` written with ``pytensor.tensor``; its symbolic derivatives compiled with ``pytensor.function``.
+
+    ``compile_mode`` is the mode of prepared calls (None: PyTensor's configured mode; ``"NUMBA"``,
+    ``"FAST_COMPILE"``, a ``pytensor.compile.mode.Mode`` name); one-shot calls compile with the
+    Python linker and no rewrites, which costs a few milliseconds.
+
+    Example:
+
+        >>> import pytensor.tensor as pt
+        >>> g = di.gradient(di.AutoPyTensor(), lambda x: pt.sum(x ** 2), np.array([1.0, 2.0]))
+        >>> print(g, g.dtype)  # numpy in, numpy out; float64 kept
+        [2. 4.] float64
+    """
+
+    mode: str | None = None
+    compile_mode: str | None = None
+    closure: str = "duplicated"
+    reuse_prep: bool = True
+    name: ClassVar[str] = "pytensor"
+    engine: ClassVar[str | None] = "pytensor"
+    adapter: ClassVar[str] = "diffinterface.backends.pytensor:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.pytensor_bench:Bench"
+    install: ClassVar[str] = 'pip install "diffinterface[pytensor]"'
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        if self.compile_mode is not None and not isinstance(self.compile_mode, str):
+            raise TypeError(
+                f"AutoPyTensor(compile_mode={self.compile_mode!r}): expected the name of a PyTensor mode "
+                f'("FAST_RUN", "NUMBA", "FAST_COMPILE") or None'
+            )
+        self._check_closure()
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class SecondOrder(_Repr):
     """``inner`` differentiated by ``outer``: for second-order operators only (hvp, hessian, second_derivative).
 
@@ -385,7 +421,7 @@ def registered_backends() -> dict[str, type[AbstractBackend]]:
     return dict(_registered)
 
 
-for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoMLX):
+for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoMLX, AutoPyTensor):
     register_backend(_config)
 
 
