@@ -705,6 +705,7 @@ class Adapter(_Base):
         return _Base.refused_write(error) or _box_refused(error)
 
     engine_name = "autograd"
+    array_family = NUMPY
 
     @staticmethod
     def traced(value: Any) -> bool:

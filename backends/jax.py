@@ -733,6 +733,7 @@ class Adapter(_Base):
     """JAX; see the module docstring."""
 
     engine_name = "JAX"
+    array_family = "jax"
     traceable_results = True  # the runners are traced under an outer JAX transformation
     structures_inside = True  # a structure's ravel and cut are traced into the compiled program
 
@@ -746,6 +747,15 @@ class Adapter(_Base):
         """numpy refusing a write into a read-only view (the base hook), or JAX refusing item
         assignment into one of its arrays or tracers (captured jax arrays reach f as they are)."""
         return _Base.refused_write(error) or _jax_write_refused(error)
+
+    def aux(self, target: Target, x: Any, contexts: Contexts) -> Any:
+        """has_aux's aux: ``f`` at ``x`` as JAX arrays, inside the x64 context for a float64 ``x`` (or a
+        structure with a float64 leaf)."""
+        leaves = [x] if family(x) is not None else list(getattr(x, "values", lambda: x)())
+        if any(_is_float64(v) for v in leaves) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):
+                return super().aux(target, x, contexts)
+        return super().aux(target, x, contexts)
 
     def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context

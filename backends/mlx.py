@@ -576,6 +576,7 @@ class Adapter(_Base):
     """MLX; see the module docstring."""
 
     engine_name = "MLX"
+    array_family = "mlx"
     traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
 
     def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:

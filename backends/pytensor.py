@@ -575,10 +575,27 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _evaluated(value: Any) -> Any:
+    """``value`` with each PyTensor variable in it (a list, tuple or dict of them) evaluated to numpy."""
+    if isinstance(value, pytensor.graph.basic.Variable):
+        return np.asarray(value.eval())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_evaluated(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _evaluated(v) for k, v in value.items()}
+    return value
+
+
 class Adapter(_Base):
     """PyTensor; see the module docstring."""
 
     engine_name = "PyTensor"
+    array_family = NUMPY  # has_aux's aux: f at numpy x, its PyTensor variables evaluated (see aux)
+
+    def aux(self, target: Any, x: Any, contexts: Any) -> Any:
+        """has_aux's aux: ``f`` at ``x`` as numpy (what ``pytensor.tensor`` functions take), the
+        PyTensor variables it returns evaluated, so that aux is numpy as the results are."""
+        return _evaluated(super().aux(target, x, contexts))
 
     @staticmethod
     def traced(value: Any) -> bool:

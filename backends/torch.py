@@ -882,6 +882,8 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 class Adapter(_Base):
     """PyTorch; see the module docstring."""
 
+    array_family = TORCH
+
     @staticmethod
     def refused_write(error: BaseException) -> bool:
         """torch refusing what ``f`` did with a guarded alias (see ``_REFUSALS``), or numpy refusing a

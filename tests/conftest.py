@@ -92,6 +92,35 @@ def catalogue_count(catalogue: str, outcome: str) -> None:
     CATALOGUE_COUNTS.setdefault(catalogue, Counter())[outcome] += 1
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per core, at most 4 (each imports the engines)."""
+    import os
+
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 4))
+
+
+def pytest_sessionfinish(session) -> None:
+    """A worker of pytest-xdist hands its catalogue counts to the controller (``_WorkerCounts``)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["catalogue_counts"] = {name: dict(counts) for name, counts in CATALOGUE_COUNTS.items()}
+
+
+class _WorkerCounts:
+    """On the controller of pytest-xdist: the counts of each worker, added up as it finishes."""
+
+    def pytest_testnodedown(self, node, error) -> None:
+        from collections import Counter
+
+        for name, counts in getattr(node, "workeroutput", {}).get("catalogue_counts", {}).items():
+            CATALOGUE_COUNTS.setdefault(name, Counter()).update(counts)
+
+
+def pytest_configure(config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerCounts(), "diffinterface-worker-counts")
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for catalogue, counts in sorted(CATALOGUE_COUNTS.items()):
         terminalreporter.write_sep("-", f"{catalogue}: {sum(counts.values())} outcomes")

@@ -212,6 +212,9 @@ class Adapter:
     # runners take and return lists of leaves (``Layout.cut_all``).
     structures_inside: bool = False
     takes_structures: bool = True  # False: a structured x or f(x) is an error (AutoSparse's matrices)
+    # The array family ``f`` receives from this engine (None: the family of the user's ``x``): where
+    # :meth:`aux` evaluates ``f`` for has_aux=True
+    array_family: str | None = None
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config
@@ -235,6 +238,22 @@ class Adapter:
     def evaluate(self, target: Target, x: Array, contexts: tuple[Any, ...]) -> Any:
         """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
         return target.instance()(x, *context_values(contexts, _copy_value))
+
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        """The auxiliary output of ``f(x) -> (y, aux)`` (``has_aux=True``): ``f`` run once at ``x`` in the
+        engine's own arrays (:attr:`array_family`, leaf by leaf for a structured ``x``), over fresh
+        duplicates of its state and caches, outside any derivative; aux comes back as ``f`` made it.
+        An engine whose ``f`` computes symbolically (PyTensor) overrides it to evaluate the aux graph."""
+        fam = self.array_family
+        if fam is not None and family(x) != fam:
+            if family(x) is not None:
+                x = to_family(x, fam)
+            else:  # a structure of arrays
+                from .._core.structure import Structure
+
+                xs = Structure.of(x, "x")
+                x = xs.build([to_family(v, fam) for v in xs.leaves(x)])
+        return target.aux_of(x, *context_values(contexts, _copy_value))
 
     def output_info(self, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Info:
         """Shape and dtype of ``f(x)``; the default evaluates ``f`` once (kept for a one-shot call)."""
@@ -442,6 +461,9 @@ class SecondOrderAdapter(Adapter):
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:
         return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)
+
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        return adapter_for(self.backend.inner, repr(self.backend)).aux(target, x, contexts)
 
 
 def _copy_value(value: Any) -> Any:

@@ -42,7 +42,7 @@ from .._core.structure import (
     check_leaves,
     tangent_leaves,
 )
-from .prep import Prep
+from .prep import Prep, describe_arg, signature
 from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
@@ -192,8 +192,14 @@ def prepare(
     strict: bool,
     oneshot: bool = False,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Prep:
     call = _call(operator, backend, y)
+    if has_aux and y is not None:
+        raise TypeError(
+            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
+            f"nothing to carry aux: return (y, aux) from f(x) instead"
+        )
     adapter = _adapter(operator, backend, call)
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
@@ -237,14 +243,14 @@ def prepare(
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
     x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
     try:
-        target = Target(f, y, closure, call, layout)
+        target = Target(f, y, closure, call, layout, aux=has_aux)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
         if layout is not None:
             raise
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
-        target = Target(f, y, closure, call, layout)
+        target = Target(f, y, closure, call, layout, aux=has_aux)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
@@ -268,6 +274,11 @@ def prepare(
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
     prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
     prep.holomorphic = holomorphic
+    if has_aux:  # aux at x: its structure for later strict calls, and the one-shot call's own aux
+        aux = adapter.aux(target, private_copy(x) if family(x) is not None else x, contexts)
+        prep.has_aux, prep._arrays = True, None
+        prep.aux_signature, prep.aux_description = signature(aux), describe_arg(aux)
+        prep.aux_first = (aux,) if oneshot else None
     return prep
 
 
@@ -341,6 +352,7 @@ def resolve(
     y: Any,
     prep: Any,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Prep:
     """The given prep once checked against the arguments (a call without ``prep=`` gets its prep from
     :func:`reused` or a one-shot preparation, in :func:`run`)."""
@@ -353,7 +365,7 @@ def resolve(
             f"{_call(operator, backend, y)}: holomorphic=True, but prep was made without it; pass "
             f"holomorphic=True to prepare_{operator}"
         )
-    prep.check(operator, backend, f, _arguments(operator, x, tangent, y, contexts))
+    prep.check(operator, backend, f, _arguments(operator, x, tangent, y, contexts), has_aux)
     return prep
 
 
@@ -366,22 +378,32 @@ def reused(
     contexts: tuple[Any, ...],
     y: Any,
     holomorphic: bool,
+    has_aux: bool = False,
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
     if not reusable(backend):
         return None
     args = _arguments(operator, x, tangent, y, contexts)
-    key = prep_cache.key(operator, backend, args, holomorphic)
+    key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
     if key is None:
         return None
     kept = prep_cache.find(f, key)
     if kept is not None:
-        kept.check(operator, backend, f, args)
+        kept.check(operator, backend, f, args, has_aux)
         return kept
     if prep_cache.seen(f, key):  # seen twice with these arguments before: prepare once, keep it
         kept = prepare(
-            operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, strict=True, holomorphic=holomorphic
+            operator,
+            backend,
+            f,
+            x,
+            tangent=tangent,
+            contexts=contexts,
+            y=y,
+            strict=True,
+            holomorphic=holomorphic,
+            has_aux=has_aux,
         )
         prep_cache.keep(f, key, kept)
         return kept
@@ -430,9 +452,14 @@ def run(
     out: Any = None,
     value: bool = False,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Any:
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
-    returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
+    returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`).
+    With ``has_aux`` (f returns ``(y, aux)``): ``(result, aux)``, or ``((y, aux), results...)`` for
+    the value form, in JAX's order (:func:`_with_aux`)."""
+    if has_aux:
+        return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
     if prep is None:
         p = reused(operator, backend, f, x, tangent, contexts, y, holomorphic)
         if p is None:  # no kept preparation: a one-shot one
@@ -459,17 +486,119 @@ def run(
         p = resolve(
             operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic
         )
+    return _execute(operator, p, backend, x, tangent, contexts, out, value)
+
+
+def _execute(
+    operator: Operator,
+    p: Prep,
+    backend: Backend,
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    out: Any,
+    value: bool,
+) -> Any:
+    """A resolved prep's plain or value runner, its results converted back to the user's arrays."""
     if p.structured:
         return _structured(p, value, x, tangent, contexts, out, operator, backend)
     tangents = tangents_of(tangent, x) if operator.tangent is not None else ()
     x_in = as_input(x)
     if not value:
-        return _convert(
-            operator.plain_conversion, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend
-        )
+        kind = operator.plain_conversion
+        result = _convert(kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend)
+        return result if out is None or kind == "out" else _into(result, out, x, operator.name, backend)
     results = p.data.value(x_in, tangents, contexts)
     name = operator.value_method
-    return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results))
+    converted = tuple(
+        _convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results)
+    )
+    if out is None or operator.conversions[-1] == "out":
+        return converted
+    return converted[:-1] + (_into(converted[-1], out, x, name, backend),)
+
+
+def _into(result: Any, out: Any, x: Any, name: str, backend: Backend) -> Any:
+    """``out=`` of an operator whose result is not converted by :func:`finish` (pushforward, pullback,
+    derivative, second_derivative, hvp): ``result`` written into ``out``, or a tuple of results (a
+    batch of tangents) into a tuple of as many arrays."""
+    if type(result) is tuple:
+        if type(out) is not tuple or len(out) != len(result):
+            got = f"a tuple of {len(out)}" if type(out) is tuple else type(out).__name__
+            raise TypeError(
+                f"{call_repr(name, backend, 'f, x, ...')}: a tuple of {len(result)} tangents gives {len(result)} "
+                f"results: out= must be a tuple of as many arrays, got {got}"
+            )
+        return tuple(finish(r, x, o, name, backend) for r, o in zip(result, out))
+    return finish(result, x, out, name, backend)
+
+
+def _with_aux(
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    prep: Any,
+    out: Any,
+    value: bool,
+    holomorphic: bool,
+) -> Any:
+    """``has_aux=True``: ``f(x)`` returns ``(y, aux)``; engines differentiate ``y`` alone (``Target.aux``)
+    and ``aux`` is ``f``'s second output at ``x``, computed once per call in the engine's arrays
+    (``Adapter.aux``; a one-shot call reuses the evaluation its preparation made at this ``x``). A
+    strict prep compares aux's structure (types, shapes, dtypes) with the one it was made with."""
+    call = _call(operator, backend, y)
+    if y is not None:
+        raise TypeError(
+            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
+            f"nothing to carry aux: return (y, aux) from f(x) instead"
+        )
+    if prep is None:
+        p = reused(operator, backend, f, x, tangent, contexts, None, holomorphic, has_aux=True)
+        if p is None:
+            p = prepare(
+                operator,
+                backend,
+                f,
+                x,
+                tangent=tangent,
+                contexts=contexts,
+                strict=False,
+                oneshot=True,
+                holomorphic=holomorphic,
+                has_aux=True,
+            )
+    else:
+        p = resolve(
+            operator,
+            backend,
+            f,
+            x,
+            tangent=tangent,
+            contexts=contexts,
+            y=None,
+            prep=prep,
+            holomorphic=holomorphic,
+            has_aux=True,
+        )
+    results = _execute(operator, p, backend, x, tangent, contexts, out, value)
+    first, p.aux_first = p.aux_first, None
+    if first is not None:  # a one-shot prep's evaluation at this very x
+        (aux,) = first
+    else:
+        aux = p.adapter.aux(p.target, private_copy(x) if family(x) is not None else x, contexts)
+        if p.strict and signature(aux) != p.aux_signature:
+            raise PreparationMismatchError(
+                f"{call}: f's aux differs from the one the prep was made with: prepared for "
+                f"{p.aux_description}; got {describe_arg(aux)}. Prepare again (prepare_{operator} with "
+                f"has_aux=True), or pass strict=False to prepare_{operator} if aux may change"
+            )
+    if value:
+        return ((results[0], aux),) + tuple(results[1:])
+    return results, aux
 
 
 def run_prepared(

@@ -84,6 +84,10 @@ class Prep:
         "sparse",
         "result_type",
         "to_numpy",
+        "has_aux",
+        "aux_signature",
+        "aux_description",
+        "aux_first",
     )
     operator: Operator  # GRADIENT, HVP, ... (its str() is the name)
     backend: Any  # the config it was made for
@@ -104,6 +108,10 @@ class Prep:
     # function that converts it (what finish does for it), remembered at the first call
     result_type: type | None
     to_numpy: Callable[[Any], Any] | None
+    has_aux: bool  # made with has_aux=True: f returns (y, aux)
+    aux_signature: Any  # the structure of aux at preparation (compared at each strict call)
+    aux_description: str  # for messages
+    aux_first: Any  # a one-shot prep's aux, computed at preparation at the call's own x (used once)
 
     def __init__(
         self,
@@ -139,6 +147,7 @@ class Prep:
         self._arrays = self.signature if arrays and self.signature else None
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
+        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = False, None, "", None
 
     def _sparse(self, what: str) -> Any:
         if not self.sparse:
@@ -180,13 +189,16 @@ class Prep:
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
-    def check(self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def check(
+        self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], has_aux: bool = False
+    ) -> None:
         """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
 
-        This is on the prepared fast path: messages are formatted only on failure.
+        This is on the prepared fast path: messages are formatted only on failure (a has_aux prep
+        takes the full check: ``_arrays`` is None for it).
         """
         arrays = self._arrays
-        if arrays is not None and operator is self.operator and backend is self.backend and f is self.f:
+        if arrays is not None and operator is self.operator and backend is self.backend and f is self.f and not has_aux:
             if len(args) == 1 == len(arrays):  # gradient, jacobian, ...: x alone, compared inline
                 x, (kind, shape, dtype) = args[0], arrays[0]
                 if type(x) is kind and x.shape == shape and (x.dtype is dtype or x.dtype == dtype):
@@ -216,6 +228,11 @@ class Prep:
             raise PreparationMismatchError(
                 f"{self.call(operator, backend)}: prep was made for function {_fname(self.f)}, got {_fname(f)}; "
                 "a prep serves the function object it was made for: pass that object, or prepare again"
+            )
+        if has_aux != self.has_aux:
+            raise PreparationMismatchError(
+                f"{self.call(operator, backend)}: has_aux={has_aux}, but prep was made with has_aux={self.has_aux}; "
+                f"pass has_aux={self.has_aux} to the call, or prepare_{operator} with has_aux={has_aux}"
             )
         if not self.strict:
             return

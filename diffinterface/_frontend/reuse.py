@@ -137,9 +137,10 @@ class PrepCache:
             self.hits = self.misses = self.builds = 0
 
     @staticmethod
-    def key(operator: Operator, backend: Backend, args: tuple[Any, ...], holomorphic: bool) -> Any:
+    def key(operator: Operator, backend: Backend, args: tuple[Any, ...], holomorphic: Any) -> Any:
         """What a preparation of ``operator`` depends on besides ``f``; None where it cannot be told
-        (an argument whose description is not hashable)."""
+        (an argument whose description is not hashable). ``holomorphic`` stands for the call's options:
+        the flag, or ``(holomorphic, has_aux)`` for a has_aux call."""
         key: Any
         if len(args) == 1:  # x alone, the common case: no signature tuple built
             x = args[0]

@@ -21,6 +21,7 @@ def prepare_jacobian(
     *contexts: Contexts,
     y: Any = None,
     strict: bool = True,
+    has_aux: bool = False,
     holomorphic: bool = False,
 ) -> Prep:
     """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these.
@@ -33,7 +34,9 @@ def prepare_jacobian(
         [[2. 1. 0.]
          [0. 3. 2.]]
     """
-    return prepare(JACOBIAN, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic)
+    return prepare(
+        JACOBIAN, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic, has_aux=has_aux
+    )
 
 
 def value_and_jacobian(
@@ -43,6 +46,7 @@ def value_and_jacobian(
     *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
     out: Any = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
@@ -54,7 +58,19 @@ def value_and_jacobian(
         >>> print(y, J.shape)
         [2. 6.] (2, 3)
     """
-    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, value=True, holomorphic=holomorphic)
+    return run(
+        JACOBIAN,
+        backend,
+        f,
+        x,
+        contexts=contexts,
+        y=y,
+        prep=prep,
+        out=out,
+        value=True,
+        holomorphic=holomorphic,
+        has_aux=has_aux,
+    )
 
 
 def jacobian(
@@ -64,6 +80,7 @@ def jacobian(
     *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
     out: Any = None,
     holomorphic: bool = False,
 ) -> Any:
@@ -80,6 +97,8 @@ def jacobian(
         [[2. 1. 0.]
          [0. 3. 2.]]
     """
-    if type(prep) is Prep and y is None and not holomorphic:
+    if not has_aux and type(prep) is Prep and y is None and not holomorphic:
         return run_prepared(JACOBIAN, prep, backend, f, x, contexts, out)
-    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, holomorphic=holomorphic)
+    return run(
+        JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, holomorphic=holomorphic, has_aux=has_aux
+    )

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
 
 
 def prepare_pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Contexts, y: Any = None, strict: bool = True
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these.
 
@@ -27,7 +34,7 @@ def prepare_pushforward(
         >>> print(len(jvps))  # a tuple of tangents: a tuple of results
         2
     """
-    return prepare(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, strict=strict)
+    return prepare(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, strict=strict, has_aux=has_aux)
 
 
 def value_and_pushforward(
@@ -38,6 +45,8 @@ def value_and_pushforward(
     *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> tuple[Any, ...]:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -50,7 +59,9 @@ def value_and_pushforward(
         >>> print(y, jvp.round(6) + 0.0)
         [1. 4. 9.] [2. 4. 0.]
     """
-    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, value=True)
+    return run(
+        PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, value=True, out=out, has_aux=has_aux
+    )
 
 
 def pushforward(
@@ -61,6 +72,8 @@ def pushforward(
     *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple.
 
@@ -70,6 +83,6 @@ def pushforward(
         >>> print(di.pushforward(di.AutoFiniteDiff(), lambda x: x ** 2, x, t).round(6) + 0.0)  # J @ t
         [2. 4. 0.]
     """
-    if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
+    if not has_aux and out is None and type(prep) is Prep and y is None and type(tx) is type(x) is not float:
         return run_prepared_tangent(PUSHFORWARD, prep, backend, f, x, tx, contexts)
-    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep)
+    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, out=out, has_aux=has_aux)

@@ -99,6 +99,9 @@ class SparseAdapter(Adapter):
     def evaluate(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
         return self.dense.evaluate(target, x, contexts)
 
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        return self.dense.aux(target, x, contexts)
+
     def prepare(
         self,
         operator: Operator,
