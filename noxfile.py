@@ -85,6 +85,21 @@ def tests_autograd(session: nox.Session) -> None:
     _tests(session, "autograd,test", torch=False)
 
 
+@nox.session(name="tests-tensorflow")
+def tests_tensorflow(session: nox.Session) -> None:
+    _tests(session, "tensorflow,test", torch=False)
+
+
+@nox.session(name="tests-mlx")
+def tests_mlx(session: nox.Session) -> None:
+    _tests(session, "mlx,test", torch=False)
+
+
+@nox.session(name="tests-pytensor")
+def tests_pytensor(session: nox.Session) -> None:
+    _tests(session, "pytensor,test", torch=False)
+
+
 @nox.session
 def wheel(session: nox.Session) -> None:
     """Build the wheel, install it, and run the tests from outside the source tree against it."""
