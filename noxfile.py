@@ -85,6 +85,21 @@ def tests_autograd(session: nox.Session) -> None:
     _tests(session, "autograd,test", torch=False)
 
 
+@nox.session(name="tests-tensorflow")
+def tests_tensorflow(session: nox.Session) -> None:
+    _tests(session, "tensorflow,test", torch=False)
+
+
+@nox.session(name="tests-mlx")
+def tests_mlx(session: nox.Session) -> None:
+    _tests(session, "mlx,test", torch=False)
+
+
+@nox.session(name="tests-pytensor")
+def tests_pytensor(session: nox.Session) -> None:
+    _tests(session, "pytensor,test", torch=False)
+
+
 @nox.session
 def wheel(session: nox.Session) -> None:
     """Build the wheel, install it, and run the tests from outside the source tree against it."""
@@ -108,13 +123,14 @@ def wheel(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) and mypy over the package and the engines' adapters (the root backends/
-    folder; configured in pyproject.toml)."""
+    """ruff (lint and format), mypy and pyright (standard mode, no error) over the package and the
+    engines' adapters (the root backends/ folder; configured in pyproject.toml)."""
     session.install(TORCH)
     session.install("-e", ".[all,lint]")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
     session.run("mypy", "diffinterface", "backends")
+    session.run("pyright", "diffinterface", "backends")
 
 
 @nox.session

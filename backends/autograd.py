@@ -37,11 +37,12 @@ import operator
 import sys
 import threading
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import autograd.numpy as anp
+import autograd.core
+import autograd.numpy
 import numpy as np
-from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp, defvjp, primitive, vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vjps import unbroadcast_f
@@ -87,6 +88,17 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     WritableArray as _Writable,
 )
+
+if TYPE_CHECKING:
+    from diffinterface.extend import Contexts, Target
+
+# autograd ships no type information, and a type checker reading its source sees neither the
+# functions that ``autograd.numpy`` creates at import (``wrap_namespace``: ``reshape``, ``_astype``...)
+# nor what ``make_vjp``/``make_jvp`` return (their decorator hides it): both are declared here.
+anp: Any = autograd.numpy
+# make_vjp(fun, x) -> (vjp: cotangent -> gradient, f(x)); make_jvp(fun, x)(t) -> (f(x), J t)
+make_vjp: Callable[[Callable[[Any], Any], Any], tuple[Callable[[Any], Any], Any]] = autograd.core.make_vjp
+make_jvp: Callable[[Callable[[Any], Any], Any], Callable[[Any], tuple[Any, Any]]] = autograd.core.make_jvp
 
 # -- the functional update and the stand-in ---------------------------------------------------
 
@@ -138,7 +150,7 @@ class _Namespace:
     def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
         obj = unwrap(obj)
         if isinstance(obj, Box):
-            return obj if dtype is None or obj.dtype == dtype else anp._astype(obj, dtype)
+            return obj if dtype is None or getval(obj).dtype == dtype else anp._astype(obj, dtype)
         return np.array(obj, dtype=dtype, copy=True) if copy else np.asarray(obj, dtype=dtype)
 
     @staticmethod
@@ -275,7 +287,7 @@ class _Function:
 
     __slots__ = ("target", "simple")
 
-    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+    def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.simple = not contexts and target.plain
 
@@ -295,7 +307,7 @@ class _Function:
         return _output(target.guarded_with(run, bool(contexts), Adapter.refused_write), x, target)
 
 
-def _output(y: Any, x: Any, target: Any) -> Any:
+def _output(y: Any, x: Any, target: Target) -> Any:
     """``f``'s output, checked: one array (not a tuple), and, in a trace, a box of the trace unless ``f``
     is constant. A numpy array of boxes (``np.array([z[0], z[1]])``, ``np.asarray(z)``) is what numpy
     makes of traced values: autograd would return zero derivatives (it only warns "Output seems
@@ -417,8 +429,9 @@ class _Traces:
             self._saved = {
                 name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")
             }
-            ArrayBox.__array_namespace__ = _box_namespace
-            ArrayBox.device = _box_device
+            # added to autograd's class for the duration (restored in __exit__)
+            setattr(ArrayBox, "__array_namespace__", _box_namespace)  # noqa: B010
+            setattr(ArrayBox, "device", _box_device)  # noqa: B010
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -491,7 +504,7 @@ def _warn_nan(call: str, x: Any, ts: tuple[Any, ...], y: Any, result: Any) -> No
 
 
 def _build(
-    operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any, target: Any
+    operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any, target: Target
 ) -> tuple[Runner, Runner]:
     """The ``(plain, value)`` runners of ``operator``, ``(x, tangents, contexts) -> result`` with x in
     the user's family; the bodies below work on numpy arrays and return ``(primal, result)``
@@ -509,17 +522,17 @@ def _build(
     one = np.ones((), dtype=dtype)
     reverse_inner: list[bool] = []  # set at the first primitive without a JVP: second order reverse over reverse
 
-    def jvp(x: Any, t: Any, contexts: Any) -> Any:
+    def jvp(x: Any, t: Any, contexts: Contexts) -> Any:
         return make_jvp(lambda z: fn(z, contexts), x)(t)
 
-    def vjp(x: Any, contexts: Any) -> Any:
+    def vjp(x: Any, contexts: Contexts) -> Any:
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
 
     def cast(v: Any) -> Any:
         v = np.asarray(v)
         return v if v.dtype == dtype else v.astype(dtype)
 
-    def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
+    def jacobian(x: Any, contexts: Contexts) -> Any:  # (y, J shaped y_shape + x_shape)
         if forward and n:
             cols = [jvp(x, e, contexts) for e in x_basis]
             y = cols[0][0]
@@ -531,7 +544,7 @@ def _build(
             flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0) if m else np.zeros((0, n), dtype)
         return y, cast(flat.reshape(y_shape + x_shape))
 
-    def gradient_of(contexts: Any, record: Any = None) -> Any:
+    def gradient_of(contexts: Contexts, record: Any = None) -> Any:
         def grad(z: Any) -> Any:
             pull, y = make_vjp(lambda w: fn(w, contexts), z)
             if record is not None:
@@ -542,37 +555,37 @@ def _build(
 
     if operator is PUSHFORWARD and forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             results = [jvp(x, t, contexts) for t in ts]
             return results[0][0], tuple(cast(r[1]) for r in results)
     elif operator is PULLBACK and not forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
             return y, tuple(cast(pull(t)) for t in ts)
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, jac = jacobian(x, contexts)
             return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator is PUSHFORWARD))
     elif operator is DERIVATIVE and forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, der = jvp(x, one, contexts)
             return y, cast(der)
     elif operator is GRADIENT and not forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
             return y, cast(pull(vspace(y).ones()))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             return jacobian(x, contexts)
     elif operator is SECOND_DERIVATIVE:  # forward over forward; reverse over reverse without JVPs
         rows = basis(like, y_shape, dtype)
 
-        def forward_body(x: Any, contexts: Any) -> Any:
+        def forward_body(x: Any, contexts: Contexts) -> Any:
             record: list[Any] = []
 
             def der(z: Any) -> Any:
@@ -583,7 +596,7 @@ def _build(
             d, d2 = make_jvp(der, x)(one)
             return (record[0], cast(d)), cast(d2)
 
-        def reverse_body(x: Any, contexts: Any) -> Any:  # 2 f(x).size backward passes
+        def reverse_body(x: Any, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
             record: list[Any] = []
 
             def der(z: Any) -> Any:
@@ -594,7 +607,7 @@ def _build(
             pull, d = make_vjp(der, x)
             return (record[0], cast(d)), cast(np.reshape(np.stack([pull(e) for e in rows]), y_shape))
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -603,7 +616,7 @@ def _build(
             return reverse_body(x, contexts)
     elif operator is HVP:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             record: list[Any] = []
             grad = gradient_of(contexts, record)
             if len(ts) == 1 and not reverse_inner:
@@ -617,7 +630,7 @@ def _build(
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
     elif operator is HESSIAN:  # reverse over reverse
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             record: list[Any] = []
             pull, g = make_vjp(gradient_of(contexts, record), x)
             hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0) if n else np.zeros((0, 0), dtype)
@@ -634,7 +647,7 @@ def _build(
             ts = tuple(_numpy(t, dtype) for t in ts)
         return x, ts
 
-    def traced(x: Any, ts: Any, contexts: Any) -> Any:
+    def traced(x: Any, ts: Any, contexts: Contexts) -> Any:
         try:
             return body(x, ts, contexts)
         except _SliceHeld as error:
@@ -664,14 +677,14 @@ def _build(
                 f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
             ) from error
 
-    def plain(x: Any, ts: Any, contexts: Any) -> Any:
+    def plain(x: Any, ts: Any, contexts: Contexts) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             primal, result = traced(x, ts, contexts)
         _warn_nan(call, x, ts, primal[0] if operator.order == 2 else primal, result)
         return result
 
-    def value(x: Any, ts: Any, contexts: Any) -> Any:
+    def value(x: Any, ts: Any, contexts: Contexts) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             primal, result = traced(x, ts, contexts)
@@ -692,13 +705,14 @@ class Adapter(_Base):
         return _Base.refused_write(error) or _box_refused(error)
 
     engine_name = "autograd"
+    array_family = NUMPY
 
     @staticmethod
     def traced(value: Any) -> bool:
         """A box: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, Box)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
         fn = _Function(target, contexts)
         try:
@@ -723,7 +737,9 @@ class Adapter(_Base):
             )
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+    def prepare(
+        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+    ) -> Runners:
         fn = _Function(target, contexts)
         forward = self.forward(operator, info)
 

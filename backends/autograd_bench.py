@@ -6,13 +6,17 @@ it through the config's ``bench`` path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import autograd
 import autograd.numpy
 import numpy as np
 
 from diffinterface.extend import BenchEngine
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 # autograd makes its numpy wrappers and its operators' signatures at import time: a type checker sees neither
 ag: Any = autograd
@@ -36,7 +40,7 @@ class Bench(BenchEngine):
         defvjp(by_hand, lambda ans, a: lambda g: vjp(a, g))
         return by_hand
 
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         if operator == "gradient":
             g = ag.grad(f)
             return lambda: g(x)

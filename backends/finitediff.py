@@ -35,7 +35,7 @@ import functools
 import importlib
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -63,6 +63,9 @@ from diffinterface.extend import (
 )
 
 from .finitediff_executor import evaluations
+
+if TYPE_CHECKING:
+    from diffinterface.extend import Contexts, Info, Target
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
@@ -142,7 +145,7 @@ class _Along:
     xp: Any
     r: float
 
-    def __init__(self, info: Any, x: Any, exponent: float) -> None:
+    def __init__(self, info: Info, x: Any, exponent: float) -> None:
         self.info, self.exponent = info, exponent
         self.kind = None
         self.namespace(x)
@@ -214,7 +217,7 @@ def _computing_for(fam: str | None, dtype: Any) -> Any:
     return record.computing(dtype)
 
 
-def _evaluator(target: Any, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
+def _evaluator(target: Target, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
     dtype, dev = x.dtype, device(x)
     leaf = _complex_leaf if complex_step else copy_leaf
@@ -261,6 +264,11 @@ def _unbatch(ys: Any, k: int, call: str, y_shape: tuple[int, ...] | None) -> lis
     return [ys[i, ...] for i in range(k)]
 
 
+# A point's recipe (see _PointSet): (base, replace, adds), ``adds`` of (c, kind, arg) with ``arg`` a
+# coordinate (kind "e") or a vector's name (kind "v")
+Recipe = tuple[str, "tuple[int, str] | None", tuple[tuple[int, str, Any], ...]]
+
+
 class _PointSet:
     """The points of one call, as recipes over a few named flat vectors, so that a point is built where
     ``f`` runs (a worker receives recipes, not points) by the same code here and there.
@@ -297,7 +305,7 @@ class _PointSet:
             self._steps[position] = (i, step)
         return step
 
-    def build(self, recipe: tuple[Any, ...]) -> Any:
+    def build(self, recipe: Recipe) -> Any:
         base, replace, adds = recipe
         vectors = self.vectors
         v = vectors[base]
@@ -311,8 +319,8 @@ class _PointSet:
         position = 0
         for c, kind, arg in adds:
             if kind == "e":
-                kept = self._steps[position] if position < 2 else (-1, None)
-                term = kept[1] if kept[0] == arg else self._step(xp, arg, position)
+                kept = self._steps[position] if position < 2 else None  # one read: threads replace slots
+                term = kept[1] if kept is not None and kept[0] == arg else self._step(xp, arg, position)
             else:
                 term = vectors[arg]
             position += 1
@@ -325,7 +333,7 @@ class _PointSet:
         return v if self.shape is None else xp.reshape(v, self.shape)
 
     @staticmethod
-    def describe(recipe: tuple[Any, ...]) -> str:
+    def describe(recipe: Recipe) -> str:
         """How the point is made, in words: ``x - h_3 e_3`` (indices into the flattened ``x``)."""
         base, replace, adds = recipe
         text = {"x+h": "x + h", "x-h": "x - h"}.get(base, base)
@@ -348,7 +356,7 @@ class _Job:
 
     def __init__(
         self,
-        target: Any,
+        target: Target,
         contexts: tuple[Any, ...],
         x: Any,
         points: _PointSet,
@@ -381,10 +389,10 @@ class _Job:
             self._f = _evaluator(self.target, self.contexts, self.x, self.complex_step)
         return self._f
 
-    def one(self, recipe: tuple[Any, ...]) -> Any:
+    def one(self, recipe: Recipe) -> Any:
         return self._evaluate()(self.points.build(recipe))
 
-    def batch(self, recipes: list[Any]) -> list[Any]:
+    def batch(self, recipes: list[Recipe]) -> list[Any]:
         points = [self.points.build(r) for r in recipes]
         stacked = array_namespace(points[0]).stack(points)
         return _unbatch(self._evaluate()(stacked), len(points), self.target.call, self.y_shape)
@@ -393,10 +401,10 @@ class _Job:
     def environment(self) -> Any:
         return functools.partial(_computing_for, family(self.x), self.x.dtype)
 
-    def point(self, recipe: tuple[Any, ...]) -> Any:
+    def point(self, recipe: Recipe) -> Any:
         return self.points.build(recipe)
 
-    def describe(self, recipe: tuple[Any, ...]) -> str:
+    def describe(self, recipe: Recipe) -> str:
         return self.points.describe(recipe)
 
 
@@ -417,7 +425,7 @@ class Adapter(_Base):
 
     # -- evaluations ---------------------------------------------------------------------------
 
-    def _vectorizable(self, target: Any) -> None:
+    def _vectorizable(self, target: Target) -> None:
         if target.y is not None or target.layout is not None:
             what = "writes its output into a buffer y" if target.y is not None else "has a structured x or f(x)"
             raise TypeError(
@@ -427,11 +435,11 @@ class Adapter(_Base):
 
     def _values(
         self,
-        target: Any,
+        target: Target,
         contexts: tuple[Any, ...],
         x: Any,
         points: _PointSet,
-        recipes: list[Any],
+        recipes: list[Recipe],
         complex_step: bool = False,
         y_shape: tuple[int, ...] | None = None,
     ) -> Any:
@@ -443,7 +451,7 @@ class Adapter(_Base):
         job = _Job(target, contexts, x, points, complex_step, self.vectorized, y_shape)
         return iter(evaluations(job, recipes, self.executor, self.batch_size, target.call))
 
-    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         if self.vectorized:  # f takes a batch: this one point is a batch of one
             self._vectorizable(target)
             with _computing(x):
@@ -456,7 +464,13 @@ class Adapter(_Base):
             return _evaluator(target, contexts, x)(private_copy(x))
 
     def prepare(
-        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        info: Info,
     ) -> Runners:
         """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
         ``enable_x64`` for float64 x without global x64: else the steps and f's values were float32)."""
@@ -467,11 +481,11 @@ class Adapter(_Base):
             return runners
         plain, value = runners.plain, runners.value
 
-        def plain_in(x: Any, ts: Any, cs: Any) -> Any:
+        def plain_in(x: Any, ts: Any, cs: Contexts) -> Any:
             with _computing(x):
                 return plain(x, ts, cs)
 
-        def value_in(x: Any, ts: Any, cs: Any) -> Any:
+        def value_in(x: Any, ts: Any, cs: Contexts) -> Any:
             with _computing(x):
                 return value(x, ts, cs)
 
@@ -482,14 +496,16 @@ class Adapter(_Base):
 
     # -- first order -----------------------------------------------------------------------------
 
-    def _jacobian(self, data: Any, target: Any, x: Any, contexts: tuple[Any, ...], want_value: bool) -> tuple[Any, ...]:
+    def _jacobian(
+        self, data: Any, target: Target, x: Any, contexts: tuple[Any, ...], want_value: bool
+    ) -> tuple[Any, ...]:
         """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
         method = self.method
         p = _Points(x, self._exponent("first"), self.rel_step)
         xp, n = p.xp, p.n
         y0 = data.take_value()
         cols = []
-        recipes: list[Any]
+        recipes: list[Recipe]
         if method == "complex":
             cdtype = xp.complex64 if x.dtype == xp.float32 else xp.complex128
             cflat = xp.astype(p.flat, cdtype)
@@ -523,13 +539,13 @@ class Adapter(_Base):
         jac = xp.reshape(xp.stack([xp.reshape(c, (-1,)) for c in cols], axis=1), y_shape + x_shape)
         return y0, jac
 
-    def prepare_jacobian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_jacobian(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
-    def value_and_jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_and_jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, True)
 
-    def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, False)[1]
 
     # gradient and derivative are Jacobians of shape x.shape and f(x).shape: same code, same counts.
@@ -537,7 +553,9 @@ class Adapter(_Base):
     value_and_gradient = value_and_derivative = value_and_jacobian
     gradient = derivative = jacobian
 
-    def _pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any, want_value: Any) -> Any:
+    def _pushforward(
+        self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts, want_value: Any
+    ) -> Any:
         if type(data) is not _Along:  # an Info from another adapter's preparation (one that delegates here)
             data = _Along(data, x, self._exponent("first"))
         xp, r = data.namespace(x)
@@ -548,7 +566,7 @@ class Adapter(_Base):
         vectors = {"x": xp.astype(x, cdtype) if complex_step else x}  # shaped like x: no reshape per point
         # f(x), where needed, joins the points (a complex step evaluates it apart: at a real point)
         first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
-        recipes: list[Any] = [("x", None, ())] if first else []
+        recipes: list[Recipe] = [("x", None, ())] if first else []
         abs_h = None
         steps = []
         for j, t in enumerate(tangents):
@@ -588,31 +606,31 @@ class Adapter(_Base):
                 results.append((y0 - next(values)) / k)
         return y0, tuple(results)
 
-    def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_pushforward(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
         return _Along(info, x, self._exponent("first"))
 
-    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def value_and_pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, True)
 
-    def pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, False)[1]
 
     # -- second order: central second differences ------------------------------------------------
 
-    def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_second_derivative(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
     prepare_hessian = prepare_second_derivative
 
-    def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_hvp(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
         return info
 
-    def _hessian(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+    def _hessian(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
         """The Hessian; ``f(x)``, which its diagonal needs, joins the points where ``y0`` is None."""
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         first = y0 is None
-        recipes: list[Any] = [("x", None, ())] if first else []
+        recipes: list[Recipe] = [("x", None, ())] if first else []
         for i in range(n):
             recipes += [("x", None, ((2, "e", i),)), ("x", None, ((-2, "e", i),))]
             for j in range(i + 1, n):
@@ -634,11 +652,11 @@ class Adapter(_Base):
             return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
-    def _hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def _hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
-        recipes: list[Any] = []
+        recipes: list[Recipe] = []
         steps = []
         for j, t in enumerate(tangents):
             k = p.along(t) if n else 0.0
@@ -664,25 +682,26 @@ class Adapter(_Base):
             results.append(xp.reshape(xp.stack(out), p.shape))
         return tuple(results)
 
-    def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._hessian(data, target, x, contexts, data.take_value())
 
-    def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_gradient_and_hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         y0, grad = self._jacobian(data, target, x, contexts, True)
         return y0, grad, self._hessian(data, target, x, contexts, y0)
 
-    def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def gradient_and_hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
 
-    def _second_derivative(self, data: Any, target: Any, x: Any, contexts: Any, y0: Any) -> Any:
+    def _second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
         first = y0 is None
-        recipes: list[Any] = ([("x", None, ())] if first else []) + [("x+h", None, ()), ("x-h", None, ())]
+        recipes: list[Recipe] = [("x", None, ())] if first else []
+        recipes += [("x+h", None, ()), ("x-h", None, ())]
         points = _PointSet({"x": p.flat, "x+h": p.plus, "x-h": p.minus}, None, p.shape, p.xp)
         values = self._values(target, contexts, x, points, recipes, False, data.y_shape)
         if first:
@@ -691,10 +710,10 @@ class Adapter(_Base):
         plus = next(values)
         return (plus - 2 * y0 + next(values)) / (step * step)
 
-    def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         return self._second_derivative(data, target, x, contexts, data.take_value())
 
-    def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_derivative_and_second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
         y0, der = self._jacobian(data, target, x, contexts, True)
         return y0, der, self._second_derivative(data, target, x, contexts, y0)
 

@@ -6,11 +6,14 @@ it through the config's ``bench`` path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from diffinterface.extend import BenchEngine
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Bench(BenchEngine):
@@ -25,7 +28,7 @@ class Bench(BenchEngine):
         "and the evaluator's checks of f(x)",
     }
 
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         import scipy.optimize
         from scipy.optimize import _numdiff
 

@@ -29,12 +29,14 @@ one module, imported at first use).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -53,6 +55,7 @@ from diffinterface.extend import (
     const_write_error,
     contract_all,
     duplicate,
+    families,
     family,
     innermost_frame,
     jax_enable_x64,
@@ -75,6 +78,11 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     unwrap as _unwrap,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from diffinterface.extend import Contexts, Info, Target
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 
@@ -120,7 +128,7 @@ def _leaked(error: BaseException) -> bool:
     """The recogniser of ``const_write_error``: one of JAX's tracer errors in the chain (a tracer
     written into a numpy array), or an operator error in ``f`` between a tracer and a foreign array."""
     return raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS)) or operand_error(
-        error, lambda v: isinstance(v, jax.core.Tracer)
+        error, lambda v: isinstance(v, Tracer)
     )
 
 
@@ -226,7 +234,7 @@ class _Function:
 
     __slots__ = ("target", "kinds", "simple", "common", "flat", "writes")
 
-    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+    def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
         self.target = target
         # set when f wrote into a captured array: from then on f gets writable stand-ins for them. Until
         # then f reads the plain arrays, which JAX's own functions take (lax.select of a captured mask)
@@ -239,10 +247,12 @@ class _Function:
             flat, treedef = self._flatten(contexts)
             self.common = _Static(treedef, tuple(v if not _is_dynamic(v) else _DYNAMIC for v in flat))
             if all(_is_dynamic(v) for v in flat):
-                self.flat = not contexts and target.has_state and len(flat) == len(target.plan.read())
+                plan = target.plan  # has_state, spelt out for a type checker
+                self.flat = not contexts and plan is not None and not plan.empty and len(flat) == len(plan.read())
 
     def _flatten(self, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
-        state = self.target.plan.read() if self.target.has_state else []
+        plan = self.target.plan
+        state = plan.read() if plan is not None and not plan.empty else []  # the state, where f has some
         flat, treedef = jax.tree_util.tree_flatten(([c.value for c in contexts], state))
         # a torch tensor is an argument too, as numpy (no copy on the CPU): as a static argument it
         # would be baked into the compiled program, and an update by the user would not be seen
@@ -252,7 +262,9 @@ class _Function:
         """``(dyn, static)``: the current values of the contexts and of the captured state, split;
         ``static`` is None when it is ``common``."""
         if self.flat:  # the common case, on the prepared path: the leaves as they are (a few us less)
-            state = self.target.plan.read()
+            plan = self.target.plan
+            assert plan is not None  # flat: f has captured state
+            state = plan.read()
             if all(map(_is_dynamic, state)):
                 return state, None
         flat, treedef = self._flatten(contexts)
@@ -298,7 +310,7 @@ class _Function:
             return run(WritableArray)
 
 
-def _output(y: Any, target: Any) -> Any:
+def _output(y: Any, target: Target) -> Any:
     """``f``'s output as one jax array (checked while JAX traces: no cost in a compiled call)."""
     if isinstance(y, (tuple, list, dict)):
         raise structured_output(y, target.call)
@@ -317,7 +329,7 @@ def _cast(ts: Any, like: Any) -> Any:
     return tuple(t if getattr(t, "dtype", None) == dtype else jnp.asarray(t).astype(dtype) for t in ts)
 
 
-def _jvps(f: Any, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _jvps(f: Callable[..., Any], x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
     ts = _cast(ts, x)
     if len(ts) == 1:
@@ -327,7 +339,7 @@ def _jvps(f: Any, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
     return y, _split(jax.vmap(lin)(jnp.stack(ts)), len(ts))
 
 
-def _with_value(transform: Any, f: Any) -> Any:
+def _with_value(transform: Any, f: Callable[..., Any]) -> Any:
     """``transform`` (jacfwd, jacrev, grad) of ``f`` that also returns ``f(x)``, from the same pass."""
     return transform(lambda z: (f(z), f(z)), has_aux=True)
 
@@ -340,7 +352,7 @@ Traced = Callable[[Callable[..., Any], Any, tuple[Any, ...], bool], Any]
 
 
 def _pushforward(forward: bool) -> Traced:
-    def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
+    def pushforward(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
             out = contract_all(jac, _cast(ts, x), x, True)
@@ -352,7 +364,7 @@ def _pushforward(forward: bool) -> Traced:
 
 
 def _pullback(forward: bool) -> Traced:
-    def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
+    def pullback(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
             out = contract_all(jac, _cast(ts, y), x, False)
@@ -369,7 +381,7 @@ def _pullback(forward: bool) -> Traced:
 
 
 def _derivative(forward: bool) -> Traced:
-    def derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
+    def derivative(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         if forward:
             y, der = jax.jvp(f, (x,), (jnp.ones_like(x),))
         else:
@@ -380,7 +392,7 @@ def _derivative(forward: bool) -> Traced:
 
 
 def _gradient(forward: bool) -> Traced:
-    def gradient(f: Any, x: Any, _: Any, value: Any) -> Any:
+    def gradient(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         if forward:
             return _with_value(jax.jacfwd, f)(x)[::-1] if value else jax.jacfwd(f)(x)
         return jax.value_and_grad(f)(x) if value else jax.grad(f)(x)
@@ -389,7 +401,7 @@ def _gradient(forward: bool) -> Traced:
 
 
 def _jacobian(forward: bool) -> Traced:
-    def jacobian(f: Any, x: Any, _: Any, value: Any) -> Any:
+    def jacobian(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         transform = jax.jacfwd if forward else jax.jacrev
         return _with_value(transform, f)(x)[::-1] if value else transform(f)(x)
 
@@ -397,7 +409,7 @@ def _jacobian(forward: bool) -> Traced:
 
 
 def _second_derivative(forward: bool) -> Traced:
-    def second_derivative(f: Any, x: Any, _: Any, value: Any) -> Any:
+    def second_derivative(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         def first(z: Any) -> Any:
             return jax.jvp(f, (z,), (jnp.ones_like(z),))
 
@@ -408,7 +420,7 @@ def _second_derivative(forward: bool) -> Traced:
 
 
 def _hvp(forward: bool) -> Traced:
-    def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
+    def hvp(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
         g, out = _jvps(jax.grad(f), x, ts)
         return (g, out) if value else out
 
@@ -416,7 +428,7 @@ def _hvp(forward: bool) -> Traced:
 
 
 def _hessian(forward: bool) -> Traced:
-    def hessian(f: Any, x: Any, _: Any, value: Any) -> Any:
+    def hessian(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         if not value:
             return jax.jacfwd(jax.grad(f))(x)
         hess, (y, g) = jax.jacfwd(lambda z: (jax.grad(f)(z), jax.value_and_grad(f)(z)), has_aux=True)(x)
@@ -468,7 +480,7 @@ class _Prepared:
             if not value:
                 return lambda x, tangents, contexts: (compiled(x, tangents[0]),)
 
-            def run_value(x: Any, tangents: Any, contexts: Any) -> Any:
+            def run_value(x: Any, tangents: Any, contexts: Contexts) -> Any:
                 y, out = compiled(x, tangents[0])
                 return y, (out,)
 
@@ -481,9 +493,11 @@ class _Prepared:
         """The runner of an ``f`` whose captured state is arrays and numbers (no contexts): what
         :meth:`_invoke` does for it, unrolled (a microsecond less at small sizes). A call that finds
         another kind of leaf in the state (the user rebound a captured name) takes :meth:`run`."""
-        read, common, tangents_op, bare = self.function.target.plan.read, compiled[0], self.tangents, self.bare
+        plan = self.function.target.plan
+        assert plan is not None  # called where f has captured state
+        read, common, tangents_op, bare = plan.read, compiled[0], self.tangents, self.bare
 
-        def run_state(x: Any, tangents: Any, contexts: Any) -> Any:
+        def run_state(x: Any, tangents: Any, contexts: Contexts) -> Any:
             state = read()
             if not all(map(_is_dynamic, state)):
                 return self.run(compiled, value, x, tangents, contexts)
@@ -501,7 +515,7 @@ class _Prepared:
         ``common`` static structure (held in its closure) and one taking the static part as argument."""
         function, bare = self.function, self.bare
 
-        def call(f: Any, x: Any, ts: Any) -> Any:
+        def call(f: Callable[..., Any], x: Any, ts: Any) -> Any:
             if not bare:
                 return body(f, x, ts, value)
             results = body(f, x, (ts,), value)  # ts is the one tangent, bare
@@ -608,7 +622,7 @@ def _structured(body: Any, layout: Any, operator: Operator, forward: bool, n_tan
     if tree is not None:
         return tree
 
-    def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
+    def traced(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
         flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)
         return layout.cut_all(operator, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
 
@@ -622,7 +636,7 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
 
     if operator is GRADIENT and not forward:
 
-        def gradient(f: Any, x: Any, ts: Any, value: Any) -> Any:
+        def gradient(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
             if value:
                 y, g = jax.value_and_grad(f)(list(x))
                 return [y], list(g)
@@ -631,7 +645,7 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
         return gradient
     if operator is PULLBACK and not forward:
 
-        def pullback(f: Any, x: Any, ts: Any, value: Any) -> Any:
+        def pullback(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
             y, vjp = jax.vjp(f, list(x))
             out = (list(vjp(_cast((layout.ys.ravel(list(ts[0])),), y)[0])[0]),)
             return (cut_y("y", y), out) if value else out
@@ -639,14 +653,14 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
         return pullback
     if operator is PUSHFORWARD and forward:
 
-        def pushforward(f: Any, x: Any, ts: Any, value: Any) -> Any:
+        def pushforward(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
             y, out = jax.jvp(f, (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
 
         return pushforward
     if operator is HVP:
 
-        def hvp(f: Any, x: Any, ts: Any, value: Any) -> Any:
+        def hvp(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
             g, out = jax.jvp(jax.grad(f), (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (list(g), (list(out),)) if value else (list(out),)
 
@@ -658,7 +672,7 @@ def _preferring(mode: str, body: Any) -> Any:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
 
-    def traced(f: Any, x: Any, ts: Any, value: Any) -> Any:
+    def traced(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)
 
@@ -671,17 +685,62 @@ def _is_float64(value: Any) -> bool:
     return dtype is not None and np.dtype(str(dtype).replace("torch.", "")) in (np.float64, np.complex128)
 
 
+# JAX's own errors for a traced value that f needs concrete (float(), .item(), int(), a Python `if`,
+# np.asarray): the first trace of f (output_info) turns them into the call's error
+_CONCRETE_NEEDED = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def _traced_value_error(target: Any, error: BaseException) -> TypeError | None:
+    """The call's error where ``f``, traced by JAX, needs a concrete value of x (JAX's own error types)
+    or hands JAX's traced arrays to another engine's functions (a TypeError raised right in ``f``,
+    whose code names a module of another registered array family: ``torch.sin(z)``); None otherwise."""
+    first = str(error).strip().split("\n", 1)[0]
+    if isinstance(error, _CONCRETE_NEEDED):
+        return TypeError(
+            f"{target.call}: f needs the value of an array computed from x, which JAX traces without values "
+            f"({type(error).__name__}: {first}): float(), int(), .item(), a Python `if` on x's values or "
+            f"np.asarray of one. Write that part with jax.numpy (jnp.where or lax.cond for a branch), or "
+            f"differentiate f with AutoTorch(), AutoAutograd() or AutoFiniteDiff(), which run it on values"
+        )
+    frame = innermost_frame(error)
+    if not isinstance(error, TypeError) or frame is None:
+        return None
+    engines = {r.array_type.split(".")[0] for r in families().values()} - {"jax", "jaxlib", "numpy"}
+    code, scopes = frame.f_code, (frame.f_locals, frame.f_globals)  # f_locals holds f's free variables
+    used = sorted(
+        {
+            getattr(value, "__name__", "").split(".")[0]
+            for name in code.co_names + code.co_freevars
+            for value in (next((s[name] for s in scopes if name in s), None),)
+            if isinstance(value, types.ModuleType)
+        }
+        & engines
+    )
+    if not used:
+        return None
+    return TypeError(
+        f"{target.call}: f calls {', '.join(used)} on JAX's traced arrays ({type(error).__name__}: {first}); "
+        f"AutoJAX runs f on JAX arrays: write f with jax.numpy (or array_namespace(x)), use the backend of "
+        f"{used[0]}, or wrap the {used[0]} part in DifferentiateWith(part, backend)"
+    )
+
+
 class Adapter(_Base):
     """JAX; see the module docstring."""
 
     engine_name = "JAX"
+    array_family = "jax"
     traceable_results = True  # the runners are traced under an outer JAX transformation
     structures_inside = True  # a structure's ravel and cut are traced into the compiled program
 
     @staticmethod
     def traced(value: Any) -> bool:
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
-        return isinstance(value, jax.core.Tracer)
+        return isinstance(value, Tracer)
 
     @staticmethod
     def refused_write(error: BaseException) -> bool:
@@ -689,7 +748,16 @@ class Adapter(_Base):
         assignment into one of its arrays or tracers (captured jax arrays reach f as they are)."""
         return _Base.refused_write(error) or _jax_write_refused(error)
 
-    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+    def aux(self, target: Target, x: Any, contexts: Contexts) -> Any:
+        """has_aux's aux: ``f`` at ``x`` as JAX arrays, inside the x64 context for a float64 ``x`` (or a
+        structure with a float64 leaf)."""
+        leaves = [x] if family(x) is not None else list(getattr(x, "values", lambda: x)())
+        if any(_is_float64(v) for v in leaves) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):
+                return super().aux(target, x, contexts)
+        return super().aux(target, x, contexts)
+
+    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
         for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
         if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
@@ -697,7 +765,7 @@ class Adapter(_Base):
                 return super().evaluate(target, x, contexts)
         return super().evaluate(target, x, contexts)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         function = _Function(target, contexts)
         x64 = _is_float64(x)
 
@@ -719,10 +787,15 @@ class Adapter(_Base):
             const = const_write_error(target, error, "JAX", _leaked) or standin_error(target, error, "JAX")
             if const is not None:
                 raise const from error
+            traced = _traced_value_error(target, error)
+            if traced is not None:
+                raise traced from error
             raise
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> _Prepared:
+    def prepare(
+        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+    ) -> _Prepared:
         """The adapter contract (``diffinterface._adapters.contract``): the compiled value and plain forms of one
         operator (see _Prepared), ``plain`` one call into the compiled function."""
         forward = self.forward(operator, info)
@@ -740,7 +813,7 @@ class Adapter(_Base):
             prepared.compile_ahead(x, tangents, contexts)
         return prepared
 
-    def jaxpr(self, target: Any, x: Any, contexts: Any) -> Any:
+    def jaxpr(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """The closed jaxpr of ``f`` at ``x`` as this adapter traces it (captured state and caches as
         writable stand-ins, their values constants of the jaxpr), inside the x64 context for a float64
         ``x``; for ``diffinterface.sparse.JaxprSparsityDetector``, which interprets it."""
@@ -759,7 +832,15 @@ class Adapter(_Base):
         return trace()
 
     def prepare_compressed(
-        self, kind: str, target: Any, x: Any, seeds: Any, index: Any, contexts: Any, info: Any, pattern: Any = None
+        self,
+        kind: str,
+        target: Target,
+        x: Any,
+        seeds: Any,
+        index: Any,
+        contexts: Contexts,
+        info: Info,
+        pattern: Any = None,
     ) -> _Prepared:
         """AutoSparse's compressed derivative compiled whole (``diffinterface.sparse._adapter``): the
         products along the stacked ``seeds`` (``"columns"``: pushforwards, ``"rows"``: pullbacks,
@@ -779,14 +860,23 @@ class Adapter(_Base):
 
 def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
     """The body of ``Adapter.prepare_compressed`` (seeds and index are constants of the program)."""
+    to_sparse: Callable[[Any], Any] | None = None  # the nonzeros as a BCOO of the pattern
     if pattern is not None:
         from jax.experimental import sparse as jsparse
 
         rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
         coo = np.stack([rows, pattern.indices], axis=1).astype(np.int32)
 
-    def body(f: Any, x: Any, _: Any, value: Any) -> Any:
+        def bcoo(data: Any) -> Any:
+            return jsparse.BCOO(
+                (data, jnp.asarray(coo)), shape=tuple(pattern.shape), indices_sorted=True, unique_indices=True
+            )
+
+        to_sparse = bcoo
+
+    def body(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
         s, idx = jnp.asarray(seeds), jnp.asarray(index)
+        y = g = None  # f(x) and the gradient, computed where value asks for them
         if kind == "columns":
             y, lin = jax.linearize(f, x)
             compressed = jax.vmap(lin)(s)
@@ -800,10 +890,8 @@ def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
             _, lin = jax.linearize(jax.grad(f), x)
             compressed = jax.vmap(lin)(s)
         data: Any = jnp.reshape(compressed, (-1,))[idx]
-        if pattern is not None:
-            data = jsparse.BCOO(
-                (data, jnp.asarray(coo)), shape=tuple(pattern.shape), indices_sorted=True, unique_indices=True
-            )
+        if to_sparse is not None:
+            data = to_sparse(data)
         if not value:
             return data
         return (y, g, data) if kind == "star" else (y, data)

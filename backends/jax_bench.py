@@ -6,13 +6,16 @@ it through the config's ``bench`` path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from diffinterface.extend import BenchEngine
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Bench(BenchEngine):
@@ -39,7 +42,7 @@ class Bench(BenchEngine):
     def ready(self, value: Any) -> Any:
         return jax.block_until_ready(value)
 
-    def compiled(self, f: Any) -> Any:
+    def compiled(self, f: Callable[..., Any]) -> Any:
         return jax.jit(f)
 
     def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
@@ -58,7 +61,7 @@ class Bench(BenchEngine):
         by_hand.defvjp(fwd, bwd)
         return by_hand
 
-    def _compiled(self, operator: Any, f: Any) -> Any:
+    def _compiled(self, operator: str, f: Callable[..., Any]) -> Any:
         if operator == "gradient":
             return jax.jit(jax.grad(f))
         if operator == "hvp":
@@ -75,19 +78,19 @@ class Bench(BenchEngine):
         return None
 
     @staticmethod
-    def _arguments(operator: Any, x: Any, t: Any, A: Any) -> tuple[Any, ...]:
+    def _arguments(operator: str, x: Any, t: Any, A: Any) -> tuple[Any, ...]:
         if operator.startswith("jacobian"):
             return (x, A)
         return (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
 
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         g = self._compiled(operator, f)
         if g is None:
             return None
         args = self._arguments(operator, x, t, A)
         return lambda: jax.block_until_ready(g(*args))
 
-    def native_numpy(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native_numpy(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         """The compiled transform called on the numpy arrays (jit transfers them), its result read
         back with ``np.asarray`` (which waits for it)."""
         g = self._compiled(operator, f)
@@ -96,7 +99,7 @@ class Bench(BenchEngine):
         args = self._arguments(operator, x, t, A)
         return lambda: np.asarray(g(*args))
 
-    def native_first(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         def first() -> Any:
             self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
 

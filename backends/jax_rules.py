@@ -43,6 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import ShapedArray
 from jax.custom_derivatives import SymbolicZero, linear_call
 
 from diffinterface.extend import (
@@ -235,7 +236,9 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         active = tuple(v is not None for v in live)
         values = tuple(a if a is not None else c for a, c in zip(live, const))
         if type(ct) is SymbolicZero:
-            ct = jnp.zeros(ct.shape, ct.dtype)
+            aval = ct.aval  # SymbolicZero forwards shape and dtype to it, out of a type checker's sight
+            assert isinstance(aval, ShapedArray), aval  # a zero cotangent of an array output
+            ct = jnp.zeros(aval.shape, aval.dtype)
         if rule.opaque:
             wanted = _cotangent_structs(values, active)
             got = iter(_host(_reverse_host(rule, kwargs, active), wanted, values + (ct,), rule.vectorized))
@@ -356,13 +359,15 @@ def _out(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
                 for s in structs
             ]
             try:
-                y = np.asarray(rule.primal(*probes, **kwargs))
+                # eagerly, also inside a trace of JAX (omnistaging would stage the primal's own JAX
+                # operations into the trace around this call: DifferentiateWith(f, AutoJAX()) in AutoJAX)
+                with jax.ensure_compile_time_eval():
+                    y = np.asarray(rule.primal(*probes, **kwargs))
             except Exception as error:  # noqa: BLE001 - reported with what to do
                 raise TypeError(
                     f"{rule.__name__} under JAX: an opaque function's output shape is needed before it "
                     f"runs; running it on random inputs of shapes {[s.shape for s in structs]} failed "
-                    f"({type(error).__name__}: {error}). Pass custom_rule(opaque=True, out_shape=fn) with "
-                    f"fn(*args) -> (shape, dtype)"
+                    f"({type(error).__name__}: {error}). Pass {rule.out_shape_fix}"
                 ) from error
             shape, dtype = y.shape, y.dtype
         return jax.ShapeDtypeStruct(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))

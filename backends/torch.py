@@ -44,7 +44,7 @@ import contextlib
 import re
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -84,11 +84,29 @@ from diffinterface.extend import (
     Adapter as _Base,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from diffinterface.extend import Contexts, Target
+
 _Tensor = torch.Tensor
 
 # torch's forward-mode dual levels are process-wide ("Nested forward mode AD is not supported"): the
 # adapter's forward-mode passes run one at a time, whichever thread calls them.
 _DUAL_LEVEL = threading.RLock()
+
+
+def _dual_level() -> Any:
+    """torch's ``dual_level()`` for one forward-mode pass, or NotImplementedError where one is already
+    open in the process (torch's own ``forward_ad._current_level``): torch cannot nest forward mode
+    (``DifferentiateWith(f, AutoTorch())`` inside AutoTorch's forward mode, or a call inside the user's
+    own ``dual_level``), and ``mode=None`` answers NotImplementedError by reverse mode
+    (``DirectionFallback``), where an explicit ``mode="forward"`` gets the call's error with the fix."""
+    if getattr(fwAD, "_current_level", -1) >= 0:
+        raise NotImplementedError(
+            "a forward-mode pass of torch is already running around this call, and torch cannot nest forward-mode AD"
+        )
+    return fwAD.dual_level()
 
 
 def _quiet_asarray(run: Any) -> Any:
@@ -180,7 +198,7 @@ class _Function:
 
     __slots__ = ("target", "simple", "run", "eager", "writes_input", "watch")
 
-    def __init__(self, target: Any, contexts: tuple[Any, ...], compile: bool) -> None:
+    def __init__(self, target: Target, contexts: tuple[Any, ...], compile: bool) -> None:
         self.target = target
         # whether the differentiated runs of f go under _Watch (see there): at the first one, and at
         # every one after a run where f read a tensor's value
@@ -258,7 +276,7 @@ class _Function:
         return run_aliased
 
 
-def _output(y: Any, x: Any, target: Any) -> Any:
+def _output(y: Any, x: Any, target: Target) -> Any:
     """What ``f`` returned, as a plain tensor (a Python or numpy number: a constant of x's dtype).
 
     Under ``closure="const"`` a number from ``f`` with numpy state captured is the mark of a write
@@ -275,11 +293,12 @@ def _output(y: Any, x: Any, target: Any) -> Any:
     return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
 
 
-def _compilable(target: Any) -> bool:
+def _compilable(target: Target) -> bool:
     """Whether ``compile=True`` can compile ``f``; warns, naming the captured state, where it cannot."""
     if target.plain:
         return True
-    what = ", ".join(target.plan.where()) if target.has_state else "the output buffer y"
+    plan = target.plan
+    what = ", ".join(plan.where()) if plan is not None and not plan.empty else "the output buffer y"
     warnings.warn(
         f"AutoTorch(compile=True): f runs eagerly, not compiled: its state ({what}) is duplicated at "
         f"every call (closure='duplicated'), and torch.compile would recompile for every new duplicate. "
@@ -340,7 +359,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return any(self._from_x(v, with_graph) for v in value.values())
         return False
 
-    def _escape(self, func: Any, name: str, cut: bool) -> str | None:
+    def _escape(self, func: Callable[..., Any], name: str, cut: bool) -> str | None:
         """How a value computed from x left autograd in ``func`` (``cut``: its inputs carry x's graph,
         its floating outputs none), or None."""
         if name == "__get__":  # a property: only .data hands out a tensor without its graph
@@ -349,7 +368,9 @@ class _Provenance(torch.overrides.TorchFunctionMode):
             return f"{name} under torch.no_grad()"
         return f"torch.{name}" if cut and name in _CONSTRUCTORS else None
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name.endswith("_like") or name in _SHAPE_ONLY or not (self._from_x(args) or self._from_x(kwargs)):
@@ -390,7 +411,7 @@ def _floating(value: Any) -> bool:
     return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex())
 
 
-def _lost(fn: Any, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> None:
+def _lost(fn: _Function, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> None:
     """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
     where a value computed from ``x`` left autograd on the way (see :class:`_Provenance`), and
     returns where ``f`` is constant in ``x`` or reaches its output only through operations torch
@@ -461,7 +482,9 @@ class _Watch(torch.overrides.TorchFunctionMode):
         self.escapes: list[str] = []
         self.reads = False
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
         name = getattr(func, "__name__", "")
         if name in _VALUE_ESCAPES or name in _READS:
             self.reads = True
@@ -470,7 +493,7 @@ class _Watch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _watching(fn: Any) -> Any:
+def _watching(fn: _Function) -> Any:
     """A new :class:`_Watch` while ``fn.watch``, else None."""
     return _Watch() if fn.watch else None
 
@@ -479,7 +502,7 @@ def _under(watch: Any) -> Any:
     return contextlib.nullcontext() if watch is None else watch
 
 
-def _numpy_refused(fn: Any, error: BaseException, watch: Any) -> LostDerivativeError | None:
+def _numpy_refused(fn: _Function, error: BaseException, watch: Any) -> LostDerivativeError | None:
     """The call's error where f failed because torch refuses ``.numpy()`` of a tensor that carries a
     derivative (``np.asarray(t)`` too), after the guard's retries over copies."""
     conversions = (_ESCAPES["numpy"], _ESCAPES["__array__"])
@@ -496,7 +519,7 @@ def _numpy_refused(fn: Any, error: BaseException, watch: Any) -> LostDerivativeE
     )
 
 
-def _after_watch(fn: Any, watch: Any, x: Any, contexts: tuple[Any, ...], forward: bool) -> None:
+def _after_watch(fn: _Function, watch: Any, x: Any, contexts: tuple[Any, ...], forward: bool) -> None:
     """After a watched run of f that succeeded: keeps watching where f read values, and checks the
     derivative where a value that carried one escaped."""
     if watch is None:
@@ -506,7 +529,7 @@ def _after_watch(fn: Any, watch: Any, x: Any, contexts: tuple[Any, ...], forward
         _check_escapes(fn, x, contexts, watch.escapes, forward)
 
 
-def _escape_error(fn: Any, escapes: list[str], found: str) -> LostDerivativeError:
+def _escape_error(fn: _Function, escapes: list[str], found: str) -> LostDerivativeError:
     where = ", ".join(dict.fromkeys(escapes))
     return LostDerivativeError(
         f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}): {found}. "
@@ -515,7 +538,7 @@ def _escape_error(fn: Any, escapes: list[str], found: str) -> LostDerivativeErro
     )
 
 
-def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str], forward: bool) -> None:
+def _check_escapes(fn: _Function, x: Any, contexts: tuple[Any, ...], escapes: list[str], forward: bool) -> None:
     """Raises :class:`LostDerivativeError` where a value read out of torch reached f(x): torch's
     directional derivative ``<w, J v>`` (random ``v`` and ``w``, seeded) against a central difference
     of f along ``v``, at two steps (their difference bounds the truncation error, so a kink or a branch
@@ -527,8 +550,9 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
     gen = torch.Generator().manual_seed(0)
     v = torch.randn(x0.shape, generator=gen, dtype=x0.dtype).to(x0.device)
     v = v / torch.linalg.vector_norm(v)
+    dy = xt = None  # the tangent of f(x) (forward), or the input the gradient is taken for (reverse)
     if forward:
-        with _DUAL_LEVEL, fwAD.dual_level():
+        with _DUAL_LEVEL, _dual_level():
             y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(x0.clone(), v), contexts))
     else:
         with torch.enable_grad():
@@ -537,7 +561,7 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
     if not y.is_floating_point():
         return
     w = torch.randn(y.shape, generator=gen, dtype=y.dtype).to(y.device)
-    if forward:
+    if xt is None:  # forward
         ad = 0.0 if dy is None else float((w * dy.detach()).sum())
     else:
         g = torch.autograd.grad(y, xt, w, allow_unused=True)[0] if y.requires_grad else None
@@ -562,7 +586,7 @@ def _check_escapes(fn: Any, x: Any, contexts: tuple[Any, ...], escapes: list[str
 # -- the two directions ------------------------------------------------------------------------
 
 
-def _record(fn: Any, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tuple[Any, ...]:
+def _record(fn: _Function, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tuple[Any, ...]:
     """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
     grad. A write of ``f`` into it is refused by torch (the user's ``x`` is never modified): that
     refusal, and only it, makes ``f`` run again on ``xt.clone()``, a copy whose writes autograd
@@ -639,7 +663,7 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
 
 
-def _differentiable_gradient(fn: Any, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _differentiable_gradient(fn: _Function, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(f(x) detached, gradient with its graph, xt)`` for double backward.
 
     ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
@@ -670,7 +694,7 @@ def _jvps(
     watch = _watching(fn)
 
     def one(t: Any) -> tuple[Any, ...]:
-        with fwAD.dual_level(), _under(watch):
+        with _dual_level(), _under(watch):
             y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
         if dy is None:
             lost.append(True)
@@ -752,7 +776,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
 
-    def jacobian(x: Any, contexts: Any) -> Any:  # (y, J shaped y_shape + x_shape)
+    def jacobian(x: Any, contexts: Contexts) -> Any:  # (y, J shaped y_shape + x_shape)
         if forward:
             y, cols = _jvps(fn, x, x_basis, contexts, True, loop)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
@@ -762,7 +786,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
     if operator is PUSHFORWARD and forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             if len(ts) == 1:
                 y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
                 return y, (out,)
@@ -770,7 +794,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return y, tuple(out)
     elif operator is PULLBACK and not forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, xt = _record(fn, x, contexts)
             unused = lambda: _lost(fn, x, contexts)  # noqa: E731
             if len(ts) == 1:
@@ -778,30 +802,30 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, jac = jacobian(x, contexts)
             return y, contract_all(jac, tuple(_stack(ts, x)), x, operator is PUSHFORWARD)
     elif operator is DERIVATIVE and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             return _jvps(fn, x, one, contexts, False)
     elif operator is GRADIENT and not forward:
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, xt = _record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             return jacobian(x, contexts)
     elif operator is SECOND_DERIVATIVE:  # reverse over forward; reverse over reverse without forward AD
         reverse_inner: list[Any] = []  # set at the first op without a forward derivative, for this prep
 
-        def forward_body(x: Any, contexts: Any) -> Any:
+        def forward_body(x: Any, contexts: Contexts) -> Any:
             xt = x.detach().requires_grad_()
             watch = _watching(fn)
-            with _DUAL_LEVEL, torch.enable_grad(), fwAD.dual_level():
+            with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
                 with _under(watch):
                     y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
                 _after_watch(fn, watch, x, contexts, True)
@@ -812,12 +836,12 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
 
-        def reverse_body(x: Any, contexts: Any) -> Any:  # 2 f(x).size backward passes
+        def reverse_body(x: Any, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
             y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
             der = _vjps(y, xt, y_basis, True, create_graph=True, unused=lambda: _lost(fn, x, contexts)).reshape(y_shape)
             return (y.detach(), der.detach()), _vjps(der, xt, y_basis, True).reshape(y_shape)
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -826,7 +850,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return reverse_body(x, contexts)
     elif operator in (HVP, HESSIAN):  # reverse over reverse
 
-        def body(x: Any, ts: Any, contexts: Any) -> Any:
+        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
             y, g, xt = _differentiable_gradient(fn, x, contexts)
             if operator is HESSIAN:
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
@@ -836,14 +860,14 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    def plain(x: Any, ts: Any, contexts: Any) -> Any:
+    def plain(x: Any, ts: Any, contexts: Contexts) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)  # numpy: zero-copy
         if x.is_inference() or torch.is_inference_mode_enabled():
             return _outside_inference_mode(body, x, ts, contexts)[1]
         return body(x, ts, contexts)[1]
 
-    def value(x: Any, ts: Any, contexts: Any) -> Any:
+    def value(x: Any, ts: Any, contexts: Contexts) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)
         if x.is_inference() or torch.is_inference_mode_enabled():
@@ -858,6 +882,8 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 class Adapter(_Base):
     """PyTorch; see the module docstring."""
 
+    array_family = TORCH
+
     @staticmethod
     def refused_write(error: BaseException) -> bool:
         """torch refusing what ``f`` did with a guarded alias (see ``_REFUSALS``), or numpy refusing a
@@ -865,7 +891,7 @@ class Adapter(_Base):
         aliased as a tensor reaches ``f`` as one)."""
         return (type(error) is RuntimeError and _REFUSALS.search(str(error)) is not None) or _Base.refused_write(error)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         fn = _Function(target, contexts, False)
         try:
             with torch.no_grad():
@@ -877,7 +903,9 @@ class Adapter(_Base):
             raise
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+    def prepare(
+        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+    ) -> Runners:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)
         forward = self.forward(operator, info)

@@ -6,13 +6,16 @@ it through the config's ``bench`` path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
 from diffinterface.extend import BenchEngine
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Bench(BenchEngine):
@@ -56,7 +59,7 @@ class Bench(BenchEngine):
 
         return ByHand.apply
 
-    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
         def leaf() -> Any:
             return x.detach().requires_grad_()
 

@@ -27,7 +27,7 @@ no rules of their own).
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from diffinterface.extend import (
 )
 
 from .torch import as_tensor
+
+if TYPE_CHECKING:
+    pass
 
 _Tensor = torch.Tensor
 
@@ -223,6 +226,9 @@ def _whole(info: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[
     return tuple(out)
 
 
+# torch declares Function's backward, jvp and vmap with variadic parameters (``*grad_outputs``,
+# ``*args``: one per input or output); its documentation's overrides name them one by one, as these
+# do, which a type checker reads as an incompatible override: the ignores below say so, one a method.
 class _RuleFunction(torch.autograd.Function):
     @staticmethod
     def forward(spec: _Spec, *args: Any) -> Any:
@@ -242,7 +248,7 @@ class _RuleFunction(torch.autograd.Function):
         ctx.save_for_forward(*tensors)
 
     @staticmethod
-    def backward(ctx: Any, dy: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, dy: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         spec = ctx.spec
         if not spec.rule.has_reverse:
             raise spec.rule.missing("reverse", "under torch")
@@ -266,7 +272,7 @@ class _RuleFunction(torch.autograd.Function):
         return (None,) + tuple([c if need else None for c, need in zip(full, needs)])
 
     @staticmethod
-    def jvp(ctx: Any, _spec: Any, *tangents: Any) -> Any:
+    def jvp(ctx: Any, _spec: Any, *tangents: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         spec = ctx.spec
         args = tuple(o if t is None else t for t, o in zip(ctx.saved_tensors, ctx.others))
         active = tuple(t is not None for t in tangents)
@@ -276,7 +282,7 @@ class _RuleFunction(torch.autograd.Function):
         return _Forward.apply(spec, active, len(live), *live, *args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:
+    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         dims = in_dims[1:]
         if spec.rule.vectorized:
             whole = _whole(info, dims, args)
@@ -319,7 +325,7 @@ class _Reverse(_Pass):
         return _reverse(spec, tape.value if isinstance(tape, _Held) else _NO_TAPE, dy, args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
+    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         dims = in_dims[2:]
         n_out = sum(1 for a in spec.active if a)
         # the inputs batched at this level: the forward was vmapped here too, and its tapes follow
@@ -343,7 +349,7 @@ class _Forward(_Pass):
         return _forward(spec, active, _expand(active, rest[:n]), rest[n:])
 
     @staticmethod
-    def vmap(
+    def vmap(  # pyright: ignore[reportIncompatibleMethodOverride]
         info: Any, in_dims: tuple[Any, ...], spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any
     ) -> tuple[Any, ...]:
         dims = in_dims[3:]

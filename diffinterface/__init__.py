@@ -9,6 +9,8 @@ from ._closures.namespaces import declare_modules as declare_modules
 from ._core.configs import AutoAutograd as AutoAutograd
 from ._core.configs import AutoFiniteDiff as AutoFiniteDiff
 from ._core.configs import AutoJAX as AutoJAX
+from ._core.configs import AutoMLX as AutoMLX
+from ._core.configs import AutoPyTensor as AutoPyTensor
 from ._core.configs import AutoTensorFlow as AutoTensorFlow
 from ._core.configs import AutoTorch as AutoTorch
 from ._core.configs import Backend as Backend
@@ -63,8 +65,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Backend",
     "AutoAutograd",
+    "AutoMLX",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoPyTensor",
     "AutoTensorFlow",
     "AutoTorch",
     "SecondOrder",

@@ -48,7 +48,10 @@ The kit, by job:
   :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`,
   :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
   built-in families' names ``NUMPY``, ``TORCH``;
-- **contexts**: :class:`Cache`, :func:`context_values`;
+- **contexts**: :class:`Cache`, :func:`context_values`, and the types :class:`Context` (``Constant`` and
+  ``Cache``'s base) and :data:`Contexts` (the tuple of them a runner receives);
+- **types**: :class:`Array`, an array of any family as code serving every family reads one (its
+  ``shape``, ``dtype`` and ``ndim``);
 - **closures** (captured state duplicated per call, contract section 7): :func:`duplicate`,
   :func:`copy_leaf`, :func:`read_only_alias`, :func:`declare_modules`, the writable stand-in
   :class:`WritableArray` (:func:`unwrap`, :func:`note_conversion`, :func:`take_conversion`,
@@ -117,6 +120,8 @@ from ._core.configs import AbstractBackend as BackendConfig
 from ._core.configs import register_backend as register_backend
 from ._core.configs import registered_backends as registered_backends
 from ._core.contexts import Cache as Cache
+from ._core.contexts import Context as Context
+from ._core.contexts import Contexts as Contexts
 from ._core.contexts import context_values as context_values
 from ._core.errors import LOST_CAUSES as LOST_CAUSES
 from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
@@ -134,6 +139,7 @@ from ._core.operators import PULLBACK as PULLBACK
 from ._core.operators import PUSHFORWARD as PUSHFORWARD
 from ._core.operators import SECOND_DERIVATIVE as SECOND_DERIVATIVE
 from ._core.operators import Operator as Operator
+from ._core.types import Array as Array
 from .rules import Active as Active
 from .rules import Rule as Rule
 from .rules import annotate as annotate
@@ -186,7 +192,11 @@ __all__ = [
     "to_family",
     # contexts
     "Cache",
+    "Context",
+    "Contexts",
     "context_values",
+    # the types signatures share
+    "Array",
     # closures
     "StandInConversionError",
     "WritableArray",

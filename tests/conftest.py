@@ -14,6 +14,48 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+# The AD engines the contract's tests are parametrised over: (config class name in diffinterface,
+# engine module, extra). An engine joins every shared test by one line here.
+AD_ENGINES = [
+    ("AutoJAX", "jax", "jax"),
+    ("AutoTorch", "torch", "torch"),
+    ("AutoAutograd", "autograd", "autograd"),
+    ("AutoTensorFlow", "tensorflow", "tensorflow"),
+]
+
+
+def engine_marks(module: str, extra: str) -> tuple:
+    """A skip with the install line when ``module`` is missing, else nothing."""
+    if installed(module):
+        return ()
+    return (pytest.mark.skip(reason=f'{module} is not installed: pip install "diffinterface[{extra}]"'),)
+
+
+def ad_configs(modes=(None,)) -> list:
+    """``(id, config)`` for every installed AD engine and mode (for lists that are not pytest parameters)."""
+    import diffinterface as di
+
+    return [
+        (name if modes == (None,) else f"{name}-{mode}", getattr(di, name)(mode=mode))
+        for name, module, _ in AD_ENGINES
+        if installed(module)
+        for mode in modes
+    ]
+
+
+def backend_params(modes=(None,), *, finite_diff: bool = False) -> list:
+    """pytest parameters: every AD engine in each of ``modes`` (id ``AutoJAX``, or ``AutoJAX-forward``
+    with several modes), skipped with the install line where missing; ``AutoFiniteDiff`` first if asked."""
+    import diffinterface as di
+
+    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")] if finite_diff else []
+    for name, module, extra in AD_ENGINES:
+        for mode in modes:
+            ident = name if modes == (None,) else f"{name}-{mode}"
+            out.append(pytest.param(getattr(di, name)(mode=mode), marks=engine_marks(module, extra), id=ident))
+    return out
+
+
 def family_params(families=("numpy", "jax", "torch")) -> list:
     out = []
     for fam in families:
@@ -49,6 +91,35 @@ def catalogue_count(catalogue: str, outcome: str) -> None:
     from collections import Counter
 
     CATALOGUE_COUNTS.setdefault(catalogue, Counter())[outcome] += 1
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per core, at most 4 (each imports the engines)."""
+    import os
+
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 4))
+
+
+def pytest_sessionfinish(session) -> None:
+    """A worker of pytest-xdist hands its catalogue counts to the controller (``_WorkerCounts``)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["catalogue_counts"] = {name: dict(counts) for name, counts in CATALOGUE_COUNTS.items()}
+
+
+class _WorkerCounts:
+    """On the controller of pytest-xdist: the counts of each worker, added up as it finishes."""
+
+    def pytest_testnodedown(self, node, error) -> None:
+        from collections import Counter
+
+        for name, counts in getattr(node, "workeroutput", {}).get("catalogue_counts", {}).items():
+            CATALOGUE_COUNTS.setdefault(name, Counter()).update(counts)
+
+
+def pytest_configure(config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerCounts(), "diffinterface-worker-counts")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

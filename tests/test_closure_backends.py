@@ -18,22 +18,9 @@ from array_api_compat import array_namespace
 
 import _gierer_meinhardt as gm
 import diffinterface as di
-from conftest import installed
+from conftest import backend_params, installed
 
-
-def _backends() -> list:
-    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
-    for config, engine in [(di.AutoJAX(), "jax"), (di.AutoTorch(), "torch"), (di.AutoAutograd(), "autograd")]:
-        marks = (
-            ()
-            if installed(engine)
-            else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
-        )
-        out.append(pytest.param(config, marks=marks, id=type(config).__name__))
-    return out
-
-
-BACKENDS = _backends()
+BACKENDS = backend_params(finite_diff=True)
 
 
 def _tol(backend) -> float:

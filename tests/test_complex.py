@@ -9,21 +9,14 @@ import numpy as np
 import pytest
 
 import diffinterface as di
+from conftest import ad_configs
 from diffinterface import PreparationMismatchError
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 torch = pytest.importorskip("torch")
 
-BACKENDS = [
-    di.AutoJAX(),
-    di.AutoJAX(mode="forward"),
-    di.AutoTorch(),
-    di.AutoTorch(mode="forward"),
-    di.AutoAutograd(),
-    di.AutoAutograd(mode="forward"),
-    di.AutoFiniteDiff(),
-]
+BACKENDS = [config for _, config in ad_configs((None, "forward"))] + [di.AutoFiniteDiff()]
 Z = np.array([0.7 - 0.2j, -1.1 + 0.4j, 0.3 + 0.9j])
 
 

@@ -142,6 +142,7 @@ TUTORIALS = {  # page: what its code needs beyond numpy
     "work-buffers.md": ("scipy", "jax"),
     "scipy-rule.md": ("scipy",),
     "reading-benchmarks.md": (),
+    "has-aux.md": ("scipy", "jax"),
 }
 
 

@@ -234,3 +234,51 @@ def test_the_tree_reads_as_the_architecture():
     assert flat == []
     groups = {p.name for p in (ROOT / "diffinterface").iterdir() if (p / "__init__.py").exists()}
     assert {"_core", "_closures", "_adapters", "_frontend", "rules", "sparse", "testing", "bench"} <= groups
+
+
+# Issue 37 wants bare ``Any`` below 20% of the parameter annotations of diffinterface/ and backends/;
+# this ceiling is the share reached so far (63% when the issue was filed): lower it as parameters
+# get their types, never raise it.
+BARE_ANY_CEILING = 0.46
+
+
+def _is_bare_any(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.strip() in ("Any", "typing.Any")
+    return (isinstance(annotation, ast.Name) and annotation.id == "Any") or (
+        isinstance(annotation, ast.Attribute) and annotation.attr == "Any"
+    )
+
+
+def _parameter_annotations(source: str) -> list[ast.expr]:
+    """The annotations of every parameter of every function (``*args`` and ``**kwargs`` included)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *[v for v in (a.vararg, a.kwarg) if v]]:
+                if arg.annotation is not None:
+                    out.append(arg.annotation)
+    return out
+
+
+def _bare_any_share(paths: list[pathlib.Path]) -> tuple[int, int]:
+    annotations = [a for p in paths for a in _parameter_annotations(p.read_text())]
+    return sum(map(_is_bare_any, annotations)), len(annotations)
+
+
+def test_parameter_annotations_are_mostly_typed():
+    paths = sorted((ROOT / "diffinterface").rglob("*.py")) + sorted((ROOT / "backends").rglob("*.py"))
+    bare, total = _bare_any_share(paths)
+    assert total > 1000, total  # the files were found
+    assert bare / total < BARE_ANY_CEILING, f"{bare} of {total} parameter annotations are a bare Any"
+
+
+def test_the_annotation_count_sees_a_bare_any(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import typing\nfrom typing import Any\n"
+        "def f(a: Any, b: int, *c: 'Any', d: typing.Any = 1, **e: list[Any]) -> Any: ...\n"
+        "async def g(x: float, y) -> None: ...\n"
+    )
+    assert _bare_any_share([module]) == (3, 6)

@@ -14,7 +14,7 @@ import pytest
 from array_api_compat import array_namespace
 
 import diffinterface as di
-from conftest import installed
+from conftest import AD_ENGINES, installed
 
 hypothesis = pytest.importorskip("hypothesis", reason='hypothesis is not installed: pip install -e ".[test]"')
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -22,15 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
 OPS = ("sin", "cos", "tanh", "square", "exp", "mix", "scale")
-AD = [
-    (name, cls)
-    for name, cls, module in (
-        ("jax", di.AutoJAX, "jax"),
-        ("torch", di.AutoTorch, "torch"),
-        ("autograd", di.AutoAutograd, "autograd"),
-    )
-    if installed(module)
-]
+AD = [(module, getattr(di, name)) for name, module, _ in AD_ENGINES if installed(module)]
 BACKENDS = [(f"{name}-{mode}", cls(mode=mode)) for name, cls in AD for mode in ("forward", "reverse")]
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 

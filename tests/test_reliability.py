@@ -536,6 +536,30 @@ def test_an_op_that_drops_forward_tangents_is_not_available_in_forward_mode_and_
 
 
 @needs_torch
+def test_item8_forward_routes_that_return_zero_tangents_are_refused_and_mode_none_is_right():
+    """Issue 38 item 8: torch.func.jvp/jacfwd "succeed" on scatter_reduce(reduce="prod") and the chunked
+    linear_cross_entropy, but their tangents are zeros (torch 2.13 drops them: checked here against
+    torch's reverse-mode Jacobian). So forward mode stays refused with the fix named, and mode=None
+    takes reverse mode: right numbers, never torch's zeros."""
+    import torch
+
+    src, index = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), torch.tensor([0, 1, 0, 1])
+
+    def g(s):
+        return torch.zeros(2, dtype=torch.float64).scatter_reduce(0, index, s, reduce="prod", include_self=False)
+
+    reference = torch.autograd.functional.jacobian(g, src)
+    assert torch.equal(reference, torch.tensor([[3.0, 0.0, 1.0, 0.0], [0.0, 4.0, 0.0, 2.0]], dtype=torch.float64))
+    # the engine defect this test is about: if torch's forward mode becomes right, route through it
+    assert torch.equal(torch.func.jacfwd(g)(src), torch.zeros_like(reference)), "torch's forward mode got fixed"
+    assert torch.equal(di.jacobian(AutoTorch(), g, src), reference)
+    t = torch.ones(4, dtype=torch.float64)
+    assert torch.equal(di.pushforward(AutoTorch(), g, src, t), reference @ t)
+    with pytest.raises(NotImplementedError, match=r"jacobian\(AutoTorch\(mode='forward'\).*mode='reverse'"):
+        di.jacobian(AutoTorch(mode="forward"), g, src)
+
+
+@needs_torch
 def test_an_op_that_vmap_cannot_batch_is_run_one_tangent_at_a_time():
     import torch
 
@@ -854,3 +878,66 @@ def test_38_9_autograd_on_an_empty_x_gives_empty_derivatives_as_the_other_backen
     assert jac.shape == (2, 0)
     y, g, h = di.value_gradient_and_hessian(backend, scalar, x)
     assert float(y) == 1.0 and g.shape == (0,) and h.shape == (0, 0)
+
+
+# -- issue 38 item 9: the engines' raw errors become the call's ------------------------------------
+
+
+@needs_jax
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda z: z * float(z[0]),
+        lambda z: z * z[0].item(),
+        lambda z: z if z[0] > 0 else -z,
+        lambda z: np.asarray(z) * z,
+    ],
+    ids=["float", "item", "if", "np.asarray"],
+)
+def test_item9_jax_needing_a_concrete_value_is_the_calls_error(f):
+    with pytest.raises(TypeError, match=r"^jacobian\(AutoJAX\(\), f, x\): f needs the value of an array.*jnp.where"):
+        di.jacobian(AutoJAX(), f, np.array([1.0, 2.0, 3.0]))
+    # the same f runs on values elsewhere: AutoFiniteDiff differentiates it
+    assert di.jacobian(AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0])).shape == (3, 3)
+
+
+@needs_jax
+@needs_torch
+def test_item9_torch_functions_under_jax_name_the_engine():
+    import torch
+
+    with pytest.raises(TypeError, match=r"^gradient\(AutoJAX\(\), f, x\): f calls torch on JAX's traced arrays"):
+        di.gradient(AutoJAX(), lambda z: torch.sin(z).sum(), np.array([1.0, 2.0]))
+
+
+def test_item9_prep_mismatch_of_python_type_says_which():
+    f = lambda z: z**2  # noqa: E731
+    prep = di.prepare_derivative(AutoFiniteDiff(), f, np.float64(0.31))
+    with pytest.raises(di.PreparationMismatchError, match=r"as float64; got numpy float64 \(\) as ndarray"):
+        di.derivative(AutoFiniteDiff(), f, np.asarray(0.3), prep=prep)
+
+
+@pytest.mark.parametrize("backend", CONFIGS)
+def test_item9_complex_inputs_and_outputs_are_named_as_such(backend):
+    z = np.array([1 + 1j, 2 - 1j])
+    call = re.escape(repr(backend))
+    with pytest.raises(TypeError, match=rf"pushforward\({call}, f, x, tx\): y is complex"):
+        di.pushforward(backend, lambda y, x: None, z, z, y=np.zeros(2, complex))
+    with pytest.raises(
+        TypeError, match=rf"dense={call}\), f, x\): AutoSparse takes a real x and a real f\(x\); here x is complex"
+    ):
+        di.jacobian(di.AutoSparse(backend), lambda x: x**2, z, holomorphic=True)
+    if isinstance(backend, AutoAutograd):
+        return  # autograd refuses complex outputs with its own message (tested in test_complex.py)
+    with pytest.raises(ValueError, match=rf"gradient\({call}, f, x\): gradient needs a real scalar f\(x\)"):
+        di.gradient(backend, lambda x: (x**2).sum(), z)
+    with pytest.raises(ValueError, match=rf"gradient\({call}, f, x\): gradient needs a real scalar f\(x\)"):
+        di.gradient(backend, lambda x: (x**2).sum() * 1j, np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("backend", [c for c in CONFIGS if not c.id.startswith("autograd")])
+def test_item9_out_takes_a_complex_xs_gradient(backend):
+    z = np.array([1 + 1j, 2 - 1j])
+    out = np.zeros(2, complex)
+    assert di.gradient(backend, lambda x: (abs(x) ** 2).sum(), z, out=out) is out
+    np.testing.assert_allclose(out, 2 * z, rtol=1e-6)  # d|z|^2 as a real pair: 2 re + 2i im

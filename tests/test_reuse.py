@@ -13,23 +13,9 @@ import pytest
 from array_api_compat import array_namespace
 
 import diffinterface as di
+from conftest import backend_params
 
-BACKENDS = [
-    pytest.param(di.AutoFiniteDiff(), id="finitediff"),
-    pytest.param(
-        di.AutoJAX(), id="jax", marks=pytest.mark.skipif(not importlib.util.find_spec("jax"), reason="pip install jax")
-    ),
-    pytest.param(
-        di.AutoTorch(),
-        id="torch",
-        marks=pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="pip install torch==2.13.0"),
-    ),
-    pytest.param(
-        di.AutoAutograd(),
-        id="autograd",
-        marks=pytest.mark.skipif(not importlib.util.find_spec("autograd"), reason="pip install autograd"),
-    ),
-]
+BACKENDS = backend_params(finite_diff=True)
 
 
 def _tol(backend):

@@ -16,7 +16,7 @@ import scipy.signal
 
 import diffinterface as di
 import diffinterface.scipy as dsp
-from conftest import installed
+from conftest import AD_ENGINES, backend_params, engine_marks, installed
 from diffinterface.rules import Active, Const, custom_rule, prefer
 
 RNG = np.random.default_rng(7)
@@ -26,22 +26,10 @@ W = RNG.standard_normal(3)  # the weights of a scalar loss sum(w * y)
 
 
 def _skip(engine):
-    return (
-        ()
-        if installed(engine)
-        else pytest.mark.skip(reason=f'{engine} is not installed: pip install "diffinterface[{engine}]"')
-    )
+    return engine_marks(engine, engine)
 
 
-def _backends() -> list:
-    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
-    for cls, engine in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]:
-        for mode in (None, "forward", "reverse"):
-            out.append(pytest.param(cls(mode=mode), marks=_skip(engine), id=f"{cls.__name__}-{mode}"))
-    return out
-
-
-BACKENDS = _backends()
+BACKENDS = backend_params((None, "forward", "reverse"), finite_diff=True)
 FD = di.AutoFiniteDiff()
 
 
@@ -241,10 +229,7 @@ def test_rule_and_tape_pickle_and_the_reverse_pass_runs_on_the_unpickled_tape():
 
 # -- one-direction rules ----------------------------------------------------------------------------
 
-ENGINES = [
-    pytest.param(cls, marks=_skip(e), id=cls.__name__)
-    for cls, e in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]
-]
+ENGINES = [pytest.param(getattr(di, name), marks=engine_marks(e, extra), id=name) for name, e, extra in AD_ENGINES]
 
 
 @pytest.mark.parametrize("cls", ENGINES)
@@ -500,7 +485,8 @@ def test_scipy_functions_with_all_arguments_active():
 
 def _second_order_backends():
     out = [pytest.param(di.SecondOrder(FD, FD), id="FD-FD")]
-    for cls, engine in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]:
+    for name, engine, _ in AD_ENGINES:
+        cls = getattr(di, name)
         out.append(pytest.param(di.SecondOrder(FD, cls()), marks=_skip(engine), id=f"FD-{cls.__name__}"))
         for outer in ("forward", "reverse"):
             for inner in ("forward", "reverse"):

@@ -13,35 +13,21 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import installed
+from conftest import AD_ENGINES, installed
 
 BUF = [2.0, 3.0]
 X = [1.5, 0.5]
-ENGINES = {"AutoFiniteDiff": None, "AutoJAX": "jax", "AutoTorch": "torch", "AutoAutograd": "autograd"}
+ENGINES = {"AutoFiniteDiff": None, **{name: module for name, module, _ in AD_ENGINES}}
 
 # Pairs that raise an error today (never a wrong number: the test below checks the number wherever
-# the call returns). Each belongs to an item of issue 38 in the engines' adapters.
-KNOWN_ERRORS = {
-    (
-        "AutoJAX",
-        "AutoJAX",
-    ): "issue 38 item 11: DifferentiateWith(f, AutoJAX()) inside AutoJAX cannot probe the output shape",
-    (
-        "AutoTorch",
-        "AutoTorch-forward",
-    ): "issue 38 item 11: DifferentiateWith(f, AutoTorch()) inside AutoTorch forward mode "
-    "(torch: nested forward mode AD is not supported)",
-    (
-        "AutoTorch",
-        "AutoTorch-None",
-    ): "issue 38 item 11: DifferentiateWith(f, AutoTorch()) inside AutoTorch forward mode "
-    "(torch: nested forward mode AD is not supported)",
-}
+# the call returns). None today: issue 38 item 11 mended the last two (torch forward mode nested in
+# torch forward mode, JAX probing an opaque output shape inside a JAX trace).
+KNOWN_ERRORS: dict[tuple[str, str], str] = {}
 
 
 def _outers() -> list:
     out = [("AutoFiniteDiff", di.AutoFiniteDiff())]
-    for name in ("AutoJAX", "AutoTorch", "AutoAutograd"):
+    for name, _, _ in AD_ENGINES:
         for mode in (None, "forward", "reverse"):
             out.append((f"{name}-{mode}", getattr(di, name)(mode=mode)))
     return out
@@ -133,3 +119,53 @@ def test_item1_differentiate_with_primal_called_directly_keeps_the_user_buffer()
     np.testing.assert_allclose(alone, np.diag([2.0, 3.0]), rtol=1e-6)
     np.testing.assert_allclose(wrapped, np.diag([2.0, 3.0]), rtol=1e-6)
     np.testing.assert_array_equal(buf, [2.0, 3.0])
+
+
+# -- issue 38 item 11: nested engines -------------------------------------------------------------
+
+
+def test_item11_torch_rule_inside_torch_forward_mode_runs_in_reverse():
+    """torch cannot nest forward mode: DifferentiateWith(f, AutoTorch()) inside AutoTorch's forward
+    mode computes its own derivatives in reverse mode (mode=None), right each time."""
+    torch = pytest.importorskip("torch")
+    w = di.DifferentiateWith(lambda z: torch.sin(z) * 2, di.AutoTorch())
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    for mode in (None, "forward"):
+        for _ in range(3):  # the third call is prepared (prep_cache)
+            jac = di.jacobian(di.AutoTorch(mode=mode), lambda z: w(z), x)
+            np.testing.assert_allclose(jac.numpy(), np.diag(2 * np.cos([1.0, 2.0])), rtol=1e-12)
+
+
+def test_item11_torch_rule_in_explicit_forward_mode_names_the_fix():
+    torch = pytest.importorskip("torch")
+    w = di.DifferentiateWith(lambda z: torch.sin(z) * 2, di.AutoTorch(mode="forward"))
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match=r"torch cannot nest forward-mode AD.*mode='reverse' or mode=None"):
+        di.jacobian(di.AutoTorch(mode="forward"), lambda z: w(z), x)
+
+
+def test_item11_jax_rule_inside_jax_probes_its_shape_eagerly():
+    """The opaque primal's output shape is probed outside the surrounding JAX trace
+    (jax.ensure_compile_time_eval), so DifferentiateWith(f, AutoJAX()) works inside AutoJAX."""
+    jnp = pytest.importorskip("jax.numpy")
+    w = di.DifferentiateWith(lambda z: jnp.sin(z) * 2, di.AutoJAX())
+    x = np.array([1.0, 2.0])
+    for mode in (None, "forward", "reverse"):
+        jac = di.jacobian(di.AutoJAX(mode=mode), lambda z: w(z), x)
+        np.testing.assert_allclose(np.asarray(jac), np.diag(2 * np.cos(x)), rtol=1e-12)
+
+
+def test_item11_unprobeable_shape_names_differentiate_with_out_shape():
+    pytest.importorskip("jax")
+
+    def positive_only(z):
+        if np.any(np.asarray(z) < 0):  # random probes are negative somewhere
+            raise ValueError("f needs positive inputs")
+        return np.sqrt(np.asarray(z))
+
+    w = di.DifferentiateWith(positive_only, di.AutoFiniteDiff())
+    with pytest.raises(TypeError, match=r"Pass DifferentiateWith\(f, backend, out_shape=fn\)"):
+        di.jacobian(di.AutoJAX(), lambda z: w(z), np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
+    shaped = di.DifferentiateWith(positive_only, di.AutoFiniteDiff(), out_shape=lambda z: (z.shape, z.dtype))
+    jac = di.jacobian(di.AutoJAX(), lambda z: shaped(z), np.array([1.0, 4.0]))
+    np.testing.assert_allclose(np.asarray(jac), np.diag([0.5, 0.25]), rtol=1e-6)

@@ -177,3 +177,23 @@ def test_jaxpr_detector_errors_name_the_call():
         TracerError, match=r"^jacobian\(AutoSparse\(dense=AutoJAX\(\), .*\), f, x\): the jaxpr sparsity"
     ):
         di.jacobian(sparse, f, np.ones(3))
+
+
+@pytest.mark.skipif(not installed("torch"), reason='pip install "diffinterface[torch]"')
+def test_item11_tracer_reads_a_captured_torch_constant():
+    """Issue 38 item 11: a torch x reading a captured torch matrix (``A @ z**2``, ``z**2 @ A``,
+    ``A[0] * z``) is traced with the matrix as a constant, not refused."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    a = torch.tensor(rng.standard_normal((3, 3)))
+    a[0, 2] = 0.0  # a structural zero of the product
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    expected = [a.numpy() != 0, a.numpy().T != 0, np.eye(3, dtype=bool)]  # the structural patterns
+    for f, pattern in zip((lambda z: a @ z**2, lambda z: z**2 @ a, lambda z: a[0] * z), expected):
+        prep = di.prepare_jacobian(AutoSparse(di.AutoTorch()), f, x)
+        dense = di.jacobian(di.AutoTorch(), f, x).numpy()
+        np.testing.assert_array_equal(prep.sparsity.toarray(), pattern)
+        np.testing.assert_allclose(
+            di.jacobian(AutoSparse(di.AutoTorch()), f, x, prep=prep).to_dense().numpy(), dense, rtol=1e-12
+        )

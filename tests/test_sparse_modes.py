@@ -11,7 +11,7 @@ import pytest
 sp = pytest.importorskip("scipy.sparse")
 
 import diffinterface as di  # noqa: E402
-from conftest import installed  # noqa: E402
+from conftest import AD_ENGINES, engine_marks, installed  # noqa: E402
 from diffinterface.sparse import AutoSparse, GreedyColoring  # noqa: E402
 from diffinterface.testing import _sparse_problems as problems  # noqa: E402
 
@@ -20,9 +20,9 @@ ORDERS = ["natural", "largest_first", "smallest_last", "incidence_degree", "dyna
 
 def _engines(*, with_fd: bool = False) -> list:
     out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")] if with_fd else []
-    for config, engine in [(di.AutoJAX(), "jax"), (di.AutoTorch(), "torch"), (di.AutoAutograd(), "autograd")]:
-        marks = () if installed(engine) else pytest.mark.skip(reason=f'pip install "diffinterface[{engine}]"')
-        out.append(pytest.param(config, marks=marks, id=repr(config)))
+    for name, engine, extra in AD_ENGINES:
+        config = getattr(di, name)()
+        out.append(pytest.param(config, marks=engine_marks(engine, extra), id=repr(config)))
     return out
 
 

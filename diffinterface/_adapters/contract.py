@@ -55,7 +55,11 @@ from .._core.operators import HESSIAN, HVP, JACOBIAN, SECOND_DERIVATIVE, Operato
 from .second_order import Nested
 
 if TYPE_CHECKING:
+    from .._core.configs import Backend
+    from .._core.contexts import Contexts
     from .._core.structure import Layout
+    from .._core.types import Array
+    from .target import Target
 
 
 class Info:
@@ -82,11 +86,11 @@ class Info:
         return value
 
 
-def _xp(x: Any) -> Any:
+def _xp(x: Array) -> Any:
     return array_namespace(x)
 
 
-def basis(like: Any, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
+def basis(like: Array, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
     """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
     xp = _xp(like)
     n = shape_size(shape)
@@ -94,13 +98,13 @@ def basis(like: Any, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
     return tuple(xp.reshape(eye[i, ...], shape) for i in range(n))
 
 
-def ones(like: Any, shape: tuple[Any, ...], dtype: Any) -> Any:
+def ones(like: Array, shape: tuple[Any, ...], dtype: Any) -> Any:
     xp = _xp(like)
     return xp.ones(shape, dtype=dtype, device=device(like))
 
 
 def stack_jacobian(
-    parts: tuple[Any, ...], y_shape: tuple[Any, ...], x_shape: tuple[Any, ...], forward: bool, like: Any
+    parts: tuple[Any, ...], y_shape: tuple[Any, ...], x_shape: tuple[Any, ...], forward: bool, like: Array
 ) -> Any:
     """A Jacobian of shape ``y_shape + x_shape`` from columns (forward) or rows (reverse)."""
     if not parts:
@@ -114,7 +118,7 @@ def stack_jacobian(
     return xp.reshape(flat, y_shape + x_shape)
 
 
-def contract_all(jac: Any, tangents: tuple[Any, ...], x: Any, forward: bool) -> tuple[Any, ...]:
+def contract_all(jac: Any, tangents: tuple[Any, ...], x: Array, forward: bool) -> tuple[Any, ...]:
     """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
     xp = _xp(jac)
     x_ndim = len(getattr(x, "shape", ()))
@@ -136,7 +140,7 @@ class Runner(Protocol):
     operator's result (a tuple of results for a tangent operator), the value runner the value
     form's tuple (:func:`value_form`)."""
 
-    def __call__(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], /) -> Any: ...
+    def __call__(self, x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...], /) -> Any: ...
 
 
 class Prepared(Protocol):
@@ -208,8 +212,11 @@ class Adapter:
     # runners take and return lists of leaves (``Layout.cut_all``).
     structures_inside: bool = False
     takes_structures: bool = True  # False: a structured x or f(x) is an error (AutoSparse's matrices)
+    # The array family ``f`` receives from this engine (None: the family of the user's ``x``): where
+    # :meth:`aux` evaluates ``f`` for has_aux=True
+    array_family: str | None = None
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -228,11 +235,27 @@ class Adapter:
         The default recognises numpy refusing a write into a read-only view (``read_only_alias``)."""
         return read_only_refused(error)
 
-    def evaluate(self, target: Any, x: Any, contexts: tuple[Any, ...]) -> Any:
+    def evaluate(self, target: Target, x: Array, contexts: tuple[Any, ...]) -> Any:
         """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
         return target.instance()(x, *context_values(contexts, _copy_value))
 
-    def output_info(self, target: Any, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Info:
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        """The auxiliary output of ``f(x) -> (y, aux)`` (``has_aux=True``): ``f`` run once at ``x`` in the
+        engine's own arrays (:attr:`array_family`, leaf by leaf for a structured ``x``), over fresh
+        duplicates of its state and caches, outside any derivative; aux comes back as ``f`` made it.
+        An engine whose ``f`` computes symbolically (PyTensor) overrides it to evaluate the aux graph."""
+        fam = self.array_family
+        if fam is not None and family(x) != fam:
+            if family(x) is not None:
+                x = to_family(x, fam)
+            else:  # a structure of arrays
+                from .._core.structure import Structure
+
+                xs = Structure.of(x, "x")
+                x = xs.build([to_family(v, fam) for v in xs.leaves(x)])
+        return target.aux_of(x, *context_values(contexts, _copy_value))
+
+    def output_info(self, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Info:
         """Shape and dtype of ``f(x)``; the default evaluates ``f`` once (kept for a one-shot call)."""
         y = self.evaluate(target, x, contexts)
         structured = structured_output_error(y, target.call)
@@ -243,7 +266,13 @@ class Adapter:
         return Info(tuple(y.shape), y.dtype, y if oneshot else None, tuple(getattr(x, "shape", ())), oneshot)
 
     def prepare(
-        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Array,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        info: Info,
     ) -> Prepared:
         """The contract (see the module docstring): the runners of ``operator`` bound to this
         preparation. Here: the adapter's ``prepare_<operator>`` and its plain and value methods
@@ -270,14 +299,15 @@ class Adapter:
         return mode == "forward" if mode is not None else operator.direction == "forward"
 
     def direction_fallback(
-        self, operator: Operator, forward: bool, target: Any, build: Build
+        self, operator: Operator, forward: bool, target: Target, build: Build
     ) -> DirectionFallback | None:
-        """The runners of a first-order operator routed forward, behind a :class:`DirectionFallback`
-        (``build(forward) -> (plain, value)``); None in reverse mode and for the second order, whose
+        """The runners of a first-order operator behind a :class:`DirectionFallback` (``build(forward)
+        -> (plain, value)``, first in the direction ``forward``); None for the second order, whose
         directions are fixed."""
-        if not forward or operator.order != 1:
+        if operator.order != 1:
             return None
-        return DirectionFallback(build, target.call, self.backend, switch=getattr(self.backend, "mode", None) is None)
+        mode = getattr(self.backend, "mode", None)
+        return DirectionFallback(build, target.call, self.backend, switch=mode is None, forward=forward)
 
     def jacobian_forward(self, x_size: int, y_size: int) -> bool:
         """Whether a Jacobian is built from pushforwards (True) or pullbacks (False)."""
@@ -297,69 +327,77 @@ class Adapter:
 
     # -- pushforward -----------------------------------------------------------------------------
 
-    def prepare_pushforward(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_pushforward(
+        self, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts, info: Info
+    ) -> Any:
         if self._native("value_and_pushforward"):
             return info
         return self.prepare_jacobian(target, x, contexts, info)
 
-    def value_and_pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def value_and_pushforward(
+        self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts
+    ) -> Any:
         if not self._native("value_and_pullback"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
         return y, contract_all(jac, tangents, x, True)
 
-    def pushforward(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def pushforward(self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts) -> Any:
         if self._native("value_and_pushforward"):
             return self.value_and_pushforward(data, target, x, tangents, contexts)[1]
         return contract_all(self.jacobian(data, target, x, contexts), tangents, x, True)
 
     # -- pullback --------------------------------------------------------------------------------
 
-    def prepare_pullback(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_pullback(
+        self, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts, info: Info
+    ) -> Any:
         if self._native("value_and_pullback"):
             return info
         return self.prepare_jacobian(target, x, contexts, info)
 
-    def value_and_pullback(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def value_and_pullback(
+        self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts
+    ) -> Any:
         if not self._native("value_and_pushforward"):
             raise self._missing_core()
         y, jac = self.value_and_jacobian(data, target, x, contexts)
         return y, contract_all(jac, tangents, x, False)
 
-    def pullback(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def pullback(self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts) -> Any:
         if self._native("value_and_pullback"):
             return self.value_and_pullback(data, target, x, tangents, contexts)[1]
         return contract_all(self.jacobian(data, target, x, contexts), tangents, x, False)
 
     # -- derivative: a pushforward along 1 -------------------------------------------------------
 
-    def prepare_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_derivative(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         seeds = (ones(x, (), x.dtype),)
         return _Derived(seeds, self.prepare_pushforward(target, x, seeds, contexts, info), True, info)
 
-    def value_and_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_and_derivative(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         y, (der,) = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
         return y, der
 
-    def derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def derivative(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return self.value_and_derivative(data, target, x, contexts)[1]
 
     # -- gradient: a pullback of 1 ---------------------------------------------------------------
 
-    def prepare_gradient(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_gradient(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         seeds = (ones(x, (), x.dtype),)
         return _Derived(seeds, self.prepare_pullback(target, x, seeds, contexts, info), False, info)
 
-    def value_and_gradient(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_and_gradient(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         y, (grad,) = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
         return y, grad
 
-    def gradient(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def gradient(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return self.value_and_gradient(data, target, x, contexts)[1]
 
     # -- jacobian: batched pushforwards of the basis of x, or pullbacks of the basis of y --------
 
-    def prepare_jacobian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_jacobian(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         forward = self.jacobian_forward(size(x), shape_size(info.y_shape))
         if forward:
             seeds = basis(x, info.x_shape, x.dtype)
@@ -369,14 +407,14 @@ class Adapter:
             inner = self.prepare_pullback(target, x, seeds, contexts, info)
         return _Derived(seeds, inner, forward, info)
 
-    def value_and_jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_and_jacobian(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         if data.forward:
             y, parts = self.value_and_pushforward(data.inner, target, x, data.seeds, contexts)
         else:
             y, parts = self.value_and_pullback(data.inner, target, x, data.seeds, contexts)
         return y, stack_jacobian(parts, data.info.y_shape, data.info.x_shape, data.forward, x)
 
-    def jacobian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def jacobian(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return self.value_and_jacobian(data, target, x, contexts)[1]
 
     # -- second order: one first-order operator over another (see _adapters.second_order) ----------------
@@ -385,31 +423,33 @@ class Adapter:
         """The backends that nest in the second-order fallbacks: the engine over itself."""
         return self.backend, self.backend
 
-    def prepare_second_derivative(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_second_derivative(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         return Nested(SECOND_DERIVATIVE, *self.outer_inner(), target, x, (), contexts)
 
-    def value_derivative_and_second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_derivative_and_second_derivative(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return data.run_value_derivative_and_second_derivative(x, contexts)
 
-    def second_derivative(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def second_derivative(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return data.run_second(x, (), contexts)
 
-    def prepare_hvp(self, target: Any, x: Any, tangents: Any, contexts: Any, info: Any) -> Any:
+    def prepare_hvp(self, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts, info: Info) -> Any:
         return Nested(HVP, *self.outer_inner(), target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def gradient_and_hvp(
+        self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts
+    ) -> Any:
         return data.run_gradient_and_hvp(x, tangents, contexts)
 
-    def hvp(self, data: Any, target: Any, x: Any, tangents: Any, contexts: Any) -> Any:
+    def hvp(self, data: Any, target: Target, x: Array, tangents: tuple[Any, ...], contexts: Contexts) -> Any:
         return data.run_second(x, tangents, contexts)
 
-    def prepare_hessian(self, target: Any, x: Any, contexts: Any, info: Any) -> Any:
+    def prepare_hessian(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         return Nested(HESSIAN, *self.outer_inner(), target, x, (), contexts)
 
-    def value_gradient_and_hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def value_gradient_and_hessian(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return data.run_value_gradient_and_hessian(x, contexts)
 
-    def hessian(self, data: Any, target: Any, x: Any, contexts: Any) -> Any:
+    def hessian(self, data: Any, target: Target, x: Array, contexts: Contexts) -> Any:
         return data.run_second(x, (), contexts)
 
 
@@ -419,8 +459,11 @@ class SecondOrderAdapter(Adapter):
     def outer_inner(self) -> tuple[Any, Any]:
         return self.backend.outer, self.backend.inner
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:
         return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)
+
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        return adapter_for(self.backend.inner, repr(self.backend)).aux(target, x, contexts)
 
 
 def _copy_value(value: Any) -> Any:
@@ -430,37 +473,49 @@ def _copy_value(value: Any) -> Any:
 
 
 class DirectionFallback:
-    """The runners (``plain``, ``value``) of an operator that ``mode=None`` routed forward, for an
-    engine that lacks forward rules for some of its operations (torch's forward AD, autograd's JVPs
-    raise ``NotImplementedError`` there, where reverse mode works): at the first such error the
-    reverse-mode runners are built with ``build(False)`` and used from then on. With an explicit
-    ``mode="forward"`` (``switch=False``) the error is raised, prefixed with the call and the fix."""
+    """The runners (``plain``, ``value``) of a first-order operator, for an engine that lacks one
+    direction's rules for some of its operations (torch's forward AD and autograd's JVPs or VJPs raise
+    ``NotImplementedError`` there, as autograd's ``flip`` and ``take`` have no VJP, where the other
+    direction works): at the first such error under ``mode=None`` (``switch``) the runners of the other
+    direction are built with ``build(not forward)`` and used from then on. With an explicit ``mode``
+    the error is raised, prefixed with the call and the fix."""
 
-    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock")
+    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock", "_forward")
     plain: Callable[..., Any]
     value: Callable[..., Any]
 
-    def __init__(self, build: Build, call: str, backend: Any, switch: bool) -> None:
-        self._current = build(True)  # (plain, value), forward mode first
+    def __init__(self, build: Build, call: str, backend: Backend, switch: bool, forward: bool = True) -> None:
+        self._current = build(forward)  # (plain, value), the chosen direction first
         self._build = build if switch else None
-        self._call, self._backend = call, backend
+        self._call, self._backend, self._forward = call, backend, forward
         self._lock = threading.Lock()
         self.plain, self.value = self._runner(0), self._runner(1)
 
     def _runner(self, which: int) -> Any:
-        def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+        def run(x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
             current = self._current
             try:
                 return current[which](x, tangents, contexts)
             except NotImplementedError as error:
+                if current is not self._current:  # another thread switched meanwhile
+                    return self._current[which](x, tangents, contexts)
                 if self._build is None:
+                    this, other = ("forward", "reverse") if self._forward else ("reverse", "forward")
                     raise NotImplementedError(
-                        f"{self._call}: forward mode is not available for an operation of f ({error}); "
-                        f"reverse mode may be: use mode='reverse' or mode=None in {type(self._backend).__name__}"
+                        f"{self._call}: {this} mode is not available for an operation of f ({error}); "
+                        f"{other} mode may be: use mode='{other}' or mode=None in {type(self._backend).__name__}"
                     ) from error
                 with self._lock:
                     if self._current is current:
-                        self._current = self._build(False)
-                return self._current[which](x, tangents, contexts)
+                        self._current = self._build(not self._forward)
+                try:
+                    return self._current[which](x, tangents, contexts)
+                except NotImplementedError as again:
+                    engine = type(self._backend).__name__
+                    raise NotImplementedError(
+                        f"{self._call}: neither mode is available for the operations of f on {engine} (forward "
+                        f"and reverse: {error}; {again}); differentiate f with another backend, or give the "
+                        f"operation a rule (diffinterface.rules)"
+                    ) from again
 
         return run

@@ -15,12 +15,16 @@ above the adapters, and nothing below it calls back up.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.arrays import output_like, private_copy
 from .._core.configs import adapter_for
 from .._core.operators import PUSHFORWARD, Operator
 from .target import Target
+
+if TYPE_CHECKING:
+    from .._core.types import Array
+    from .target import Target
 
 
 class Nested:
@@ -33,8 +37,8 @@ class Nested:
         operator: Operator,
         outer: Any,
         inner: Any,
-        target: Any,
-        x: Any,
+        target: Target,
+        x: Array,
         tangents: tuple[Any, ...],
         contexts: tuple[Any, ...],
     ) -> None:
@@ -58,17 +62,17 @@ class Nested:
             outer_operator, first_target, x, tangents if self.tangent else (), contexts, outer_info
         )
 
-    def run_second(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+    def run_second(self, x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
         """The second-order result: hvps (a tuple), the Hessian or the second derivative."""
         return self.outer.plain(x, tangents, contexts)
 
-    def run_gradient_and_hvp(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+    def run_gradient_and_hvp(self, x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         return self.outer.value(x, tangents, contexts)
 
-    def run_value_gradient_and_hessian(self, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+    def run_value_gradient_and_hessian(self, x: Array, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         grad, hess = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), grad, hess
 
-    def run_value_derivative_and_second_derivative(self, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+    def run_value_derivative_and_second_derivative(self, x: Array, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
         der, der2 = self.outer.value(x, (), contexts)
         return self.inner_adapter.evaluate(self.target, x, contexts), der, der2

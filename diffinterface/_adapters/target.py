@@ -9,21 +9,29 @@ returns it; the user's ``y`` is only a template and is never modified).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 class Target:
     """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout")
+    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout", "aux")
 
-    def __init__(self, f: Callable[..., Any], y: Any, closure: str, call: str = "f", layout: Any = None) -> None:
+    def __init__(
+        self, f: Callable[..., Any], y: Any, closure: str, call: str = "f", layout: Any = None, aux: bool = False
+    ) -> None:
         # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _core.structure.Layout) the
-        # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``)
+        # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``). With
+        # ``aux`` (has_aux=True) the user's f returns ``(y, aux)`` and adapters see only ``y``.
         self.user_f, self.y, self.closure, self.call, self.layout = f, y, closure, call, layout
+        self.aux = aux
         self.plan = StatePlan(f) if closure == "duplicated" else None
         self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
@@ -54,8 +62,17 @@ class Target:
 
     def over(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (the user's ``f`` rebuilt over other state: ``StatePlan.aliased``) as adapters call
-        ``f``: through the layout of a structured x or f(x), when there is one."""
+        ``f``: its ``y`` alone with has_aux, through the layout of a structured x or f(x), when there is one."""
+        if self.aux:
+            fn = _output_of(fn, self.call)
         return fn if self.layout is None else self.layout.wrap(fn)
+
+    def aux_of(self, x: Any, *contexts: Any) -> Any:
+        """The auxiliary output of ``f(x, *context values) -> (y, aux)`` (has_aux), over fresh
+        duplicates of the captured state: ``x`` in the arrays the engine gives ``f``."""
+        plan = self.plan
+        fn = self.user_f if plan is None or plan.empty or plan.read_only else plan.duplicated(copy_leaf)
+        return _pair(fn(x, *contexts), self.call)[1]
 
     def guarded_with(
         self,
@@ -110,9 +127,27 @@ class Target:
         if y is None:
             return self.over(fn)
 
-        def out_of_place(x: Any, *contexts: Any) -> Any:
+        def out_of_place(x: Array, *contexts: Contexts) -> Any:
             buffer = duplicate(y, leaf)
             fn(buffer, x, *contexts)
             return buffer
 
         return self.over(out_of_place)
+
+
+def _pair(out: Any, call: str) -> tuple[Any, Any]:
+    if type(out) is not tuple or len(out) != 2:
+        got = f"a tuple of {len(out)}" if type(out) is tuple else type(out).__name__
+        raise TypeError(
+            f"{call}: has_aux=True: f must return a pair (y, aux), as jax.grad(f, has_aux=True) takes it; got {got}"
+        )
+    return out
+
+
+def _output_of(fn: Callable[..., Any], call: str) -> Callable[..., Any]:
+    """``fn`` returning ``(y, aux)`` as a function of ``y`` alone: what engines differentiate with has_aux."""
+
+    def y_of(*args: Any) -> Any:
+        return _pair(fn(*args), call)[0]
+
+    return y_of

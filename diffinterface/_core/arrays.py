@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-NUMPY, JAX, TORCH, AUTOGRAD, TENSORFLOW = "numpy", "jax", "torch", "autograd", "tensorflow"
+NUMPY, JAX, TORCH, AUTOGRAD, MLX, PYTENSOR, TENSORFLOW = (
+    "numpy",
+    "jax",
+    "torch",
+    "autograd",
+    "mlx",
+    "pytensor",
+    "tensorflow",
+)
 
 
 class ArrayFamily:
@@ -175,6 +183,8 @@ def _torch_from_numpy(value: Any, like: Any = None) -> Any:
 
 
 def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
+    if source == MLX:  # torch refuses MLX's DLPack capsule of a slice (a byte offset): through numpy
+        return None
     out = sys.modules["torch"].from_dlpack(value)
     if like is not None and out.device != like.device:
         out = out.to(like.device)
@@ -245,6 +255,56 @@ register_family(
     )
 )
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
+
+
+def _mlx_from_numpy(value: Any, like: Any = None) -> Any:
+    """A numpy value as an ``mlx.core.array`` of the same dtype (``mx.array`` of a float64 numpy array
+    would give float32 without the explicit dtype); float64 is kept (MLX computes it on the CPU)."""
+    mx = sys.modules["mlx.core"]
+    value = np.asarray(value)
+    dtype = getattr(mx, "bool_" if value.dtype == np.bool_ else value.dtype.name, None)
+    return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
+def _mlx_private_copy(value: Any) -> Any:
+    """A new ``mlx.core.array`` over the same data: MLX's item assignment replaces the written array's
+    node, so a write into the copy leaves ``value`` as it was."""
+    return sys.modules["mlx.core"].array(value)
+
+
+def _mlx_copy_into(out: Any, result: Any) -> None:
+    out[...] = result
+
+
+register_family(
+    ArrayFamily(MLX, "mlx.core.array", np.asarray, _mlx_from_numpy, None, _mlx_private_copy, copy_into=_mlx_copy_into)
+)
+
+
+def _pytensor_to_numpy(value: Any) -> Any:
+    """A PyTensor tensor's value: a shared variable's current one, a constant's data; a symbolic
+    tensor (an input or what f computed from it) has none outside its compiled function."""
+    get = getattr(value, "get_value", None)
+    if get is not None:
+        return np.asarray(get(borrow=True))
+    data = getattr(value, "data", None)
+    if data is not None:
+        return np.asarray(data)
+    raise TypeError(
+        f"a symbolic PyTensor tensor ({value!r}) has no value outside the function compiled from its graph; "
+        f"compute with pytensor.tensor, or compile it with pytensor.function"
+    )
+
+
+def _pytensor_from_numpy(value: Any, like: Any = None) -> Any:
+    return importlib.import_module("pytensor.tensor").as_tensor_variable(np.asarray(value))
+
+
+# PyTensor's arrays are numpy's; its own type is the symbolic tensor f receives (and the shared
+# variables f may capture): recognised so that structured outputs and captured state see arrays
+register_family(
+    ArrayFamily(PYTENSOR, "pytensor.tensor.variable.TensorVariable", _pytensor_to_numpy, _pytensor_from_numpy)
+)
 
 
 def _tf_to_numpy(value: Any) -> Any:
@@ -344,10 +404,10 @@ def dtype_name(value: Any) -> str:
 
 
 def dtype_str(dtype: Any) -> str:
-    """A dtype (numpy's, torch's, TensorFlow's) by name: ``float64``."""
+    """A dtype (numpy's, torch's, MLX's, TensorFlow's) by name: ``float64``."""
     if hasattr(dtype, "as_numpy_dtype"):  # TensorFlow's DType prints as "<dtype: 'float64'>"
         return str(dtype.name)
-    return str(dtype).replace("torch.", "")
+    return str(dtype).replace("torch.", "").replace("mlx.core.", "")
 
 
 def describe(value: Any) -> str:
@@ -393,6 +453,9 @@ def real_floating_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.floating))
     try:
         return np.issubdtype(np.dtype(dtype), np.floating)
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
@@ -404,6 +467,9 @@ def complex_dtype(dtype: Any) -> bool:
     flag = getattr(dtype, "is_complex", None)  # torch.dtype
     if isinstance(flag, bool):
         return flag
+    mlx = sys.modules.get("mlx.core")  # MLX's dtypes say so through mx.issubdtype (numpy does not know them)
+    if mlx is not None and isinstance(dtype, mlx.Dtype):
+        return bool(mlx.issubdtype(dtype, mlx.complexfloating))
     try:
         return bool(np.issubdtype(np.dtype(dtype), np.complexfloating))
     except TypeError:

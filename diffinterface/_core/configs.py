@@ -4,8 +4,8 @@ They hold plain values, compare and hash by value, validate their fields on cons
 show only the fields that differ from the defaults. One field holds an object: the executor of
 ``AutoFiniteDiff(executor=...)``, compared and hashed by identity (an executor has no value).
 
-Size: over 400 lines in one module, because the built-in configs and the registry that loads their
-adapters read one another; apart, a config's fields and the registry's checks would drift.
+Size: over 400 lines in one module, because the built-in configs and the registry they are entered
+in read as one table: each config is a short class, and apart they would import each other.
 """
 
 from __future__ import annotations
@@ -224,6 +224,82 @@ class AutoAutograd(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class AutoMLX(AbstractBackend):
+    """Apple's MLX: ``mx.vjp``/``mx.jvp``, ``mx.grad``, ``mx.vmap``; prepared calls ``mx.compile``-d.
+
+    ``compile=True`` (the default) compiles a prepared operator once with ``mx.compile`` (its
+    captured arrays and contexts arguments of the compiled function, read at every call); an ``f``
+    that reads a traced value into Python (``if x.max() > 1:``) runs eagerly instead. float64 is
+    computed on MLX's CPU stream (``mx.stream(mx.cpu)``), the user's default device untouched.
+
+    Example:
+
+        >>> g = di.gradient(di.AutoMLX(), lambda x: (x ** 2).sum(), np.array([1.0, 2.0]))
+        >>> print(g, g.dtype)  # numpy in, numpy out; float64 kept
+        [2. 4.] float64
+    """
+
+    mode: str | None = None
+    compile: bool = True
+    closure: str = "duplicated"
+    reuse_prep: bool = True
+    name: ClassVar[str] = "mlx"
+    engine: ClassVar[str | None] = "mlx"
+    adapter: ClassVar[str] = "diffinterface.backends.mlx:Adapter"
+    bench: ClassVar[str | None] = None  # no BenchEngine yet (backends/mlx_bench.py is not written)
+    install: ClassVar[str] = 'pip install "diffinterface[mlx]"'
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        _choice(self, "compile", self.compile, (True, False))
+        self._check_closure()
+
+    def tolerance(self, dtype: Any, second_order: bool) -> float:
+        """What the test harness allows: MLX computes float64 ``exp``, ``sin``, ``cos`` and ``erf`` on the
+        CPU with its float32 approximations (ml-explore/mlx issues 3047 and 4158; about 1e-7 relative
+        error in mlx 0.32), so float64 results are float32-accurate where f uses them."""
+        import numpy as np
+
+        return 1e-5 if np.dtype(dtype) == np.float32 else (2e-6 if second_order else 1e-6)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutoPyTensor(AbstractBackend):
+    """PyTensor: ``f`` written with ``pytensor.tensor``; its symbolic derivatives compiled with ``pytensor.function``.
+
+    ``compile_mode`` is the mode of prepared calls (None: PyTensor's configured mode; ``"NUMBA"``,
+    ``"FAST_COMPILE"``, a ``pytensor.compile.mode.Mode`` name); one-shot calls compile with the
+    Python linker and no rewrites, which costs a few milliseconds.
+
+    Example:
+
+        >>> import pytensor.tensor as pt
+        >>> g = di.gradient(di.AutoPyTensor(), lambda x: pt.sum(x ** 2), np.array([1.0, 2.0]))
+        >>> print(g, g.dtype)  # numpy in, numpy out; float64 kept
+        [2. 4.] float64
+    """
+
+    mode: str | None = None
+    compile_mode: str | None = None
+    closure: str = "duplicated"
+    reuse_prep: bool = True
+    name: ClassVar[str] = "pytensor"
+    engine: ClassVar[str | None] = "pytensor"
+    adapter: ClassVar[str] = "diffinterface.backends.pytensor:Adapter"
+    bench: ClassVar[str | None] = "diffinterface.backends.pytensor_bench:Bench"
+    install: ClassVar[str] = 'pip install "diffinterface[pytensor]"'
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        if self.compile_mode is not None and not isinstance(self.compile_mode, str):
+            raise TypeError(
+                f"AutoPyTensor(compile_mode={self.compile_mode!r}): expected the name of a PyTensor mode "
+                f'("FAST_RUN", "NUMBA", "FAST_COMPILE") or None'
+            )
+        self._check_closure()
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class AutoTensorFlow(AbstractBackend):
     """TensorFlow: ``tf.GradientTape`` (reverse), ``tf.autodiff.ForwardAccumulator`` (forward); prepared
     calls run one ``tf.function`` per operator (``function=True``), XLA-compiled with ``jit_compile=True``.
@@ -375,7 +451,7 @@ def registered_backends() -> dict[str, type[AbstractBackend]]:
     return dict(_registered)
 
 
-for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoTensorFlow):
+for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoMLX, AutoPyTensor, AutoTensorFlow):
     register_backend(_config)
 
 

@@ -18,6 +18,10 @@ class Context(Generic[T]):
         return f"{type(self).__name__}({self.value!r})"
 
 
+# the extra arguments after x as adapters and runners receive them: Constant and Cache wrappers
+Contexts = tuple[Context[Any], ...]
+
+
 class Constant(Context[T]):
     """Read-only data passed to ``f``; not differentiated.
 

@@ -36,13 +36,14 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .arrays import (
     JAX,
     NUMPY,
+    TENSORFLOW,
     TORCH,
     as_input,
     complex_dtype,
@@ -56,6 +57,9 @@ from .arrays import (
 )
 from .errors import PreparationMismatchError, StructuredOutputError
 from .operators import Operator
+
+if TYPE_CHECKING:
+    from .types import Array
 
 LEAF, NONE, DICT, SEQ, JAX_NODE, TORCH_NODE = range(6)
 
@@ -381,7 +385,7 @@ def _concat(parts: list[Any]) -> Any:
     tracer = sys.modules.get("autograd.tracer")
     if tracer is not None and any(isinstance(p, tracer.Box) for p in parts):
         return sys.modules["autograd.numpy"].concatenate(parts)
-    if not hasattr(parts[0], "__array_namespace__") and fam is not None:  # TensorFlow's, outside a call
+    if fam == TENSORFLOW and not hasattr(parts[0], "__array_namespace__"):  # outside the adapter's call
         return to_family(np.concatenate([np.asarray(to_family(p, NUMPY)) for p in parts]), fam)
     from array_api_compat import array_namespace
 
@@ -488,7 +492,7 @@ class Layout:
             return tuple(self.cut(k, r) for k, r in zip(kinds, results))
         return self.cut(kinds[-1], results)
 
-    def build(self, kind: str, leaves: Any, like: Any, batched: bool) -> Any:
+    def build(self, kind: str, leaves: Any, like: Array, batched: bool) -> Any:
         """The user's result of ``kind`` from its leaves, each in the family of ``like`` (a leaf of x)."""
         if kind[0] == "*":
             out = tuple(self.build(kind[1], ls, like, False) for ls in leaves)
@@ -562,7 +566,7 @@ def _family_of(kind: type) -> Any:
     return family_of_type(kind)
 
 
-def tangent_leaves(tangent: Any, structure: Structure, like: Any) -> tuple[tuple[list[Any], ...], bool]:
+def tangent_leaves(tangent: Any, structure: Structure, like: Array) -> tuple[tuple[list[Any], ...], bool]:
     """The leaves of a tangent shaped like ``structure``, or of each of a tuple of them (``batched``),
     in the family of ``like`` (a leaf of x); :class:`Mismatch` with the path (``[i]...`` in a batch)."""
     items: tuple[list[Any], ...]
@@ -610,7 +614,7 @@ class StructuredRunners:
             f"arguments, or pass arguments of the structure, shapes and dtypes the prep was made for"
         )
 
-    def x_leaves(self, x: Any) -> list[Any]:
+    def x_leaves(self, x: Array) -> list[Any]:
         try:
             leaves = self.layout.xs.checked(x, self.strict)
         except Mismatch as m:
@@ -619,7 +623,7 @@ class StructuredRunners:
             leaves = [as_input(v) for v in leaves]
         return leaves
 
-    def run(self, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def run(self, value: bool, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
         layout, operator = self.layout, self.operator
         leaves = self.x_leaves(x)
         like = leaves[0]
@@ -646,8 +650,8 @@ class StructuredRunners:
             out = tuple(v[()] if type(v) is np.ndarray and v.ndim == 0 else v for v in out)
         return out
 
-    def plain(self, x: Any, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def plain(self, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
         return self.run(False, x, tangent, contexts)
 
-    def value(self, x: Any, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def value(self, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
         return self.run(True, x, tangent, contexts)

@@ -9,7 +9,7 @@ its public call through validation, preparation and the runners back to the user
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,18 +42,25 @@ from .._core.structure import (
     check_leaves,
     tangent_leaves,
 )
-from .prep import Prep
+from .prep import Prep, describe_arg, signature
 from .reuse import prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _call(operator: Operator, backend: Any, y: Any) -> str:
+    from .._adapters.contract import Info
+    from .._core.configs import Backend
+    from .._core.types import Array
+
+
+def _call(operator: Operator, backend: Backend, y: Any) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
     return call_repr(operator.name, backend, args)
 
 
-def _adapter(operator: Operator, backend: Any, call: str) -> Any:
+def _adapter(operator: Operator, backend: Backend, call: str) -> Any:
     if isinstance(backend, SecondOrder):
         if operator.order != 2:
             raise TypeError(
@@ -88,10 +95,16 @@ def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
     )
 
 
-def _check_x(x: Any, call: str, name: str = "x") -> Any:
+def _check_x(x: Array, call: str, name: str = "x") -> Any:
     if family(x) is None:
         raise TypeError(
             f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
+        )
+    if name == "y" and complex_dtype(getattr(x, "dtype", None)):
+        raise TypeError(
+            f"{call}: y is complex ({describe(x)}); an f(y, x) that writes into a complex buffer is not "
+            f"supported (a complex x is: its leaves are differentiated as real pairs): return the output "
+            f"from f(x) instead of writing it into y, or write its real and imaginary parts into a real y"
         )
     if not is_real_floating(x):
         raise TypeError(
@@ -102,7 +115,7 @@ def _check_x(x: Any, call: str, name: str = "x") -> Any:
 
 
 def _tangents(
-    tangent: Any, x: Any, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
+    tangent: Any, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     batched = isinstance(tangent, tuple)
@@ -127,16 +140,22 @@ def _tangents(
     return tuple(out), batched
 
 
-def _check_output(operator: Operator, info: Any, call: str) -> None:
+def _check_output(operator: Operator, info: Info, call: str) -> None:
     if operator.scalar_output and info.y_shape != ():
         hint = "jacobian" if operator.order == 1 else "jacobian of the gradient, or hvp of a scalar function"
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar, but f(x) has shape {info.y_shape}; "
             f"for a vector output use {hint}"
         )
+    if operator.scalar_output and complex_dtype(info.y_dtype):
+        raise ValueError(
+            f"{call}: {operator} needs a real scalar f(x), and f(x) is complex ({info.y_dtype}); for a "
+            f"holomorphic f use derivative or jacobian with holomorphic=True, for any f pullback with a complex "
+            f"cotangent, or the {operator} of its real part (xp.real(f(x)))"
+        )
 
 
-def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
+def _structured_x(x: Array, call: str) -> tuple[Layout, list[Any]]:
     """The layout of a structured ``x`` (a dict, list, tuple, ... of arrays) and its leaves, checked."""
     if isinstance(x, (bool, int, str, bytes)) or (hasattr(x, "dtype") and family(x) is None):
         _check_x(x, call)  # the error for a value that is neither an array nor a structure
@@ -151,7 +170,7 @@ def _structured_x(x: Any, call: str) -> tuple[Layout, list[Any]]:
 
 
 def _structured_tangents(
-    tangent: Any, structure: Structure, like: Any, call: str, name: str
+    tangent: Any, structure: Structure, like: Array, call: str, name: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A tangent shaped like ``structure`` (or a tuple of them): ``(flat tangents, leaf lists)``."""
     try:
@@ -163,9 +182,9 @@ def _structured_tangents(
 
 def prepare(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...] = (),
@@ -173,12 +192,19 @@ def prepare(
     strict: bool,
     oneshot: bool = False,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Prep:
     call = _call(operator, backend, y)
+    if has_aux and y is not None:
+        raise TypeError(
+            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
+            f"nothing to carry aux: return (y, aux) from f(x) instead"
+        )
     adapter = _adapter(operator, backend, call)
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
     layout = None
+    x_leaves: list[Any] = []  # the leaves of a structured x (with layout)
     inner_operator = operator
     if type(x) is complex:
         x = as_input(x)  # a Python complex: a 0-d complex128 array
@@ -217,14 +243,14 @@ def prepare(
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
     x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
     try:
-        target = Target(f, y, closure, call, layout)
+        target = Target(f, y, closure, call, layout, aux=has_aux)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
         if layout is not None:
             raise
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
-        target = Target(f, y, closure, call, layout)
+        target = Target(f, y, closure, call, layout, aux=has_aux)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
@@ -248,6 +274,11 @@ def prepare(
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
     prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
     prep.holomorphic = holomorphic
+    if has_aux:  # aux at x: its structure for later strict calls, and the one-shot call's own aux
+        aux = adapter.aux(target, private_copy(x) if family(x) is not None else x, contexts)
+        prep.has_aux, prep._arrays = True, None
+        prep.aux_signature, prep.aux_description = signature(aux), describe_arg(aux)
+        prep.aux_first = (aux,) if oneshot else None
     return prep
 
 
@@ -273,7 +304,7 @@ def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -
     return JACOBIAN if operator is DERIVATIVE else operator
 
 
-def _output_info(adapter: Any, target: Target, x: Any, contexts: tuple[Any, ...], oneshot: bool) -> Any:
+def _output_info(adapter: Any, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if target.closure == "const" and traced is not None:
         return const_trace_checked(
@@ -286,10 +317,22 @@ def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: st
     """What a structured x or f(x) cannot do: a scalar operator's structured f(x), AutoSparse."""
     ys = layout.ys
     assert ys is not None
+    if operator.scalar_output and ys.trivial_shape and ys.has_complex:
+        raise ValueError(
+            f"{call}: {operator} needs a real scalar f(x), and f(x) is complex ({ys.dtypes[0]}); for a "
+            f"holomorphic f use derivative or jacobian with holomorphic=True, for any f pullback with a complex "
+            f"cotangent, or the {operator} of its real part (xp.real(f(x)))"
+        )
     if operator.scalar_output and not ys.trivial:
         raise ValueError(
             f"{call}: {operator} needs f(x) to be a scalar array, but f returned a structure of "
             f"{len(ys.paths)} arrays; for structured outputs use jacobian, pushforward or pullback"
+        )
+    if not adapter.takes_structures and (layout.xs.has_complex or ys.has_complex) and ys.trivial_shape:
+        raise TypeError(
+            f"{call}: AutoSparse takes a real x and a real f(x); here {'x' if layout.xs.has_complex else 'f(x)'} "
+            f"is complex: use the dense backend {adapter.backend.dense!r} (a complex x's leaves are differentiated "
+            f"as real pairs there), or differentiate the real and imaginary parts as one real vector"
         )
     if not adapter.takes_structures:
         raise TypeError(
@@ -300,15 +343,16 @@ def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: st
 
 def resolve(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any,
     contexts: tuple[Any, ...],
     y: Any,
     prep: Any,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Prep:
     """The given prep once checked against the arguments (a call without ``prep=`` gets its prep from
     :func:`reused` or a one-shot preparation, in :func:`run`)."""
@@ -321,42 +365,59 @@ def resolve(
             f"{_call(operator, backend, y)}: holomorphic=True, but prep was made without it; pass "
             f"holomorphic=True to prepare_{operator}"
         )
-    prep.check(operator, backend, f, _arguments(operator, x, tangent, y, contexts))
+    prep.check(operator, backend, f, _arguments(operator, x, tangent, y, contexts), has_aux)
     return prep
 
 
 def reused(
-    operator: Operator, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...], y: Any, holomorphic: bool
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    holomorphic: bool,
+    has_aux: bool = False,
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
     if not reusable(backend):
         return None
     args = _arguments(operator, x, tangent, y, contexts)
-    key = prep_cache.key(operator, backend, args, holomorphic)
+    key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
     if key is None:
         return None
     kept = prep_cache.find(f, key)
     if kept is not None:
-        kept.check(operator, backend, f, args)
+        kept.check(operator, backend, f, args, has_aux)
         return kept
     if prep_cache.seen(f, key):  # seen twice with these arguments before: prepare once, keep it
         kept = prepare(
-            operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, strict=True, holomorphic=holomorphic
+            operator,
+            backend,
+            f,
+            x,
+            tangent=tangent,
+            contexts=contexts,
+            y=y,
+            strict=True,
+            holomorphic=holomorphic,
+            has_aux=has_aux,
         )
         prep_cache.keep(f, key, kept)
         return kept
     return None
 
 
-def _arguments(operator: Operator, x: Any, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arguments(operator: Operator, x: Array, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments a prep is checked against, in the order of ``Prep.names``."""
     if operator.tangent is not None:
         return (x, tangent) + ((y,) if y is not None else ()) + contexts
     return (x,) + ((y,) if y is not None else ()) + contexts
 
 
-def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
+def tangents_of(tangent: Any, x: Array) -> tuple[Any, ...]:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
     items = tangent if type(tangent) is tuple else (tangent,)
     kind = type(x)
@@ -370,7 +431,7 @@ def tangents_of(tangent: Any, x: Any) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, backend: Any) -> Any:
+def _convert(kind: str, result: Any, x: Array, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
     if kind == "out":
@@ -380,9 +441,9 @@ def _convert(kind: str, result: Any, x: Any, tangent: Any, out: Any, name: str, 
 
 def run(
     operator: Operator,
-    backend: Any,
-    f: Any,
-    x: Any,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
     *,
     tangent: Any = None,
     contexts: tuple[Any, ...],
@@ -391,9 +452,14 @@ def run(
     out: Any = None,
     value: bool = False,
     holomorphic: bool = False,
+    has_aux: bool = False,
 ) -> Any:
     """An operator call: resolve the prep, run its plain or value runner, and convert what it
-    returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`)."""
+    returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`).
+    With ``has_aux`` (f returns ``(y, aux)``): ``(result, aux)``, or ``((y, aux), results...)`` for
+    the value form, in JAX's order (:func:`_with_aux`)."""
+    if has_aux:
+        return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
     if prep is None:
         p = reused(operator, backend, f, x, tangent, contexts, y, holomorphic)
         if p is None:  # no kept preparation: a one-shot one
@@ -420,21 +486,129 @@ def run(
         p = resolve(
             operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic
         )
+    return _execute(operator, p, backend, x, tangent, contexts, out, value)
+
+
+def _execute(
+    operator: Operator,
+    p: Prep,
+    backend: Backend,
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    out: Any,
+    value: bool,
+) -> Any:
+    """A resolved prep's plain or value runner, its results converted back to the user's arrays."""
     if p.structured:
         return _structured(p, value, x, tangent, contexts, out, operator, backend)
     tangents = tangents_of(tangent, x) if operator.tangent is not None else ()
     x_in = as_input(x)
     if not value:
-        return _convert(
-            operator.plain_conversion, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend
-        )
+        kind = operator.plain_conversion
+        result = _convert(kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend)
+        return result if out is None or kind == "out" else _into(result, out, x, operator.name, backend)
     results = p.data.value(x_in, tangents, contexts)
     name = operator.value_method
-    return tuple(_convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results))
+    converted = tuple(
+        _convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results)
+    )
+    if out is None or operator.conversions[-1] == "out":
+        return converted
+    return converted[:-1] + (_into(converted[-1], out, x, name, backend),)
+
+
+def _into(result: Any, out: Any, x: Any, name: str, backend: Backend) -> Any:
+    """``out=`` of an operator whose result is not converted by :func:`finish` (pushforward, pullback,
+    derivative, second_derivative, hvp): ``result`` written into ``out``, or a tuple of results (a
+    batch of tangents) into a tuple of as many arrays."""
+    if type(result) is tuple:
+        if type(out) is not tuple or len(out) != len(result):
+            got = f"a tuple of {len(out)}" if type(out) is tuple else type(out).__name__
+            raise TypeError(
+                f"{call_repr(name, backend, 'f, x, ...')}: a tuple of {len(result)} tangents gives {len(result)} "
+                f"results: out= must be a tuple of as many arrays, got {got}"
+            )
+        return tuple(finish(r, x, o, name, backend) for r, o in zip(result, out))
+    return finish(result, x, out, name, backend)
+
+
+def _with_aux(
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    y: Any,
+    prep: Any,
+    out: Any,
+    value: bool,
+    holomorphic: bool,
+) -> Any:
+    """``has_aux=True``: ``f(x)`` returns ``(y, aux)``; engines differentiate ``y`` alone (``Target.aux``)
+    and ``aux`` is ``f``'s second output at ``x``, computed once per call in the engine's arrays
+    (``Adapter.aux``; a one-shot call reuses the evaluation its preparation made at this ``x``). A
+    strict prep compares aux's structure (types, shapes, dtypes) with the one it was made with."""
+    call = _call(operator, backend, y)
+    if y is not None:
+        raise TypeError(
+            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
+            f"nothing to carry aux: return (y, aux) from f(x) instead"
+        )
+    if prep is None:
+        p = reused(operator, backend, f, x, tangent, contexts, None, holomorphic, has_aux=True)
+        if p is None:
+            p = prepare(
+                operator,
+                backend,
+                f,
+                x,
+                tangent=tangent,
+                contexts=contexts,
+                strict=False,
+                oneshot=True,
+                holomorphic=holomorphic,
+                has_aux=True,
+            )
+    else:
+        p = resolve(
+            operator,
+            backend,
+            f,
+            x,
+            tangent=tangent,
+            contexts=contexts,
+            y=None,
+            prep=prep,
+            holomorphic=holomorphic,
+            has_aux=True,
+        )
+    results = _execute(operator, p, backend, x, tangent, contexts, out, value)
+    first, p.aux_first = p.aux_first, None
+    if first is not None:  # a one-shot prep's evaluation at this very x
+        (aux,) = first
+    else:
+        aux = p.adapter.aux(p.target, private_copy(x) if family(x) is not None else x, contexts)
+        if p.strict and signature(aux) != p.aux_signature:
+            raise PreparationMismatchError(
+                f"{call}: f's aux differs from the one the prep was made with: prepared for "
+                f"{p.aux_description}; got {describe_arg(aux)}. Prepare again (prepare_{operator} with "
+                f"has_aux=True), or pass strict=False to prepare_{operator} if aux may change"
+            )
+    if value:
+        return ((results[0], aux),) + tuple(results[1:])
+    return results, aux
 
 
 def run_prepared(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, contexts: tuple[Any, ...], out: Any = None
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    contexts: tuple[Any, ...],
+    out: Any = None,
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
@@ -448,7 +622,13 @@ def run_prepared(
 
 
 def run_prepared_tangent(
-    operator: Operator, prep: Prep, backend: Any, f: Any, x: Any, tangent: Any, contexts: tuple[Any, ...]
+    operator: Operator,
+    prep: Prep,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
     prep.check(operator, backend, f, (x, tangent) + contexts)
@@ -458,7 +638,7 @@ def run_prepared_tangent(
     return result if type(result) is type(x) else _like_x(prep, result, x)
 
 
-def _like_x(prep: Prep, result: Any, x: Any) -> Any:
+def _like_x(prep: Prep, result: Any, x: Array) -> Any:
     """A prepared call's result in the family of the user's ``x`` (:func:`finish` without ``out=``).
 
     A dense result of another family for a numpy ``x`` is converted by the family's ``to_numpy``
@@ -477,18 +657,35 @@ def _like_x(prep: Prep, result: Any, x: Any) -> Any:
 
 
 def _structured(
-    prep: Prep, value: bool, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any, operator: Operator, backend: Any
+    prep: Prep,
+    value: bool,
+    x: Array,
+    tangent: Any,
+    contexts: tuple[Any, ...],
+    out: Any,
+    operator: Operator,
+    backend: Backend,
 ) -> Any:
-    """A call with a structured x or f(x): the structures come back built (``StructuredRunners``)."""
-    if out is not None:
-        raise TypeError(
-            f"{_call(operator, backend, None)}: out= takes an array result; with a structured x or f(x) the "
-            f"result is a structure: drop out= and use the returned one"
-        )
-    return prep.data.run(value, x, tangent, contexts)
+    """A call with a structured x or f(x): the structures come back built (``StructuredRunners``).
+    ``out=`` receives a result that is one array (a complex x's gradient or Jacobian)."""
+    results = prep.data.run(value, x, tangent, contexts)
+    if out is None:
+        return results
+    kinds = operator.conversions if value else (operator.plain_conversion,)
+    parts = list(results) if value else [results]
+    for i, kind in enumerate(kinds):
+        if kind != "out":
+            continue
+        if family(parts[i]) is None:
+            raise TypeError(
+                f"{_call(operator, backend, None)}: out= takes an array result; with a structured x or f(x) "
+                f"the result is a structure: drop out= and use the returned one"
+            )
+        parts[i] = finish(parts[i], parts[i], out, operator.value_method if value else operator.name, backend)
+    return tuple(parts) if value else parts[0]
 
 
-def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = None) -> Any:
+def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
 
@@ -516,7 +713,7 @@ def finish(result: Any, x: Any, out: Any = None, name: str = "", backend: Any = 
     return out
 
 
-def tangent_result(results: tuple[Any, ...], tangent: Any, x: Any) -> Any:
+def tangent_result(results: tuple[Any, ...], tangent: Any, x: Array) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
     if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)

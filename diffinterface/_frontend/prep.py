@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.arrays import as_input, describe, is_native
 from .._core.contexts import Context
 from .._core.errors import PreparationMismatchError
 from .._core.operators import Operator
 from .sparse_results import SparsePlan
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._adapters.target import Target
+    from .._core.configs import Backend
 
 
 def signature(value: Any) -> Any:
@@ -39,7 +45,7 @@ def describe_arg(value: Any) -> str:
     return describe(value)
 
 
-def same_function(f: Any, g: Any) -> bool:
+def same_function(f: Callable[..., Any], g: Any) -> bool:
     """Identity, except that bound methods (a new object at every attribute access) compare by value."""
     return f is g or (isinstance(f, types.MethodType) and f == g)
 
@@ -78,6 +84,10 @@ class Prep:
         "sparse",
         "result_type",
         "to_numpy",
+        "has_aux",
+        "aux_signature",
+        "aux_description",
+        "aux_first",
     )
     operator: Operator  # GRADIENT, HVP, ... (its str() is the name)
     backend: Any  # the config it was made for
@@ -98,15 +108,19 @@ class Prep:
     # function that converts it (what finish does for it), remembered at the first call
     result_type: type | None
     to_numpy: Callable[[Any], Any] | None
+    has_aux: bool  # made with has_aux=True: f returns (y, aux)
+    aux_signature: Any  # the structure of aux at preparation (compared at each strict call)
+    aux_description: str  # for messages
+    aux_first: Any  # a one-shot prep's aux, computed at preparation at the call's own x (used once)
 
     def __init__(
         self,
         operator: Operator,
-        backend: Any,
-        f: Any,
+        backend: Backend,
+        f: Callable[..., Any],
         adapter: Any,
         data: Any,
-        target: Any,
+        target: Target,
         names: Any,
         args: Any,
         strict: Any,
@@ -133,6 +147,7 @@ class Prep:
         self._arrays = self.signature if arrays and self.signature else None
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
+        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = False, None, "", None
 
     def _sparse(self, what: str) -> Any:
         if not self.sparse:
@@ -169,18 +184,21 @@ class Prep:
         made = ", ".join(f"{n}: {a}" for n, a in zip(self.names, self.args))
         return f"Prep({self.operator}, {self.backend!r}, made for {made})"
 
-    def call(self, operator: Operator, backend: Any) -> str:
+    def call(self, operator: Operator, backend: Backend) -> str:
         """The call as the user wrote it, for messages: ``pushforward(AutoJAX(), f, x, tx)``."""
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
-    def check(self, operator: Operator, backend: Any, f: Any, args: tuple[Any, ...]) -> None:
+    def check(
+        self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], has_aux: bool = False
+    ) -> None:
         """Raise if this prep cannot serve the call; with ``strict`` also compare every argument.
 
-        This is on the prepared fast path: messages are formatted only on failure.
+        This is on the prepared fast path: messages are formatted only on failure (a has_aux prep
+        takes the full check: ``_arrays`` is None for it).
         """
         arrays = self._arrays
-        if arrays is not None and operator is self.operator and backend is self.backend and f is self.f:
+        if arrays is not None and operator is self.operator and backend is self.backend and f is self.f and not has_aux:
             if len(args) == 1 == len(arrays):  # gradient, jacobian, ...: x alone, compared inline
                 x, (kind, shape, dtype) = args[0], arrays[0]
                 if type(x) is kind and x.shape == shape and (x.dtype is dtype or x.dtype == dtype):
@@ -211,6 +229,11 @@ class Prep:
                 f"{self.call(operator, backend)}: prep was made for function {_fname(self.f)}, got {_fname(f)}; "
                 "a prep serves the function object it was made for: pass that object, or prepare again"
             )
+        if has_aux != self.has_aux:
+            raise PreparationMismatchError(
+                f"{self.call(operator, backend)}: has_aux={has_aux}, but prep was made with has_aux={self.has_aux}; "
+                f"pass has_aux={self.has_aux} to the call, or prepare_{operator} with has_aux={has_aux}"
+            )
         if not self.strict:
             return
         expected = self.signature
@@ -234,6 +257,10 @@ class Prep:
             made = self.args[i] if i < len(self.args) else "(nothing)"
             now = got[i] if i < len(got) else "(nothing)"
             same = i < len(args) and self.signature[i] in (None, signature(args[i]))
+            if made == now and not same and i < len(args):  # same description, other Python type
+                kind = self.signature[i][0] if type(self.signature[i]) is tuple else self.signature[i]
+                made = f"{made} as {getattr(kind, '__qualname__', kind)}"
+                now = f"{now} as {type(args[i]).__qualname__}"
             mark = "" if made == now and same else "   <- differs"
             lines.append(f"  {name}: prepared for {made}; got {now}{mark}")
         raise PreparationMismatchError(
@@ -244,5 +271,5 @@ class Prep:
         )
 
 
-def _fname(f: Any) -> str:
+def _fname(f: Callable[..., Any]) -> str:
     return f"{getattr(f, '__qualname__', type(f).__name__)} at {id(f):#x}"

@@ -37,9 +37,15 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .prep import Prep, signature
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._core.configs import Backend
+    from .._core.operators import Operator
 
 _HELD = "__diffinterface_preps__"  # the attribute of a function that holds its kept preparations
 
@@ -131,9 +137,10 @@ class PrepCache:
             self.hits = self.misses = self.builds = 0
 
     @staticmethod
-    def key(operator: Any, backend: Any, args: tuple[Any, ...], holomorphic: bool) -> Any:
+    def key(operator: Operator, backend: Backend, args: tuple[Any, ...], holomorphic: Any) -> Any:
         """What a preparation of ``operator`` depends on besides ``f``; None where it cannot be told
-        (an argument whose description is not hashable)."""
+        (an argument whose description is not hashable). ``holomorphic`` stands for the call's options:
+        the flag, or ``(holomorphic, has_aux)`` for a has_aux call."""
         key: Any
         if len(args) == 1:  # x alone, the common case: no signature tuple built
             x = args[0]
@@ -151,13 +158,13 @@ class PrepCache:
         return key
 
     @staticmethod
-    def _held_by(f: Any) -> _Held | None:
+    def _held_by(f: Callable[..., Any]) -> _Held | None:
         held = f.__dict__.get(_HELD) if type(f) is types.FunctionType else None
         if held is None or held.owner is None or held.owner() is not f:
             return None
         return held
 
-    def find(self, f: Any, key: Any) -> Prep | None:
+    def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
         """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
         :meth:`seen` says whether to prepare it."""
         held = self._held_by(f)
@@ -168,7 +175,7 @@ class PrepCache:
                 return entry.prep
         return None
 
-    def seen(self, f: Any, key: Any) -> bool:
+    def seen(self, f: Callable[..., Any], key: Any) -> bool:
         """Record a call of ``f`` with ``key`` that had no prep; True when ``after`` calls with it ran
         one-shot before (the caller prepares and calls :meth:`keep`). Only Python functions are kept (a lambda, a ``def``,
         a closure); a bound method is a new object at every attribute access, and a callable object's
@@ -200,7 +207,7 @@ class PrepCache:
                 keys.popitem(last=False)
             return False
 
-    def keep(self, f: Any, key: Any, prep: Prep) -> None:
+    def keep(self, f: Callable[..., Any], key: Any, prep: Prep) -> None:
         with self._lock:
             held = self._held_by(f)
             if held is None:
@@ -218,14 +225,14 @@ prep_cache = PrepCache()
 every preparation, ``hits``, ``misses`` and ``builds`` count what happened."""
 
 
-def reusable(backend: Any) -> bool:
+def reusable(backend: Backend) -> bool:
     """Whether calls with ``backend`` may reuse preparations (``reuse_prep=False`` turns it off; a
     SecondOrder needs both of its backends to allow it)."""
     if not prep_cache.enabled:
         return False
-    inner = getattr(backend, "inner", None)
-    if inner is not None and getattr(backend, "outer", None) is not None:
-        return reusable(backend.outer) and reusable(inner)
+    inner, outer = getattr(backend, "inner", None), getattr(backend, "outer", None)
+    if inner is not None and outer is not None:
+        return reusable(outer) and reusable(inner)
     dense = getattr(backend, "dense", None)
     if dense is not None and not reusable(dense):
         return False

@@ -32,6 +32,8 @@ TABLES = (
     "catalogue",
 )
 
+_PACKAGE = __name__.rpartition(".")[0]  # diffinterface.bench, the package whose modules hold the tables
+
 _COLUMNS = {
     "overhead": [
         "backend",
@@ -214,10 +216,10 @@ def run(
         elif table == "rules":
             rows = rules(engines, (100, 10_000, 1_000_000) if full else (10_000,), timing, progress)
         elif table == "sparse":
-            rows = _sparse_bench().sparse(engines, full, timing, progress, sys.modules[__package__])
+            rows = _sparse_bench().sparse(engines, full, timing, progress, sys.modules[_PACKAGE])
             _COLUMNS["sparse"] = _sparse_bench().COLUMNS
         elif table == "structured":
-            rows = _structured_bench().structured(engines, full, timing, progress, sys.modules[__package__])
+            rows = _structured_bench().structured(engines, full, timing, progress, sys.modules[_PACKAGE])
             _COLUMNS["structured"] = _structured_bench().COLUMNS
         elif table == "distributed":  # finite differences on numpy: no engine needed
             rows = _distributed_bench().distributed(full, timing, progress) if "finitediff" in engines else []

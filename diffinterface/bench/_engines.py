@@ -65,7 +65,8 @@ def approx_derivative() -> Callable[..., Any]:
     """``scipy.optimize.approx_derivative``: the differencing behind SciPy's ``least_squares`` and
     ``minimize``, exported from ``scipy.optimize._numdiff`` (not from ``scipy.optimize`` in 1.17)."""
     try:
-        from scipy.optimize import approx_derivative
+        # a SciPy that exports it (a newer one than the type information installed here may describe)
+        from scipy.optimize import approx_derivative  # pyright: ignore[reportAttributeAccessIssue]
     except ImportError:
         from scipy.optimize._numdiff import approx_derivative
     return approx_derivative

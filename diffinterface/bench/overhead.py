@@ -66,8 +66,10 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         A = array(rng.normal(size=shape) / np.sqrt(shape[1]))
         x = array(rng.normal(size=shape[1]))
 
-        def f(z: Any, A: Any = A) -> Any:
+        def sin_of_product(z: Any, A: Any = A) -> Any:
             return array_namespace(z).sin(A @ z)
+
+        f = sin_of_product
     else:
         x = array(rng.normal(size=size))
         f = sin_times_sum if operator in ("pushforward", "pullback") else sum_sin2

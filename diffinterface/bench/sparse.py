@@ -25,9 +25,14 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._core.configs import Backend
 
 FD_HESSIAN_SIZE = 1_000  # finite-difference Hessians are timed at this size (4n evaluations per color)
 
@@ -169,7 +174,8 @@ def sparse(
 
             common["scipy_colors"] = int(group_columns(pattern).max()) + 1
         if _installed("sparsejac") and is_jac:
-            from sparsejac import sparsejac as sj  # its own largest-first coloring (private helpers)
+            # its own largest-first coloring (private helpers)
+            from sparsejac import sparsejac as sj  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
 
             connectivity = sj._input_connectivity_from_sparsity(pattern.astype(np.float64))
             common["sparsejac_colors"] = int(sj._greedy_color(connectivity, "largest_first")[1])
@@ -185,7 +191,9 @@ def sparse(
             op, prep_op = (jacobian, prepare_jacobian) if is_jac else (hessian, prepare_hessian)
             start = time.perf_counter()
             prep = prep_op(backend, problem.f, x)
-            row = dict(common, n=x_np.size, backend=repr(backend), inputs=eng.inputs, mode=prep.sparse_mode)
+            row: dict[str, object] = dict(
+                common, n=x_np.size, backend=repr(backend), inputs=eng.inputs, mode=prep.sparse_mode
+            )
             row["colors"] = int(prep.colors.max()) + 1
             row["prepare_s"] = time.perf_counter() - start
             from ..sparse._coloring import GreedyColoring
@@ -200,11 +208,12 @@ def sparse(
             result = op(backend, problem.f, x, prep=prep)
             row["max_rel_error"] = _rel_error(result, ref)
             # one call where the first takes over a second (finite-difference Hessians: 4n evaluations per color)
-            row["sparse_s"] = bench.once(lambda: _ready(eng, op(backend, problem.f, x, prep=prep)), 7, single_over=1.0)
+            sparse_s = bench.once(lambda: _ready(eng, op(backend, problem.f, x, prep=prep)), 7, single_over=1.0)
+            row["sparse_s"] = sparse_s
             if is_jac or x_np.size <= 2_000:
                 dense_prep = prep_op(dense_backend, problem.f, x)
-                row["dense_s"] = bench.once(lambda: eng.ready(op(dense_backend, problem.f, x, prep=dense_prep)), 3)
-                row["dense_over_sparse"] = row["dense_s"] / row["sparse_s"]
+                dense_s = bench.once(lambda: eng.ready(op(dense_backend, problem.f, x, prep=dense_prep)), 3)
+                row["dense_s"], row["dense_over_sparse"] = dense_s, dense_s / sparse_s
             if name == "finitediff":
                 from ..testing._benchmark import _counted, _Counter
 
@@ -228,7 +237,7 @@ def _against_jax_packages(
     row: dict[str, Any],
     problem: Any,
     x: Any,
-    backend: Any,
+    backend: Backend,
     op: Any,
     prep: Any,
     pattern: Any,
@@ -244,7 +253,7 @@ def _against_jax_packages(
     ours = lambda: _ready(eng, op(backend, problem.f, x, prep=prep))  # noqa: E731
     with families()[JAX].computing(np.dtype(str(x.dtype))):
         if _installed("asdex"):
-            import asdex
+            import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
 
             if is_jac:
                 colored = asdex.jacobian_coloring(problem.f, x)
@@ -256,7 +265,7 @@ def _against_jax_packages(
             fa(x).data.block_until_ready()
             row["over_asdex"] = ratio(ours, lambda: fa(x).data.block_until_ready(), timing)["ratio"]
         if _installed("sparsejac") and is_jac:
-            import sparsejac
+            import sparsejac  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
             from jax.experimental import sparse as jsparse
 
             coo = pattern.tocoo()
@@ -411,8 +420,8 @@ def _block(result: Any) -> Any:
     return result
 
 
-def _asdex_row(row: dict[str, Any], f: Any, x: Any, is_jac: bool, ours: Any, timing: Any) -> None:
-    import asdex
+def _asdex_row(row: dict[str, Any], f: Callable[..., Any], x: Any, is_jac: bool, ours: Any, timing: Any) -> None:
+    import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
     import jax
 
     from ._timing import ratio
@@ -496,7 +505,7 @@ def _scale_measure(name: str, size: int, who: str) -> dict[str, Any]:
         row["max_rel_error"] = _rel_error_sparse(jacobian(backend, f, x, prep=prep), reference(x_np))
         row["peak_mb"] = _peak_mb()
     else:
-        import asdex
+        import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
         import jax
 
         start = time.perf_counter()
@@ -518,7 +527,7 @@ def _peak_mb() -> float:
 
 
 def _scale_calls(name: str, size: int) -> tuple[Any, Any, Any]:
-    import asdex
+    import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
     import jax
     import jax.numpy as jnp
 

@@ -95,7 +95,8 @@ def _native(name: str, f: Callable[[Any], Any], p: Any) -> Callable[[], Any] | N
     if name == "autograd":
         import autograd
 
-        g = autograd.grad(f)
+        # autograd ships no types: its decorator (unary_to_nary) hides grad's signature, grad(fun, argnum=0)
+        g = autograd.grad(f)  # pyright: ignore[reportCallIssue]
         return lambda: g(p)
     return None
 

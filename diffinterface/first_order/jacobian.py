@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import JACOBIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     strict: bool = True,
+    has_aux: bool = False,
     holomorphic: bool = False,
 ) -> Prep:
     """Prepare :func:`jacobian` and :func:`value_and_jacobian` for arguments shaped like these.
@@ -30,16 +34,19 @@ def prepare_jacobian(
         [[2. 1. 0.]
          [0. 3. 2.]]
     """
-    return prepare(JACOBIAN, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic)
+    return prepare(
+        JACOBIAN, backend, f, x, contexts=contexts, y=y, strict=strict, holomorphic=holomorphic, has_aux=has_aux
+    )
 
 
 def value_and_jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
     out: Any = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
@@ -51,16 +58,29 @@ def value_and_jacobian(
         >>> print(y, J.shape)
         [2. 6.] (2, 3)
     """
-    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, value=True, holomorphic=holomorphic)
+    return run(
+        JACOBIAN,
+        backend,
+        f,
+        x,
+        contexts=contexts,
+        y=y,
+        prep=prep,
+        out=out,
+        value=True,
+        holomorphic=holomorphic,
+        has_aux=has_aux,
+    )
 
 
 def jacobian(
     backend: Backend,
     f: Callable[..., Any],
     x: Any,
-    *contexts: Any,
+    *contexts: Contexts,
     y: Any = None,
     prep: Prep | None = None,
+    has_aux: bool = False,
     out: Any = None,
     holomorphic: bool = False,
 ) -> Any:
@@ -77,6 +97,8 @@ def jacobian(
         [[2. 1. 0.]
          [0. 3. 2.]]
     """
-    if type(prep) is Prep and y is None and not holomorphic:
+    if not has_aux and type(prep) is Prep and y is None and not holomorphic:
         return run_prepared(JACOBIAN, prep, backend, f, x, contexts, out)
-    return run(JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, holomorphic=holomorphic)
+    return run(
+        JACOBIAN, backend, f, x, contexts=contexts, y=y, prep=prep, out=out, holomorphic=holomorphic, has_aux=has_aux
+    )

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import PULLBACK
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare :func:`pullback` and :func:`value_and_pullback` for arguments shaped like these.
 
@@ -23,11 +33,19 @@ def prepare_pullback(
         >>> print(di.pullback(di.AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0]), np.ones(3), prep=prep).round(6))
         [2. 4. 6.]
     """
-    return prepare(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, strict=strict)
+    return prepare(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, strict=strict, has_aux=has_aux)
 
 
 def value_and_pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> tuple[Any, ...]:
     """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -38,11 +56,21 @@ def value_and_pullback(
         >>> print(y, vjp.round(6))
         [1. 4. 9.] [2. 4. 6.]
     """
-    return run(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep, value=True)
+    return run(
+        PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep, value=True, out=out, has_aux=has_aux
+    )
 
 
 def pullback(
-    backend: Backend, f: Callable[..., Any], x: Any, ty: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple.
 
@@ -52,6 +80,6 @@ def pullback(
         >>> print(di.pullback(di.AutoFiniteDiff(), lambda x: x ** 2, x, ty).round(6))  # ty @ J
         [2. 4. 6.]
     """
-    if type(prep) is Prep and y is None and type(ty) is type(x) is not float:
+    if not has_aux and out is None and type(prep) is Prep and y is None and type(ty) is type(x) is not float:
         return run_prepared_tangent(PULLBACK, prep, backend, f, x, ty, contexts)
-    return run(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep)
+    return run(PULLBACK, backend, f, x, tangent=ty, contexts=contexts, y=y, prep=prep, out=out, has_aux=has_aux)

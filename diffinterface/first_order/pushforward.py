@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import PUSHFORWARD
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
+
 
 def prepare_pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, strict: bool = True
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare :func:`pushforward` and :func:`value_and_pushforward` for arguments shaped like these.
 
@@ -24,11 +34,19 @@ def prepare_pushforward(
         >>> print(len(jvps))  # a tuple of tangents: a tuple of results
         2
     """
-    return prepare(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, strict=strict)
+    return prepare(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, strict=strict, has_aux=has_aux)
 
 
 def value_and_pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> tuple[Any, ...]:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -41,11 +59,21 @@ def value_and_pushforward(
         >>> print(y, jvp.round(6) + 0.0)
         [1. 4. 9.] [2. 4. 0.]
     """
-    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, value=True)
+    return run(
+        PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, value=True, out=out, has_aux=has_aux
+    )
 
 
 def pushforward(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, y: Any = None, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    y: Any = None,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple.
 
@@ -55,6 +83,6 @@ def pushforward(
         >>> print(di.pushforward(di.AutoFiniteDiff(), lambda x: x ** 2, x, t).round(6) + 0.0)  # J @ t
         [2. 4. 0.]
     """
-    if type(prep) is Prep and y is None and type(tx) is type(x) is not float:
+    if not has_aux and out is None and type(prep) is Prep and y is None and type(tx) is type(x) is not float:
         return run_prepared_tangent(PUSHFORWARD, prep, backend, f, x, tx, contexts)
-    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep)
+    return run(PUSHFORWARD, backend, f, x, tangent=tx, contexts=contexts, y=y, prep=prep, out=out, has_aux=has_aux)

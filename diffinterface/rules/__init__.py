@@ -148,6 +148,8 @@ class Rule:
     opaque: bool  # the primal is not traceable by the engines (NumPy/SciPy/compiled code)
     vectorized: bool
     out_shape: Callable[..., Any] | None
+    # how a user passes out_shape to this kind of rule (an engine's message where it cannot probe it)
+    out_shape_fix: str = "custom_rule(opaque=True, out_shape=fn) with fn(*args) -> (shape, dtype)"
 
     def __init__(
         self,
@@ -296,6 +298,7 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("jax.Array", "diffinterface.backends.jax_rules"),
     ("torch.Tensor", "diffinterface.backends.torch_rules"),
     ("autograd.tracer.Box", "diffinterface.backends.autograd_rules"),
+    ("mlx.core.array", "diffinterface.backends.mlx_rules"),
     ("tensorflow.python.types.core.Tensor", "diffinterface.backends.tensorflow_rules"),
 ]
 _MODULES: dict[Any, Any] = {}  # registrar module name -> the module, imported at first use

@@ -45,6 +45,8 @@ class DifferentiateWith(Rule):
         [0.       1.381773]
     """
 
+    out_shape_fix = "DifferentiateWith(f, backend, out_shape=fn) with fn(x) -> (shape, dtype)"
+
     def __init__(
         self, f: Callable[..., Any], backend: AbstractBackend, out_shape: Callable[..., Any] | None = None
     ) -> None:

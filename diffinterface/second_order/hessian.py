@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import HESSIAN
 from .._frontend.pipeline import prepare, run, run_prepared
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
-def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, strict: bool = True) -> Prep:
+
+def prepare_hessian(
+    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Contexts, strict: bool = True, has_aux: bool = False
+) -> Prep:
     """Prepare :func:`hessian` and :func:`value_gradient_and_hessian` for arguments shaped like these.
 
     Example:
@@ -22,11 +27,17 @@ def prepare_hessian(backend: Backend, f: Callable[..., Any], x: Any, *contexts: 
         [[ 6.  0.]
          [ 0. 12.]]
     """
-    return prepare(HESSIAN, backend, f, x, contexts=contexts, strict=strict)
+    return prepare(HESSIAN, backend, f, x, contexts=contexts, strict=strict, has_aux=has_aux)
 
 
 def value_gradient_and_hessian(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Contexts,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> tuple[Any, ...]:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian.
 
@@ -36,11 +47,17 @@ def value_gradient_and_hessian(
         >>> print(y, grad.round(6), H.shape)
         9.0 [ 3. 12.] (2, 2)
     """
-    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out, value=True)
+    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out, value=True, has_aux=has_aux)
 
 
 def hessian(
-    backend: Backend, f: Callable[..., Any], x: Any, *contexts: Any, prep: Prep | None = None, out: Any = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    *contexts: Contexts,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
 
@@ -50,6 +67,6 @@ def hessian(
         [[ 6.  0.]
          [ 0. 12.]]
     """
-    if type(prep) is Prep:
+    if not has_aux and type(prep) is Prep:
         return run_prepared(HESSIAN, prep, backend, f, x, contexts, out)
-    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out)
+    return run(HESSIAN, backend, f, x, contexts=contexts, prep=prep, out=out, has_aux=has_aux)

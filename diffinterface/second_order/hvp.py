@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.configs import Backend
 from .._core.operators import HVP
 from .._frontend.pipeline import prepare, run, run_prepared_tangent
 from .._frontend.prep import Prep
 
+if TYPE_CHECKING:
+    from .._core.contexts import Contexts
 
-def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, strict: bool = True) -> Prep:
+
+def prepare_hvp(
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    strict: bool = True,
+    has_aux: bool = False,
+) -> Prep:
     """Prepare :func:`hvp` and :func:`gradient_and_hvp` for arguments shaped like these.
 
     Example:
@@ -21,11 +32,18 @@ def prepare_hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *conte
         >>> print(di.hvp(di.AutoFiniteDiff(), f, np.array([1.0, 2.0]), np.ones(2), prep=prep).round(4))
         [ 6. 12.]
     """
-    return prepare(HVP, backend, f, x, tangent=tx, contexts=contexts, strict=strict)
+    return prepare(HVP, backend, f, x, tangent=tx, contexts=contexts, strict=strict, has_aux=has_aux)
 
 
 def gradient_and_hvp(
-    backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
 ) -> tuple[Any, ...]:
     """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products.
 
@@ -36,10 +54,19 @@ def gradient_and_hvp(
         >>> print(grad.round(6), hvp.round(4))
         [ 3. 12.] [ 6. 12.]
     """
-    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep, value=True)
+    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep, value=True, out=out, has_aux=has_aux)
 
 
-def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any, prep: Prep | None = None) -> Any:
+def hvp(
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Any,
+    *contexts: Contexts,
+    prep: Prep | None = None,
+    has_aux: bool = False,
+    out: Any = None,
+) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple.
 
     Example:
@@ -48,6 +75,6 @@ def hvp(backend: Backend, f: Callable[..., Any], x: Any, tx: Any, *contexts: Any
         >>> print(di.hvp(di.AutoFiniteDiff(), lambda x: (x ** 3).sum(), x, t).round(4))  # H @ t
         [ 6. 12.]
     """
-    if type(prep) is Prep and type(tx) is type(x) is not float:
+    if not has_aux and out is None and type(prep) is Prep and type(tx) is type(x) is not float:
         return run_prepared_tangent(HVP, prep, backend, f, x, tx, contexts)
-    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep)
+    return run(HVP, backend, f, x, tangent=tx, contexts=contexts, prep=prep, out=out, has_aux=has_aux)

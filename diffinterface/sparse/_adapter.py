@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,12 @@ from ._coloring import (
     substitution,
 )
 from ._detectors import Problem
+
+if TYPE_CHECKING:
+    from .._adapters.contract import Info
+    from .._adapters.target import Target
+    from .._core.contexts import Contexts
+    from ._config import AutoSparse
 
 CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth building for a coloring
 # a bicoloring (a star coloring of the bipartite graph, in Python) is tried where the pattern has at
@@ -76,7 +82,7 @@ class SparseAdapter(Adapter):
 
     takes_structures = False  # its results are one sparse matrix
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: AutoSparse) -> None:
         super().__init__(backend)
         if importlib.util.find_spec("scipy") is None:
             raise BackendNotAvailableError(
@@ -87,14 +93,23 @@ class SparseAdapter(Adapter):
         self.traced = getattr(self.dense, "traced", None)
         self.engine_name = getattr(self.dense, "engine_name", None)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         return self.dense.output_info(target, x, contexts, oneshot)
 
-    def evaluate(self, target: Any, x: Any, contexts: tuple[Any, ...]) -> Any:
+    def evaluate(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
         return self.dense.evaluate(target, x, contexts)
 
+    def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+        return self.dense.aux(target, x, contexts)
+
     def prepare(
-        self, operator: Operator, target: Any, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...], info: Any
+        self,
+        operator: Operator,
+        target: Target,
+        x: Any,
+        tangents: tuple[Any, ...],
+        contexts: tuple[Any, ...],
+        info: Info,
     ) -> Any:
         if operator is JACOBIAN:
             return self._jacobian(target, x, contexts, info)
@@ -104,10 +119,10 @@ class SparseAdapter(Adapter):
 
     # -- preparation ------------------------------------------------------------------------------
 
-    def _problem(self, target: Any, info: Any) -> Problem:
+    def _problem(self, target: Target, info: Info) -> Problem:
         return Problem(target.f, target.y, math.prod(info.y_shape), target.instance(), target)
 
-    def _jacobian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+    def _jacobian(self, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
         backend = self.backend
         m, n = math.prod(info.y_shape), math.prod(info.x_shape)
         pattern = csr_pattern(
@@ -122,7 +137,7 @@ class SparseAdapter(Adapter):
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
         return self._runners(plan, PUSHFORWARD if forward else PULLBACK, target, x, contexts, info)
 
-    def _hessian(self, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+    def _hessian(self, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
         backend = self.backend
         n = math.prod(info.x_shape)
         detected = backend.sparsity_detector.hessian_sparsity(self._problem(target, info), x, contexts, backend.dense)
@@ -143,7 +158,7 @@ class SparseAdapter(Adapter):
         return self._runners(plan, HVP, target, x, contexts, info)
 
     def _runners(
-        self, plan: Plan, operator: Operator, target: Any, x: Any, contexts: tuple[Any, ...], info: Any
+        self, plan: Plan, operator: Operator, target: Target, x: Any, contexts: tuple[Any, ...], info: Info
     ) -> Runners:
         """The runners of one sparse derivative: the dense adapter's compressed program where it has
         one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
@@ -176,10 +191,10 @@ class SparseAdapter(Adapter):
             if own:
                 return Runners(inner.plain, inner.value, plan)
 
-            def plain_whole(x: Any, tangents: Any, cs: Any) -> Any:
+            def plain_whole(x: Any, tangents: Any, cs: Contexts) -> Any:
                 return build(to_family(inner.plain(x, (), cs), fam, like=x))
 
-            def value_whole(x: Any, tangents: Any, cs: Any) -> Any:
+            def value_whole(x: Any, tangents: Any, cs: Contexts) -> Any:
                 *front, data = inner.value(x, (), cs)
                 return (*front, build(to_family(data, fam, like=x)))
 
@@ -189,10 +204,10 @@ class SparseAdapter(Adapter):
         inner = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
         grads = self.dense.prepare(GRADIENT, target, x, (), contexts, info) if star else None
 
-        def plain(x: Any, tangents: Any, cs: Any) -> Any:
+        def plain(x: Any, tangents: Any, cs: Contexts) -> Any:
             return build(gather(inner.plain(x, plan.seeds, cs) if inner is not None else ()))
 
-        def value(x: Any, tangents: Any, cs: Any) -> Any:
+        def value(x: Any, tangents: Any, cs: Contexts) -> Any:
             if grads is not None:  # a Hessian: the value and gradient from the dense gradient
                 y, grad = grads.value(x, (), cs)
                 return y, grad, plain(x, tangents, cs)
@@ -236,7 +251,7 @@ class SparseAdapter(Adapter):
                 return bicolored
         return Plan(pattern, getattr(coloring, side)(pattern), side)
 
-    def _bidirectional(self, plan: Plan, target: Any, x: Any, contexts: tuple[Any, ...], info: Any) -> Runners:
+    def _bidirectional(self, plan: Plan, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
         """A bicoloring's runners: the dense backend's batched pushforward along the column seeds and
         pullback along the row seeds, the results gathered from both."""
         column_colors, row_colors = plan.colors
@@ -249,7 +264,7 @@ class SparseAdapter(Adapter):
         forward = self.dense.prepare(PUSHFORWARD, target, x, forward_seeds, contexts, info) if kf else None
         reverse = self.dense.prepare(PULLBACK, target, x, reverse_seeds, contexts, info) if kr else None
 
-        def products(x: Any, cs: Any, value: bool) -> tuple[Any, tuple[Any, ...]]:
+        def products(x: Any, cs: Contexts, value: bool) -> tuple[Any, tuple[Any, ...]]:
             y, parts = None, ()
             if forward is not None:
                 y, parts = forward.value(x, forward_seeds, cs) if value else (None, forward.plain(x, forward_seeds, cs))
@@ -263,10 +278,10 @@ class SparseAdapter(Adapter):
                 y = self.dense.evaluate(target, x, cs)
             return y, parts
 
-        def plain(x: Any, tangents: Any, cs: Any) -> Any:
+        def plain(x: Any, tangents: Any, cs: Contexts) -> Any:
             return build(gather(products(x, cs, False)[1]))
 
-        def value(x: Any, tangents: Any, cs: Any) -> Any:
+        def value(x: Any, tangents: Any, cs: Contexts) -> Any:
             y, parts = products(x, cs, True)
             return y, build(gather(parts))
 

@@ -20,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._coloring import csr_pattern
+
+if TYPE_CHECKING:
+    from .._core.types import Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +47,11 @@ def _call(problem: Problem) -> str:
     return f"{call}: " if call else ""
 
 
-def _shape(x: Any) -> tuple[int, ...]:
+def _shape(x: Array) -> tuple[int, ...]:
     return tuple(getattr(x, "shape", ()))
 
 
-def _dtype(x: Any) -> Any:
+def _dtype(x: Array) -> Any:
     from .._core.arrays import dtype_name
 
     return np.dtype(dtype_name(x))  # a Python float: "float", numpy's float64
@@ -72,7 +75,7 @@ class TracerSparsityDetector:
          [0 0 1 1]]
     """
 
-    def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
+    def _run(self, problem: Problem, x: Array, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
         from .._core.contexts import context_values
@@ -94,7 +97,7 @@ class TracerSparsityDetector:
             ) from error
         return y, trace
 
-    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         from ._tracer import Tracer
 
         y, trace = self._run(problem, x, contexts, hessian=False)
@@ -102,7 +105,7 @@ class TracerSparsityDetector:
             return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
         return csr_pattern(y.rows())
 
-    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         _, trace = self._run(problem, x, contexts, hessian=True)
         return csr_pattern(trace.hessian)
 
@@ -144,10 +147,10 @@ class KnownSparsity:
                 f"(rows: the elements of {'f(x)' if which == 'jacobian' else 'x'}, columns: the elements of x)"
             ) from None
 
-    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         return self._get("jacobian", (problem.y_size, math.prod(_shape(x))))
 
-    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         n = math.prod(_shape(x))
         return self._get("hessian", (n, n))
 
@@ -180,7 +183,7 @@ class LocalSparsityDetector:
         if not (isinstance(self.points, int) and self.points >= 1):
             raise ValueError(f"LocalSparsityDetector(points={self.points!r}): points must be an integer >= 1")
 
-    def _points(self, x: Any) -> list[Any]:
+    def _points(self, x: Array) -> list[Any]:
         from .._core.arrays import families, family, to_family
 
         base = np.asarray(to_family(x, "numpy"), dtype=float)
@@ -204,7 +207,7 @@ class LocalSparsityDetector:
             total = nz if total is None else (total | nz)
         return total
 
-    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         from ..first_order import jacobian
 
         kwargs = {"y": problem.y} if problem.y is not None else {}
@@ -213,7 +216,7 @@ class LocalSparsityDetector:
         n = math.prod(_shape(x))
         return csr_pattern(total.reshape(-1, n))
 
-    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         from ..second_order import hessian
 
         mats = [hessian(dense, problem.f, p, *contexts) for p in self._points(x)]

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._coloring import csr_pattern
 from ._detectors import Problem, _call
 from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
+
+if TYPE_CHECKING:
+    from .._core.types import Array
 
 _STRUCTURAL = {
     "reshape",
@@ -113,7 +116,7 @@ class JaxprSparsityDetector:
          [0 0 1 1]]
     """
 
-    def _run(self, problem: Problem, x: Any, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
+    def _run(self, problem: Problem, x: Array, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
         from .._core.arrays import dtype_name, families
@@ -136,13 +139,13 @@ class JaxprSparsityDetector:
             raise TracerError(f"{_call(problem)}{error}") from error
         return y, trace
 
-    def jacobian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         y, trace = self._run(problem, x, contexts, dense, hessian=False)
         if not isinstance(y, Tracer):
             return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
         return csr_pattern(y.rows())
 
-    def hessian_sparsity(self, problem: Problem, x: Any, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
         _, trace = self._run(problem, x, contexts, dense, hessian=True)
         return csr_pattern(trace.hessian)
 
@@ -284,7 +287,7 @@ def _structural(eqn: Any, ins: list[Any], trace: Trace) -> Any:
     out = np.asarray(eqn.primitive.bind(*operands, **params)).astype(np.int64)
     stacked = sp.vstack(rows + [sp.csr_array((1, trace.n), dtype=bool)], format="csr")  # last row: none
     picked = np.where(out.ravel() < 0, offset, out.ravel())
-    return Tracer(_or_none(stacked[picked]), tuple(out.shape), trace, _np_dtype(eqn.outvars[0].aval.dtype))
+    return Tracer(_or_none(stacked.tocsr()[picked]), tuple(out.shape), trace, _np_dtype(eqn.outvars[0].aval.dtype))
 
 
 def _dot_general(eqn: Any, ins: list[Any], trace: Trace) -> Tracer:

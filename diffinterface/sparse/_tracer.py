@@ -30,9 +30,16 @@ rule for index sets is a method of the tracer.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .._core.arrays import NUMPY, family, to_family
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._core.types import Array
 
 
 def _sp() -> Any:
@@ -165,14 +172,15 @@ class Tracer:
         raise self._opaque("its conversion to a NumPy array (np.asarray, a SciPy call or a write into a NumPy buffer)")
 
     # NumPy functions and ufuncs on a tracer run the namespace's (np.sin(x), A @ x with A a NumPy array)
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        ufunc_name: str = ufunc.__name__
+        name = _UFUNC_NAMES.get(ufunc_name, ufunc_name)
         fn = getattr(self.trace.namespace, name, None)
         if method != "__call__" or fn is None or kwargs.get("out") is not None:
             raise self._opaque(f"numpy.{ufunc.__name__}.{method}")
         return fn(*inputs)
 
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    def __array_function__(self, func: Callable[..., Any], types: Any, args: Any, kwargs: Any) -> Any:
         if func.__name__ in ("ndim", "shape", "size") and len(args) == 1 and not kwargs:  # np.shape(x), ...
             return getattr(args[0], func.__name__)
         name = _FUNCTION_NAMES.get(func.__name__, func.__name__)
@@ -215,6 +223,7 @@ class Tracer:
 def _binary_method(name: str, reflected: bool = False) -> Any:
     def method(self: Tracer, other: Any) -> Any:
         fn = getattr(self.trace.namespace, name)
+        other = _numpy_constant(other)  # a captured torch or JAX constant
         return fn(other, self) if reflected else fn(self, other)
 
     return method
@@ -285,10 +294,19 @@ def _select(t: Tracer, index: np.ndarray) -> Tracer:
     return Tracer(_or_none(t.deps[index.ravel()]), index.shape, t.trace, t.dtype)
 
 
+def _numpy_constant(value: Any) -> Any:
+    """A constant of another array family (a captured torch or JAX matrix) as NumPy; others as they are."""
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool, complex, list, tuple)):
+        return value
+    fam = family(value)
+    return value if fam is None or fam == NUMPY else to_family(value, NUMPY)
+
+
 def _lift(value: Any, trace: Trace) -> Tracer:
     """A tracer for ``value``: itself, or a constant (no dependence) of its shape."""
     if isinstance(value, Tracer):
         return value
+    value = _numpy_constant(value)
     shape = np.shape(value)
     dtype = np.result_type(value) if not isinstance(value, (int, float, bool)) else np.float64
     return Tracer(None, shape, trace, dtype)
@@ -320,7 +338,11 @@ def _union(rows: list[Any]) -> Any:
 
 
 def _dtype(*values: Any) -> Any:
-    dts = [v.dtype if isinstance(v, Tracer) else np.result_type(v) for v in values if not isinstance(v, (int, float))]
+    dts = [
+        v.dtype if isinstance(v, Tracer) else np.result_type(_numpy_constant(v))
+        for v in values
+        if not isinstance(v, (int, float))
+    ]
     return np.result_type(*dts) if dts else np.float64
 
 
@@ -385,7 +407,7 @@ class Namespace:
             return obj if dtype is None else Tracer(obj.deps, obj.shape, obj.trace, dtype)
         if isinstance(obj, (list, tuple)) and any(isinstance(o, Tracer) for o in obj):
             return self.stack([self.asarray(o) for o in obj])
-        value = np.asarray(obj, dtype=dtype)
+        value = np.asarray(_numpy_constant(obj), dtype=dtype)
         return Tracer(None, value.shape, self.trace, value.dtype, value)
 
     def _const(self, shape: Any, dtype: Any = None) -> Tracer:
@@ -400,12 +422,12 @@ class Namespace:
     def full(self, shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(shape, dtype)
 
-    def zeros_like(self, x: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def zeros_like(self, x: Array, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
     ones_like = empty_like = zeros_like
 
-    def full_like(self, x: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def full_like(self, x: Array, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
     def arange(self, *args: Any, **kwargs: Any) -> Tracer:
@@ -417,12 +439,12 @@ class Namespace:
     def eye(self, n_rows: int, n_cols: int | None = None, **kwargs: Any) -> Tracer:
         return self._const((n_rows, n_cols if n_cols is not None else n_rows), kwargs.get("dtype"))
 
-    def astype(self, x: Any, dtype: Any, copy: Any = True, device: Any = None) -> Tracer:
+    def astype(self, x: Array, dtype: Any, copy: Any = True, device: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return Tracer(x.deps, x.shape, self.trace, dtype)
 
     # elementwise
-    def _unary(self, x: Any, kind: str) -> Tracer:
+    def _unary(self, x: Array, kind: str) -> Tracer:
         x = _lift(x, self.trace)
         if kind == "constant":
             return Tracer(None, x.shape, self.trace, x.dtype)
@@ -472,11 +494,11 @@ class Namespace:
         shape, (_, ra, rb) = _broadcast(cond, ta, tb)
         return Tracer(_union([ra, rb]), shape, self.trace, _dtype(a, b))
 
-    def clip(self, x: Any, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - the array API's names
+    def clip(self, x: Array, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - the array API's names
         return self._unary(x, "piecewise")
 
     # reductions
-    def _reduce(self, x: Any, axis: Any, keepdims: bool, nonlinear: bool) -> Tracer:
+    def _reduce(self, x: Array, axis: Any, keepdims: bool, nonlinear: bool) -> Tracer:
         x = _lift(x, self.trace)
         axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(a % x.ndim for a in axes) if x.ndim else ()
@@ -497,26 +519,26 @@ class Namespace:
             self.trace.nonlinear(deps)
         return Tracer(_or_none(deps), final_shape, self.trace, x.dtype)
 
-    def sum(self, x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def sum(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def mean(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def prod(self, x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def prod(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
-    def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def max(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
     min = max
 
-    def std(self, x: Any, axis: Any = None, correction: Any = 0.0, keepdims: bool = False) -> Tracer:
+    def std(self, x: Array, axis: Any = None, correction: Any = 0.0, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
     var = std
 
-    def cumulative_sum(self, x: Any, axis: Any = None, dtype: Any = None, include_initial: bool = False) -> Tracer:
+    def cumulative_sum(self, x: Array, axis: Any = None, dtype: Any = None, include_initial: bool = False) -> Tracer:
         x = _lift(x, self.trace)
         if include_initial:
             raise TracerError("the sparsity tracer does not follow cumulative_sum(include_initial=True)")
@@ -542,6 +564,7 @@ class Namespace:
 
     # linear algebra
     def matmul(self, a: Any, b: Any) -> Tracer:
+        a, b = _numpy_constant(a), _numpy_constant(b)
         ta, tb = _lift(a, self.trace), _lift(b, self.trace)
         if ta.deps is not None and tb.deps is not None:
             if ta.ndim == 1 and tb.ndim == 1:  # a dot product of two traced vectors: sum of products
@@ -552,7 +575,8 @@ class Namespace:
             )
         va, vb = ta.ndim == 1, tb.ndim == 1
         sa, sb = ((1,) + ta.shape) if va else ta.shape, (tb.shape + (1,)) if vb else tb.shape
-        if sa[-1] != sb[-2 if len(sb) > 1 else 0]:
+        nb = len(sb)  # not len(sb) in the test below: a type checker would narrow sb to one dimension
+        if sa[-1] != sb[-2 if nb > 1 else 0]:
             raise ValueError(f"matmul: shapes {ta.shape} and {tb.shape} do not align")
         out_shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
         final = out_shape[:-2] + (() if va else (sa[-2],)) + (() if vb else (sb[-1],))
@@ -590,42 +614,42 @@ class Namespace:
         raise TracerError("the sparsity tracer follows tensordot as a matrix product only (axes=1)")
 
     # shapes and joins
-    def reshape(self, x: Any, shape: Any, copy: Any = None) -> Tracer:
+    def reshape(self, x: Array, shape: Any, copy: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, _positions(x.shape).reshape(shape))
 
-    def permute_dims(self, x: Any, axes: Any) -> Tracer:
+    def permute_dims(self, x: Array, axes: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.transpose(_positions(x.shape), axes))
 
-    def matrix_transpose(self, x: Any) -> Tracer:
+    def matrix_transpose(self, x: Array) -> Tracer:
         return _lift(x, self.trace).mT
 
-    def expand_dims(self, x: Any, axis: int = 0) -> Tracer:
+    def expand_dims(self, x: Array, axis: int = 0) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.expand_dims(_positions(x.shape), axis))
 
-    def squeeze(self, x: Any, axis: Any) -> Tracer:
+    def squeeze(self, x: Array, axis: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.squeeze(_positions(x.shape), axis))
 
-    def flip(self, x: Any, axis: Any = None) -> Tracer:
+    def flip(self, x: Array, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.flip(_positions(x.shape), axis))
 
-    def roll(self, x: Any, shift: Any, axis: Any = None) -> Tracer:
+    def roll(self, x: Array, shift: Any, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.roll(_positions(x.shape), shift, axis))
 
-    def moveaxis(self, x: Any, source: Any, destination: Any) -> Tracer:
+    def moveaxis(self, x: Array, source: Any, destination: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.moveaxis(_positions(x.shape), source, destination))
 
-    def broadcast_to(self, x: Any, shape: Any) -> Tracer:
+    def broadcast_to(self, x: Array, shape: Any) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.broadcast_to(_positions(x.shape), shape))
 
-    def take(self, x: Any, indices: Any, axis: Any = None) -> Tracer:
+    def take(self, x: Array, indices: Any, axis: Any = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.take(_positions(x.shape), np.asarray(_key(indices)), axis=axis))
 

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from .._frontend.sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
 from ._structured_scenarios import _leaves
+
+if TYPE_CHECKING:
+    pass
 
 
 def _functions(op: Operator) -> tuple[Any, ...]:

@@ -77,11 +77,17 @@ def convert(value: Any, family: str, dtype: Any) -> Any:
         import jax.numpy as jnp
 
         return jnp.asarray(arr)
+    if family == "mlx":
+        import mlx.core  # noqa: F401  (the family converts once its module is imported)
+
+        from .._core.arrays import to_family
+
+        return to_family(arr, "mlx")
     if family == "tensorflow":
         import tensorflow as tf
 
         return tf.convert_to_tensor(arr)
-    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax', 'torch' or 'tensorflow'")
+    raise ValueError(f"unknown array family {family!r}; use 'numpy', 'jax', 'torch', 'mlx' or 'tensorflow'")
 
 
 def _mutable_family(family: str) -> str:

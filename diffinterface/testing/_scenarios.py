@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -23,6 +23,9 @@ from .._core.contexts import Cache, Constant
 from ._reference import FIRST_ORDER, OPERATORS, SECOND_ORDER, Reference, Scenario, _mutable_family, _tangent, convert
 from ._rule_scenarios import rule_references
 from ._structured_scenarios import complex_scenarios, structured_scenarios
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
 declare_modules(__name__, walk=True)
@@ -221,14 +224,14 @@ def _references() -> list[Reference]:
 # -- variants: contexts, caches, closures, two-argument functions ------------------------------
 
 
-def _with_constant(f: Any) -> Any:
+def _with_constant(f: Callable[..., Any]) -> Any:
     def with_constant(x: Any, c: Any) -> Any:
         return c[0] * f(x) + c[1]
 
     return with_constant
 
 
-def _with_cache(f: Any) -> Any:
+def _with_cache(f: Callable[..., Any]) -> Any:
     def with_cache(x: Any, cache: Any) -> Any:
         xp = array_namespace(x)
         cache[...] = x
@@ -237,7 +240,7 @@ def _with_cache(f: Any) -> Any:
     return with_cache
 
 
-def _closure_over_buffer(f: Any, buffer: Any) -> Any:
+def _closure_over_buffer(f: Callable[..., Any], buffer: Any) -> Any:
     def over_buffer(x: Any) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
@@ -256,7 +259,7 @@ def _closure_scalar(buffer: Any) -> Any:
     return accumulate
 
 
-def _write_then(f: Any) -> Any:
+def _write_then(f: Callable[..., Any]) -> Any:
     def write_then(x: Any, buffer: Any) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
@@ -268,7 +271,7 @@ def _write_then(f: Any) -> Any:
 class _Buffered:
     """A callable object that writes x into a buffer attribute before computing from it."""
 
-    def __init__(self, f: Any, buffer: Any) -> None:
+    def __init__(self, f: Callable[..., Any], buffer: Any) -> None:
         self.f, self.buffer = f, buffer
 
     def __call__(self, x: Any) -> Any:
@@ -277,7 +280,7 @@ class _Buffered:
         return self.f(xp.asarray(self.buffer))
 
 
-def _nested(f: Any, buffer: Any) -> Any:
+def _nested(f: Callable[..., Any], buffer: Any) -> Any:
     inner = _closure_over_buffer(f, buffer)
 
     def nested(x: Any) -> Any:  # captures a function that captures the buffer
@@ -286,14 +289,14 @@ def _nested(f: Any, buffer: Any) -> Any:
     return nested
 
 
-def _reads_captured(f: Any, weights: Any) -> Any:
+def _reads_captured(f: Callable[..., Any], weights: Any) -> Any:
     def reads(x: Any) -> Any:  # only reads its captured array: 3 f(x) + 0.5
         return weights[0] * f(x) + weights[1]
 
     return reads
 
 
-def _in_place(f: Any) -> Any:
+def _in_place(f: Callable[..., Any]) -> Any:
     def in_place(y: Any, x: Any) -> Any:
         y[...] = f(x)
 
@@ -380,7 +383,7 @@ def sparse_scenarios(family: str = "numpy", dtype: Any = np.float64, include: tu
     return out
 
 
-def _gradient_of(f: Any, x: np.ndarray) -> np.ndarray:
+def _gradient_of(f: Callable[..., Any], x: np.ndarray) -> np.ndarray:
     """The gradient of the sparse Hessian problems, in closed form."""
     from . import _sparse_problems as sp
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -24,6 +24,9 @@ from array_api_compat import array_namespace, device
 from .._closures.namespaces import declare_modules
 from .._core.contexts import Constant
 from ._reference import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 declare_modules(__name__, walk=True)
 
@@ -246,14 +249,14 @@ def structured_references() -> list[StructuredReference]:
 # -- scenarios -----------------------------------------------------------------------------------
 
 
-def _with_constant(f: Any) -> Any:
+def _with_constant(f: Callable[..., Any]) -> Any:
     def with_constant(x: Any, c: Any) -> Any:
         return _map(f(x), lambda v: v * c["scale"] + c["shift"][0])
 
     return with_constant
 
 
-def _over_buffer(f: Any, buffers: dict[str, Any]) -> Any:
+def _over_buffer(f: Callable[..., Any], buffers: dict[str, Any]) -> Any:
     def over_buffer(p: Any) -> Any:  # writes a leaf of x into a captured buffer, then reads it back
         key = next(iter(buffers))
         buffers[key][...] = _leaves(p)[0]

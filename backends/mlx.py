@@ -1,0 +1,648 @@
+"""``AutoMLX``: every operator on Apple's MLX (``mx.jvp``, ``mx.vjp``, ``mx.value_and_grad``, ``mx.vmap``).
+
+- pushforward: ``mx.jvp`` (a batch: ``mx.vmap`` of the JVP over the stacked tangents); pullback:
+  ``mx.vjp`` (a batch: ``vmap`` of the VJP); gradient: ``mx.value_and_grad``; derivative: ``jvp``
+  along 1; jacobian: the JVPs of the basis of x or the VJPs of the basis of f(x), each ``vmap``-ped
+  (``mode=None``: forward when ``x.size <= f(x).size``). ``mode="forward"``/``"reverse"`` forces
+  every first-order operator; a pushforward in reverse mode or a pullback in forward mode goes
+  through the Jacobian.
+- hvp, hessian: forward over reverse (``jvp`` of ``value_and_grad``; the Hessian ``vmap``-s it over
+  the basis of x); second derivative: forward over forward.
+- ``compile=True``: a user's ``prepare_*`` compiles the operator with ``mx.compile`` (one program
+  per form, built at its first call); the captured arrays and the contexts are arguments of the
+  compiled function, read at every call (never baked in). An ``f`` that reads a traced value into
+  Python (``if x.max() > 1:``, ``.item()``), which MLX refuses inside ``mx.compile`` and ``mx.vmap``,
+  runs eagerly from then on, and batches loop instead of ``vmap``. A one-shot call runs eagerly.
+- Arrays: ``f`` receives ``mlx.core.array`` (numpy, torch and jax inputs converted, dtype kept);
+  results come back as MLX arrays, which the frontend turns into the family of ``x``. float64
+  (MLX computes it on the CPU only) runs inside ``mx.stream(mx.cpu)``; the user's default device
+  and stream are never changed.
+- Array-API code: ``array_namespace(x)`` gives, while a call runs, ``mlx.core`` under the array API's
+  signatures (``asarray(..., device=)``, ``eye(..., device=)``), and MLX arrays get a ``device``
+  attribute (MLX has none, which ``array_api_compat.device`` needs); both are restored afterwards.
+- Closures (contract section 7): MLX arrays are written in place by item assignment, and MLX
+  differentiates through the write (the written array's node is replaced). So the captured arrays
+  (numpy, torch, jax or MLX), caches and output buffers reach ``f`` as fresh MLX arrays, one set per
+  evaluation of ``f``: writes carry derivatives, nothing leaks between calls, the user's objects are
+  untouched. (A captured numpy array cannot be given to ``f`` as it is: ``np.float64(3) * a`` with an
+  MLX ``a`` gives a numpy array, dropping the derivative.)
+- A lost derivative (``mx.stop_gradient`` on the whole path, a round trip through numpy): checked at
+  preparation, where MLX's reverse pass carries a NaN cotangent back to ``x`` only along a path it
+  differentiates; where none reaches ``x`` but ``f(x)`` changes with ``x``, the call raises
+  :class:`LostDerivativeError` (a constant ``f`` has zero derivatives).
+
+Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoMLX.adapter``
+names one module, imported at first use).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from diffinterface.extend import (
+    DERIVATIVE,
+    GRADIENT,
+    HESSIAN,
+    HVP,
+    JACOBIAN,
+    LOST_CAUSES,
+    NUMPY,
+    PULLBACK,
+    PUSHFORWARD,
+    SECOND_DERIVATIVE,
+    Cache,
+    Info,
+    LostDerivativeError,
+    Operator,
+    Runners,
+    contract_all,
+    duplicate,
+    family,
+    is_array,
+    prefer,
+    raised_by,
+    structured_output,
+    to_family,
+    value_form,
+)
+from diffinterface.extend import (
+    Adapter as _Base,
+)
+
+from .mlx_rules import SECOND_ORDER
+
+# -- dtypes and conversions ------------------------------------------------------------------------
+
+
+def _mx_dtype(dtype: Any) -> Any:
+    """MLX's dtype for ``dtype`` (an MLX dtype, numpy's, or a name)."""
+    if isinstance(dtype, mx.Dtype):
+        return dtype
+    name = np.dtype(dtype).name
+    return getattr(mx, "bool_" if name == "bool" else name)
+
+
+def _np_dtype(dtype: Any) -> Any:
+    """numpy's dtype for an MLX dtype (``mlx.core.float64`` -> ``float64``)."""
+    return np.dtype(str(dtype).rpartition(".")[2])
+
+
+def _to_mx(value: Any, dtype: Any = None) -> Any:
+    """``value`` (an array of any family, or a number) as an MLX array, its dtype kept (or ``dtype``)."""
+    if isinstance(value, mx.array):
+        return value if dtype is None or value.dtype == dtype else value.astype(dtype)
+    if family(value) not in (None, NUMPY):
+        value = to_family(value, NUMPY)
+    value = np.asarray(value)
+    return mx.array(value, dtype=_mx_dtype(value.dtype) if dtype is None else dtype)
+
+
+def _fresh(value: Any) -> Any:
+    """A captured array, a cache or an output buffer as ``f`` gets it: a new MLX array (a write into it
+    replaces its own node only; the user's array is never written)."""
+    if isinstance(value, mx.array):
+        return mx.array(value)
+    return _to_mx(value)
+
+
+def _mx_tree(value: Any) -> Any:
+    """The arrays in ``value`` (a context's value, captured state) as MLX arrays, containers kept."""
+    return duplicate(value, lambda v: _to_mx(v) if not isinstance(v, mx.array) else v)
+
+
+def _compilable(value: Any) -> bool:
+    """Whether ``value`` can be an argument of ``mx.compile``-d code: arrays and numbers in lists,
+    tuples and dicts (an object, a string: the prep runs eagerly)."""
+    if isinstance(value, (mx.array, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_compilable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _compilable(v) for k, v in value.items())
+    return False
+
+
+def _float64(dtype: Any) -> bool:
+    return dtype == mx.float64
+
+
+# -- the array API over mlx.core -------------------------------------------------------------------
+
+
+class _Namespace:
+    """``mlx.core`` under the array API's signatures: what ``array_namespace`` gives for an MLX array
+    while a call runs. MLX's own functions take no ``device=`` (they take ``stream=``); creation
+    functions here accept and drop it (the call's stream context places them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(mx, name)
+        setattr(self, name, value)
+        return value
+
+    @staticmethod
+    def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+        dtype = None if dtype is None else _mx_dtype(dtype)
+        if isinstance(obj, mx.array):
+            out = obj if dtype is None or obj.dtype == dtype else obj.astype(dtype)
+            return mx.array(out) if copy and out is obj else out
+        if dtype is None and isinstance(obj, (bool, int, float, complex, list, tuple)):
+            return mx.array(obj)
+        return _to_mx(obj, dtype)
+
+    @staticmethod
+    def astype(x: Any, dtype: Any, copy: bool = True, device: Any = None) -> Any:
+        return x.astype(_mx_dtype(dtype))
+
+    @staticmethod
+    def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
+        return mx.reshape(x, shape)
+
+    def __repr__(self) -> str:
+        return "<the array API over mlx.core (diffinterface)>"
+
+
+def _creation(name: str) -> Any:
+    fn = getattr(mx, name)
+
+    def create(*args: Any, dtype: Any = None, device: Any = None, **kwargs: Any) -> Any:
+        if dtype is not None:
+            kwargs["dtype"] = _mx_dtype(dtype)
+        return fn(*args, **kwargs)
+
+    create.__name__ = name
+    return staticmethod(create)
+
+
+for _name in ("zeros", "ones", "empty", "full", "eye", "arange", "linspace", "zeros_like", "ones_like", "full_like"):
+    setattr(_Namespace, _name, _creation(_name))
+
+namespace: _Namespace = _Namespace()
+
+
+class _ArrayAPI:
+    """While a call runs: ``__array_namespace__`` of MLX arrays gives :data:`namespace`, and MLX arrays
+    have a ``device`` (``array_api_compat.device(x)`` reads it). Nested and concurrent calls share one
+    patch (a count under a lock); the last one out restores MLX's own attributes."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if _ArrayAPI._depth == 0:
+                _ArrayAPI._saved = mx.array.__dict__.get("__array_namespace__")
+                setattr(mx.array, "__array_namespace__", _array_namespace)  # noqa: B010 - MLX's type, patched for the call
+                setattr(mx.array, "device", _device)  # noqa: B010
+            _ArrayAPI._depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            _ArrayAPI._depth -= 1
+            if _ArrayAPI._depth == 0:
+                if _ArrayAPI._saved is not None:
+                    setattr(mx.array, "__array_namespace__", _ArrayAPI._saved)  # noqa: B010
+                delattr(mx.array, "device")  # noqa: B043
+
+
+def _array_namespace(self: Any, api_version: Any = None) -> Any:
+    return namespace
+
+
+_device = property(lambda self: mx.default_device())
+_API = _ArrayAPI()
+
+
+def _context(dtype: Any) -> Any:
+    """The call's context: the array API patch, and MLX's CPU stream for float64."""
+    if not _float64(dtype):
+        return _API
+    stack = contextlib.ExitStack()
+    stack.enter_context(_API)
+    stack.enter_context(mx.stream(mx.cpu))
+    return stack
+
+
+# -- MLX's refusal to evaluate inside mx.compile and mx.vmap ---------------------------------------
+
+_REFUSAL: list[str] = []
+
+
+def _eval_refusal() -> str:
+    """MLX's error for an array evaluated inside ``mx.compile`` or ``mx.vmap`` (``.item()``,
+    ``np.asarray``, ``if x > 0:`` on a traced value), learnt once by provoking it: it is a plain
+    ValueError raised from C++, with no type or attribute of its own to tell it apart."""
+    if not _REFUSAL:
+        try:
+            mx.compile(lambda z: z * z.sum().item())(mx.zeros(1))
+            _REFUSAL.append("")
+        except ValueError as error:
+            _REFUSAL.append(str(error))
+    return _REFUSAL[0]
+
+
+def _refused_eval(error: BaseException) -> bool:
+    refusal = _eval_refusal()
+    return bool(refusal) and raised_by(error, lambda e: isinstance(e, ValueError) and str(e) == refusal)
+
+
+# -- f as MLX differentiates it --------------------------------------------------------------------
+
+
+def _output(y: Any, call: str) -> Any:
+    """``f``'s output as one MLX array: a numpy value (a constant, or computed through numpy: the
+    check at preparation tells) converted, a structure refused."""
+    if isinstance(y, mx.array):
+        return y
+    if isinstance(y, (tuple, list, dict)):
+        raise structured_output(y, call)
+    if is_array(y) or isinstance(y, (float, int, complex)):
+        return _to_mx(y)
+    raise TypeError(f"{call}: f returned a {type(y).__name__}; expected an array")
+
+
+class _Function:
+    """``f`` over fresh MLX duplicates of its captured state, caches and output buffer, one set per
+    evaluation: ``function(ctx, state)`` gives ``z -> f(z)``. ``ctx`` and ``state`` are the contexts'
+    values and the captured state as MLX arrays (:meth:`arguments`: read at every call)."""
+
+    __slots__ = ("target", "kinds", "simple", "compilable")
+
+    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+        self.target = target
+        self.kinds = tuple(type(c) for c in contexts)
+        self.simple = not contexts and target.plain
+        self.compilable = True
+
+    def arguments(self, contexts: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+        if self.simple:
+            return [], []
+        ctx = [_mx_tree(c.value) for c in contexts]
+        state = [_mx_tree(v) for v in self.target.plan.read()] if self.target.has_state else []
+        return ctx, state
+
+    def __call__(self, ctx: list[Any], state: list[Any]) -> Any:
+        target, call = self.target, self.target.call
+        if self.simple:
+            f = target.f
+            return lambda z: _output(f(z), call)
+        kinds = self.kinds
+
+        def fn(z: Any) -> Any:
+            instance = target.instance(_fresh, values=state if target.has_state else None)
+            values = [duplicate(v, _fresh) if kind is Cache else v for kind, v in zip(kinds, ctx)]
+            return _output(instance(z, *values), call)
+
+        return fn
+
+
+# -- the operators ---------------------------------------------------------------------------------
+
+
+def _jvp(fn: Any, x: Any, t: Any) -> tuple[Any, Any]:
+    (y,), (out,) = mx.jvp(fn, [x], [t])
+    return y, out
+
+
+def _batched(one: Any, ts: tuple[Any, ...], vectorize: bool) -> tuple[Any, ...]:
+    """``one(t)`` for each of ``ts``: one ``mx.vmap`` over the stacked batch where ``vectorize``,
+    else a loop."""
+    if len(ts) == 1 or not vectorize:
+        return tuple(one(t) for t in ts)
+    out = mx.vmap(one)(mx.stack(list(ts)))
+    return tuple(out[i] for i in range(len(ts)))
+
+
+def _jvps(fn: Any, x: Any, ts: tuple[Any, ...], vectorize: bool) -> tuple[Any, tuple[Any, ...]]:
+    """``(f(x), (J t for t in ts))``."""
+    if len(ts) == 1 or not vectorize:
+        results = [_jvp(fn, x, t) for t in ts]
+        return (results[0][0] if results else fn(x)), tuple(r[1] for r in results)
+    return fn(x), _batched(lambda t: _jvp(fn, x, t)[1], ts, True)
+
+
+def _vjps(fn: Any, x: Any, cts: tuple[Any, ...], vectorize: bool) -> tuple[Any, tuple[Any, ...]]:
+    """``(f(x), (ct J for ct in cts))``."""
+    if len(cts) == 1 or not vectorize:
+        results = [mx.vjp(fn, [x], [ct]) for ct in cts]
+        y = results[0][0][0] if results else fn(x)
+        return y, tuple(r[1][0] for r in results)
+    y = fn(x)
+    return y, _batched(lambda ct: mx.vjp(fn, [x], [ct])[1][0], cts, True)
+
+
+def _basis(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:
+    n = math.prod(shape)
+    eye = mx.eye(n, dtype=dtype)
+    return tuple(mx.reshape(eye[i], shape) for i in range(n))
+
+
+def _jacobian(fn: Any, x: Any, info: Info, forward: bool, vectorize: bool) -> tuple[Any, Any]:
+    """``(f(x), J)`` with ``J`` shaped ``f(x).shape + x.shape``: columns by JVPs of the basis of x, or
+    rows by VJPs of the basis of f(x)."""
+    x_shape, y_shape = info.x_shape, info.y_shape
+    n, m = math.prod(x_shape), math.prod(y_shape)
+    if forward:
+        y, cols = _jvps(fn, x, _basis(x_shape, x.dtype), vectorize) if n else (fn(x), ())
+        flat = mx.stack([mx.reshape(c, (m,)) for c in cols], axis=1) if n else mx.zeros((m, 0), dtype=x.dtype)
+    else:
+        y = fn(x)
+        rows = _vjps(fn, x, _basis(y_shape, y.dtype), vectorize)[1] if m else ()
+        flat = mx.stack([mx.reshape(r, (n,)) for r in rows], axis=0) if m else mx.zeros((0, n), dtype=x.dtype)
+    return y, mx.reshape(flat, y_shape + x_shape)
+
+
+def _body(operator: Operator, forward: bool, info: Info, vectorize: bool) -> Any:
+    """The operator at one point, ``(fn, x, ts) -> (primal, result)`` (the kit's ``Body`` over ``fn``).
+    For hvp and hessian ``forward`` is the inner direction: True forward over reverse, False reverse
+    over reverse (where MLX lacks a JVP inside the gradient: ``[scatter] JVP not yet implemented``)."""
+    if operator is PUSHFORWARD:
+        if forward:
+            return lambda fn, x, ts: _jvps(fn, x, ts, vectorize)
+
+        def pushforward(fn: Any, x: Any, ts: Any) -> Any:
+            y, jac = _jacobian(fn, x, info, False, vectorize)
+            return y, contract_all(jac, ts, x, True)
+
+        return pushforward
+    if operator is PULLBACK:
+        if not forward:
+            return lambda fn, x, ts: _vjps(fn, x, ts, vectorize)
+
+        def pullback(fn: Any, x: Any, ts: Any) -> Any:
+            y, jac = _jacobian(fn, x, info, True, vectorize)
+            return y, contract_all(jac, ts, x, False)
+
+        return pullback
+    if operator is DERIVATIVE:
+        if forward:
+            return lambda fn, x, ts: _jvp(fn, x, mx.ones_like(x))
+        return lambda fn, x, ts: _jacobian(fn, x, info, False, vectorize)
+    if operator is GRADIENT:
+        if not forward:
+            return lambda fn, x, ts: tuple(mx.value_and_grad(fn)(x))
+
+        def gradient(fn: Any, x: Any, ts: Any) -> Any:
+            y, jac = _jacobian(fn, x, info, True, vectorize)
+            return y, mx.reshape(jac, info.x_shape)
+
+        return gradient
+    if operator is JACOBIAN:
+        return lambda fn, x, ts: _jacobian(fn, x, info, forward, vectorize)
+    if operator in (HVP, HESSIAN) and not forward:  # reverse over reverse: the VJPs of value_and_grad
+
+        def reverse_over_reverse(fn: Any, x: Any, ts: Any) -> Any:
+            both = lambda z: list(mx.value_and_grad(fn)(z))  # noqa: E731
+            y, g = both(x)
+            zero = mx.zeros_like(y)
+            seeds = ts if operator is HVP else _basis(info.x_shape, x.dtype)
+            out = _batched(lambda t: mx.vjp(both, [x], [zero, t])[1][0], tuple(seeds), vectorize)
+            if operator is HVP:
+                return (y, g), out
+            n = math.prod(info.x_shape)
+            flat = mx.stack([mx.reshape(r, (n,)) for r in out], axis=0) if n else mx.zeros((0, 0), dtype=x.dtype)
+            return (y, g), mx.reshape(flat, info.x_shape + info.x_shape)
+
+        return reverse_over_reverse
+    if operator is HVP:  # forward over reverse: the JVP of value_and_grad
+
+        def hvp(fn: Any, x: Any, ts: Any) -> Any:
+            both = lambda z: list(mx.value_and_grad(fn)(z))  # noqa: E731
+            if len(ts) == 1 or not vectorize:
+                results = [mx.jvp(both, [x], [t]) for t in ts]
+                return (results[0][0][0], results[0][0][1]), tuple(r[1][1] for r in results)
+            y, g = both(x)
+            return (y, g), _batched(lambda t: mx.jvp(both, [x], [t])[1][1], ts, True)
+
+        return hvp
+    if operator is HESSIAN:
+
+        def hessian(fn: Any, x: Any, ts: Any) -> Any:
+            both = lambda z: list(mx.value_and_grad(fn)(z))  # noqa: E731
+            y, g = both(x)
+            n = math.prod(info.x_shape)
+            rows = _batched(lambda t: mx.jvp(both, [x], [t])[1][1], _basis(info.x_shape, x.dtype), vectorize)
+            flat = mx.stack([mx.reshape(r, (n,)) for r in rows], axis=0) if n else mx.zeros((0, 0), dtype=x.dtype)
+            return (y, g), mx.reshape(flat, info.x_shape + info.x_shape)
+
+        return hessian
+    if operator is SECOND_DERIVATIVE:
+
+        def second_derivative(fn: Any, x: Any, ts: Any) -> Any:
+            first = lambda z: list(_jvp(fn, z, mx.ones_like(z)))  # noqa: E731
+            (y, der), (_, der2) = mx.jvp(first, [x], [mx.ones_like(x)])
+            return (y, der), der2
+
+        return second_derivative
+    raise ValueError(operator)  # pragma: no cover - the frontend passes the operators above
+
+
+# -- the runners -----------------------------------------------------------------------------------
+
+
+class _Prepared:
+    """One operator for one function: its ``plain`` and ``value`` runners. Compiled
+    (``mx.compile``) when prepared with ``compile=True`` and ``f``'s arguments allow it; at MLX's
+    first refusal to evaluate inside the compiled trace, eager from then on (batches looped)."""
+
+    __slots__ = (
+        "operator",
+        "function",
+        "forward",
+        "switchable",
+        "info",
+        "x_dtype",
+        "y_dtype",
+        "compiled",
+        "plain",
+        "value",
+    )
+
+    def __init__(
+        self,
+        operator: Operator,
+        function: _Function,
+        forward: bool,
+        switchable: bool,
+        info: Info,
+        x_dtype: Any,
+        jit: bool,
+    ) -> None:
+        self.operator, self.function, self.forward, self.info = operator, function, forward, info
+        self.switchable = switchable and forward  # mode=None in forward mode, or the second order's forward inner
+        self.x_dtype = x_dtype
+        self.y_dtype = _mx_dtype(info.y_dtype) if not isinstance(info.y_dtype, mx.Dtype) else info.y_dtype
+        self.compiled: dict[bool, Any] | None = None
+        if jit:
+            self.compiled = {flag: mx.compile(self._program(flag, True)) for flag in (False, True)}
+        self.plain, self.value = self._runner(False), self._runner(True)
+
+    def _program(self, value: bool, vectorize: bool) -> Any:
+        body = _body(self.operator, self.forward, self.info, vectorize)
+        if self.operator.order == 1:  # custom rules with both directions use this operator's (see mlx_rules)
+            inner, mode = body, ("forward" if self.forward else "reverse")
+
+            def body(fn: Any, x: Any, ts: Any) -> Any:
+                with prefer(mode):
+                    return inner(fn, x, ts)
+
+        function = self.function
+
+        def program(x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> Any:
+            primal, result = body(function(ctx, state), x, tuple(ts))
+            return (primal, result) if value else result
+
+        return program
+
+    def _inputs(self, x: Any, tangents: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+        x = _to_mx(x, self.x_dtype)
+        tdtype = self.y_dtype if self.operator is PULLBACK else self.x_dtype
+        return x, [_to_mx(t, tdtype) for t in tangents]
+
+    def _runner(self, value: bool) -> Any:
+        operator = self.operator
+
+        second = operator.order == 2
+
+        def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+            token = SECOND_ORDER.set(True) if second else None  # an opaque custom rule refuses it (mlx_rules)
+            try:
+                with _context(self.x_dtype):
+                    xm, ts = self._inputs(x, tangents)
+                    ctx, state = self.function.arguments(contexts)
+                    out = self._call(value, xm, ts, ctx, state)
+            finally:
+                if token is not None:
+                    SECOND_ORDER.reset(token)
+            if value:
+                primal, result = out
+                return value_form(operator, primal, result, _same)
+            return out
+
+        return run
+
+    def _call(self, value: bool, x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> Any:
+        try:
+            return self._direct(value, x, ts, ctx, state)
+        except Exception as error:
+            if not self.switchable:
+                raise
+            # forward mode failed where reverse mode may not (MLX lacks some JVPs): the other direction, and
+            # for good if it succeeds; if it fails too, f's own error is raised as the first run raised it
+            self.switchable = False
+            self.forward = not self.forward
+            jit = self.compiled is not None
+            self.compiled = None
+            try:
+                out = self._direct(value, x, ts, ctx, state)
+            except Exception:
+                self.forward = not self.forward
+                raise error from None
+            if jit:
+                self.compiled = {flag: mx.compile(self._program(flag, True)) for flag in (False, True)}
+            return out
+
+    def _direct(self, value: bool, x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> Any:
+        compiled = self.compiled
+        if compiled is not None and self.function.compilable and _compilable(ctx) and _compilable(state):
+            try:
+                return compiled[value](x, ts, ctx, state)
+            except ValueError as error:
+                if not _refused_eval(error):
+                    raise
+                self.function.compilable = False  # f reads a traced value: eager from now on
+        try:
+            return self._program(value, True)(x, ts, ctx, state)
+        except ValueError as error:
+            if not _refused_eval(error):
+                raise
+            return self._program(value, False)(x, ts, ctx, state)  # mx.vmap refused it too: a loop
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# -- the adapter -----------------------------------------------------------------------------------
+
+
+class Adapter(_Base):
+    """MLX; see the module docstring."""
+
+    engine_name = "MLX"
+    array_family = "mlx"
+    traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
+
+    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+        """``f(x)`` once, over fresh MLX duplicates of its state, caches and buffer."""
+        function = _Function(target, contexts)
+        xm = _to_mx(x)
+        with _context(xm.dtype):
+            return function(*function.arguments(contexts))(xm)
+
+    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+        function = _Function(target, contexts)
+        xm = _to_mx(x)
+        with _context(xm.dtype):
+            args = function.arguments(contexts)
+            fn = function(*args)
+            y = fn(xm)
+            _check_lost(function, args, xm, y, target.call)
+        layout = target.layout
+        complex_x = layout is not None and layout.xs.has_complex
+        if (complex_x or y.dtype == mx.complex64) and xm.dtype == mx.float64:
+            raise TypeError(
+                f"{target.call}: MLX has no complex128, so a complex {'x' if complex_x else 'f(x)'} of float64 "
+                f"precision would be computed in complex64 (float32 precision); use AutoJAX() or AutoTorch() for "
+                f"complex128, or pass float32 / complex64 arrays to AutoMLX()"
+            )
+        return Info(tuple(y.shape), _np_dtype(y.dtype), None, tuple(np.shape(x)), oneshot)
+
+    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+        if operator.order == 1:
+            forward, switchable = self.forward(operator, info), self.backend.mode is None
+        else:  # hvp and hessian: forward over reverse first; the second derivative: forward over forward
+            forward, switchable = True, operator is not SECOND_DERIVATIVE
+        function = _Function(target, contexts)
+        jit = bool(self.backend.compile) and not info.oneshot
+        prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit)
+        return Runners(prepared.plain, prepared.value, prepared)
+
+
+def _check_lost(function: _Function, args: tuple[Any, Any], x: Any, y: Any, call: str) -> None:
+    """Raises :class:`LostDerivativeError` where ``f(x)`` changes with ``x`` but no path MLX
+    differentiates leads from ``f(x)`` back to ``x`` (``mx.stop_gradient`` on the whole way, a round
+    trip through numpy or ``.item()``): a NaN cotangent reaches ``x`` along every path MLX follows
+    (``0 * NaN`` is NaN), so a gradient without a NaN means none; a constant ``f`` is fine (its
+    derivatives are zeros). A step of ``sqrt(eps)`` along a fixed direction tells them apart (an ``f``
+    constant over a step, ``floor`` away from its jumps, counts as constant)."""
+    floating = (mx.float16, mx.bfloat16, mx.float32, mx.float64)
+    if y.dtype not in floating or x.dtype not in floating or x.size == 0 or y.size == 0:
+        return
+    try:
+        _, (g,) = mx.vjp(function(*args), [x], [mx.full(y.shape, float("nan"), dtype=y.dtype)])
+        if mx.any(mx.isnan(g)).item():
+            return
+    except Exception:  # noqa: BLE001 - a function MLX cannot reverse: the operator's own call reports it
+        return
+    # the coarser precision of x and f(x): f may compute in float32 from a float64 x (mx.array of a numpy
+    # float64 array is float32), where a float64-sized step would vanish
+    eps = max(float(np.finfo(_np_dtype(x.dtype)).eps), float(np.finfo(_np_dtype(y.dtype)).eps))
+    step = math.sqrt(eps) * max(1.0, float(np.asarray(mx.max(mx.abs(x)))))
+    direction = mx.reshape(mx.linspace(0.5, 1.5, x.size, dtype=x.dtype), x.shape)
+    moved = function(*args)(x + step * direction)
+    if mx.array_equal(moved, y, equal_nan=True).item():
+        return
+    raise LostDerivativeError(
+        f"{call}: f(x) changes with x, but no derivative reaches x through MLX's graph (mx.stop_gradient on "
+        f"the way, or a value read out of MLX: np.asarray(a), np.sin(a), a.item(), a.tolist(), float(a), or a "
+        f"write into a numpy array), so every derivative would come out zero. Compute f(x) with mlx.core "
+        f"operations (or array_namespace(x)) throughout; with closure='const', captured numpy buffers are "
+        f"written as numpy: use the default closure='duplicated'. {LOST_CAUSES}."
+    )

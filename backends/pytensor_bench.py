@@ -1,0 +1,61 @@
+"""PyTensor's own best calls (the compiled ``pytensor.function`` of the derivative graph), what
+``AutoPyTensor`` is benchmarked against.
+
+The record is a leaf of its own: the adapter does not import it, and ``python -m diffinterface bench`` loads
+it through the config's ``bench`` path. The benchmarks' ``f`` is array-API code: its graph is built
+inside the adapter's build context (``diffinterface.backends.pytensor``), which lends PyTensor's
+symbolic tensors the array API; the compiled function is what a PyTensor user compiles by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor import gradient as ptg
+
+from diffinterface.backends.pytensor import building
+from diffinterface.extend import BenchEngine
+
+grad: Any = ptg.grad  # its overloads return Optional types a graph built here never has
+
+
+def _compile(build: Any, *arrays: Any) -> Any:
+    """``pytensor.function`` of ``build(*symbols)`` over symbols shaped like ``arrays`` (PyTensor's default mode)."""
+    symbols = [pt.tensor(dtype=a.dtype.name, shape=a.shape) for a in arrays]
+    with building:
+        out = build(*symbols)
+    return pytensor.function(symbols, out)
+
+
+class Bench(BenchEngine):
+    """PyTensor's ``grad``, ``pushforward``, ``pullback``, ``jacobian(vectorize=True)`` and the
+    Jacobian of the gradient, compiled once."""
+
+    def native(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+        if operator == "gradient":
+            fn = _compile(lambda z: grad(f(z), z), x)
+            return lambda: fn(x)
+        if operator == "hvp":
+            fn = _compile(lambda z, v: ptg.pushforward(grad(f(z), z), z, v), x, t)
+            return lambda: fn(x, t)
+        if operator == "hessian":
+            fn = _compile(lambda z: ptg.jacobian(grad(f(z), z), z, vectorize=True), x)
+            return lambda: fn(x)
+        if operator == "pushforward":
+            fn = _compile(lambda z, v: ptg.pushforward(f(z), z, v), x, t)
+            return lambda: fn(x, t)
+        if operator == "pullback":
+            fn = _compile(lambda z, v: ptg.pullback(f(z), z, v), x, t)
+            return lambda: fn(x, t)
+        if operator in ("jacobian tall", "jacobian wide"):
+            fn = _compile(lambda z: ptg.jacobian(f(z, A), z, vectorize=True), x)
+            return lambda: fn(x)
+        return None
+
+    def native_numpy(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
+        """The same compiled function: PyTensor's arrays are numpy's."""
+        native = self.native(operator, f, x, t, A)
+        return None if native is None else lambda: np.asarray(native())

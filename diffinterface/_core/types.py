@@ -1,0 +1,25 @@
+"""The types that signatures across the package share.
+
+:class:`Array` is an array of any family (numpy, torch, JAX, an engine's own) as the code that
+serves every family reads one; ``Contexts`` (in ``_core.contexts``) the extra arguments after ``x``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Array(Protocol):
+    """An array of any registered family, as code that serves every family reads one: its shape,
+    dtype and number of dimensions. Anything else goes through its namespace (``array_namespace``)
+    or its family (``_core.arrays``). numpy's, torch's and JAX's arrays (and numpy scalars) are
+    ``Array``s; a Python float is not (the frontend turns it into a 0-d numpy array first)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...  # the family's own dtype object (numpy.dtype, torch.dtype)
+
+    @property
+    def ndim(self) -> int: ...

@@ -1,0 +1,213 @@
+"""AutoMLX: the catalogue in every mode and family, float64 on MLX's CPU stream, closures, rules, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import MODE_IDS, MODES, family_dtype_params, installed
+from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
+
+pytestmark = pytest.mark.skipif(not installed("mlx"), reason='mlx is not installed: pip install "diffinterface[mlx]"')
+
+# MLX has no complex128: a complex float64 scenario is the call's TypeError (test below)
+SCENARIOS = [s for s in default_scenarios("numpy", np.float64) if not s.name.startswith("complex/")]
+
+
+def _covering(scenarios: list) -> list:
+    """The scenarios that add an (operator, function) or an (operator, variant) pair not seen yet."""
+    seen, out = set(), []
+    for s in scenarios:
+        operator, function, *variant = s.name.split("/")
+        keys = {(operator, function), (operator, "/".join(variant))}
+        if not keys <= seen:
+            seen |= keys
+            out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_catalogue_float64_numpy_inputs(scenario):
+    check_scenario(di.AutoMLX(), scenario)  # float64 tolerance: AutoMLX.tolerance (MLX's float32 sin/cos/exp)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_catalogue_in_each_mode(mode):
+    outcomes = test_differentiation([di.AutoMLX(mode=mode)], _covering(SCENARIOS))
+    assert len(outcomes) > 100
+
+
+@pytest.mark.parametrize(
+    "family, dtype", family_dtype_params([("numpy", np.float32), ("mlx", np.float32), ("torch", np.float64)])
+)
+def test_catalogue_on_each_family(family, dtype):
+    # complex scenarios on float32 (complex64, which MLX has); sparse results for MLX arrays are not
+    # built (the clear error is tested below)
+    scenarios = [s for s in default_scenarios(family, dtype) if not (family == "mlx" and s.sparse)]
+    if np.dtype(dtype) == np.float64:
+        scenarios = [s for s in scenarios if not s.name.startswith("complex/")]
+    outcomes = test_differentiation([di.AutoMLX()], _covering(scenarios))
+    assert len(outcomes) > 100
+
+
+def test_catalogue_without_compile():
+    test_differentiation([di.AutoMLX(compile=False)], [s for s in SCENARIOS if "/" in s.name][::5])
+
+
+def test_mlx_arrays_in_mlx_arrays_out_and_float64_on_the_cpu_stream():
+    import mlx.core as mx
+
+    default = mx.default_device()
+    x = mx.array(np.linspace(0.1, 1.0, 5), dtype=mx.float64)
+    g = di.gradient(di.AutoMLX(), lambda z: (z**3).sum() / 3, x)
+    assert isinstance(g, mx.array) and g.dtype == mx.float64
+    assert np.max(np.abs(np.asarray(g) - np.asarray(x) ** 2)) < 1e-15  # multiplication is exact in float64
+    assert mx.default_device() == default
+    h = di.hessian(di.AutoMLX(), lambda z: (z**3).sum() / 3, np.linspace(0.1, 1.0, 5))
+    assert h.dtype == np.float64 and np.allclose(h, np.diag(2 * np.linspace(0.1, 1.0, 5)), rtol=1e-15, atol=0)
+    x32 = mx.array([0.5, 1.5])
+    assert di.jacobian(di.AutoMLX(), mx.sin, x32).dtype == mx.float32
+    assert not hasattr(mx.array(1.0), "device")  # the array-API patch is gone after the call
+
+
+def test_array_api_code_runs_on_mlx_arrays_inside_a_call():
+    from array_api_compat import array_namespace, device
+
+    def f(x):
+        xp = array_namespace(x)
+        w = xp.asarray(np.array([1.0, 2.0, 3.0]), dtype=x.dtype, device=device(x))
+        return xp.sum(w * xp.sin(x)) + xp.sum(xp.eye(3, dtype=x.dtype, device=device(x)) @ x)
+
+    x = np.array([0.1, 0.2, 0.3])
+    assert np.allclose(di.gradient(di.AutoMLX(), f, x), np.array([1.0, 2.0, 3.0]) * np.cos(x) + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(prepared):
+    import mlx.core as mx
+
+    for buffer in (np.full(3, 9.0), mx.full((3,), 9.0, dtype=mx.float64, stream=mx.cpu)):
+
+        def f(x, buffer=buffer):
+            buffer[0] = 1.0
+            buffer[0] += x
+            return buffer[0] ** 2
+
+        before = np.array(buffer).copy()
+        backend = di.AutoMLX()
+        preps = {
+            op: getattr(di, "prepare_" + op)(backend, f, np.array(0.0) if op == "hessian" else 0.0)
+            if prepared
+            else None
+            for op in ("derivative", "gradient", "second_derivative", "hessian")
+        }
+        for x in (0.3, 0.3, -1.2, 2.5):
+            assert di.derivative(backend, f, x, prep=preps["derivative"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+            assert di.gradient(backend, f, x, prep=preps["gradient"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+            assert di.second_derivative(backend, f, x, prep=preps["second_derivative"]) == pytest.approx(2.0)
+            # MLX has no JVP of scatter (the VJP of buffer[0]): the Hessian runs reverse over reverse
+            assert di.hessian(backend, f, np.array(x), prep=preps["hessian"]) == pytest.approx(2.0)
+            assert np.array_equal(np.array(buffer), before)
+
+
+def test_a_captured_array_is_read_fresh_at_every_prepared_call():
+    w = np.array([1.0, 2.0])
+    f = lambda x: (w * x**2).sum()  # noqa: E731
+    prep = di.prepare_gradient(di.AutoMLX(), f, np.zeros(2))
+    x = np.array([1.0, 1.0])
+    assert np.allclose(di.gradient(di.AutoMLX(), f, x, prep=prep), [2.0, 4.0])
+    w[:] = [3.0, 5.0]
+    assert np.allclose(di.gradient(di.AutoMLX(), f, x, prep=prep), [6.0, 10.0])
+
+
+def test_control_flow_on_a_traced_value_runs_eagerly_when_compiled():
+    def f(x):
+        return (x**2).sum() if x.sum().item() > 0 else (x**3).sum()
+
+    backend = di.AutoMLX()
+    prep = di.prepare_gradient(backend, f, np.ones(3))
+    assert np.allclose(di.gradient(backend, f, np.array([1.0, 2.0, 3.0]), prep=prep), [2.0, 4.0, 6.0])
+    assert np.allclose(di.gradient(backend, f, np.array([-1.0, -2.0, 0.5]), prep=prep), [3.0, 12.0, 0.75])
+
+
+def test_a_cut_graph_is_a_lost_derivative_error_and_a_constant_f_gives_zeros():
+    import mlx.core as mx
+
+    x = np.array([0.5, 1.5])
+    for f in (
+        lambda z: (mx.stop_gradient(z) ** 2).sum(),
+        lambda z: (mx.array(np.asarray(z)) ** 2).sum(),  # a round trip through numpy
+        lambda z: np.sum(np.asarray(z) ** 2),  # numpy on MLX arrays
+    ):
+        for op in ("gradient", "hessian"):
+            with pytest.raises(di.LostDerivativeError, match=rf"^{op}\(AutoMLX\(\), f, x\): f\(x\) changes with x"):
+                getattr(di, op)(di.AutoMLX(), f, x)
+        with pytest.raises(di.LostDerivativeError):
+            di.prepare_gradient(di.AutoMLX(), f, x)
+    assert np.array_equal(di.gradient(di.AutoMLX(), lambda z: mx.array(3.0), x), [0.0, 0.0])
+    assert np.array_equal(di.jacobian(di.AutoMLX(), lambda z: mx.floor(z), x), np.zeros((2, 2)))
+
+
+def test_complex128_is_refused_and_complex64_works():
+    z = np.array([0.3 - 0.4j, -1.2 + 0.5j])
+    f = lambda v: (v.real**2 + v.imag**2).sum()  # noqa: E731
+    with pytest.raises(TypeError, match=r"^gradient\(AutoMLX\(\), f, x\): MLX has no complex128"):
+        di.gradient(di.AutoMLX(), f, z)
+    g = di.gradient(di.AutoMLX(), f, z.astype(np.complex64))
+    assert g.dtype == np.complex64 and np.allclose(g, 2 * z, rtol=1e-6)
+
+
+def test_sparse_results_for_mlx_arrays_are_a_clear_error():
+    import mlx.core as mx
+
+    x = mx.array(np.linspace(0.1, 0.9, 5).astype(np.float32))
+    with pytest.raises(TypeError, match="sparse results for arrays of the 'mlx' family are not supported"):
+        di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], x)
+    # numpy in: scipy.sparse out, over MLX
+    jac = di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], np.linspace(0.1, 0.9, 5))
+    dense = np.zeros((4, 5))
+    xs = np.linspace(0.1, 0.9, 5)
+    dense[np.arange(4), np.arange(4)], dense[np.arange(4), np.arange(1, 5)] = xs[1:], xs[:-1]
+    assert np.allclose(jac.toarray(), dense, rtol=1e-15)
+
+
+def test_an_opaque_custom_rule_refuses_a_second_derivative():
+    from diffinterface.rules import SecondOrderError, custom_rule
+
+    @custom_rule(opaque=True)
+    def cube(x):
+        return np.asarray(x) ** 3
+
+    @cube.def_reverse
+    def _(tape, dy, x):
+        return 3 * np.asarray(x.val) ** 2 * dy
+
+    x = np.array([0.5, 2.0])
+    assert np.allclose(di.gradient(di.AutoMLX(), lambda z: cube(z).sum(), x), 3 * x**2, rtol=1e-15)
+    with pytest.raises(SecondOrderError):
+        di.hessian(di.AutoMLX(), lambda z: cube(z).sum(), x)
+
+
+def test_a_missing_mlx_gives_the_install_line(monkeypatch):
+    import importlib.util
+
+    from diffinterface._core import configs as _backends
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlx" else real(name, *a))
+    monkeypatch.setattr(_backends, "_adapters", {})
+    assert di.check_available(di.AutoMLX()) is False
+    with pytest.raises(
+        di.BackendNotAvailableError,
+        match=r'gradient\(AutoMLX\(\), f, x\): AutoMLX needs mlx, which is not installed; install it with: pip install "diffinterface\[mlx\]"',
+    ):
+        di.gradient(di.AutoMLX(), sum, 1.0)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_jacobian_direction_by_shape_and_mode(mode):
+    A = np.arange(12.0).reshape(3, 4) / 10
+    x = np.linspace(0.1, 0.4, 4)
+    jac = di.jacobian(di.AutoMLX(mode=mode), lambda z: z @ A.T, x)  # matmul is exact: no sin/cos
+    assert np.allclose(jac, A, rtol=1e-15, atol=1e-15)

@@ -1,0 +1,259 @@
+"""AutoPyTensor: the catalogue (numpy float64 and float32, other families' inputs), analytic checks with
+f written in pytensor.tensor, captured state (numpy buffers, shared variables), errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffinterface as di
+from conftest import MODES, installed
+from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
+
+pytestmark = pytest.mark.skipif(
+    not installed("pytensor"), reason='pytensor is not installed: pip install "diffinterface[pytensor]"'
+)
+
+# PyTensor's C linker compiles each new graph in tens of milliseconds to seconds (its cache is cold on a
+# fresh machine): the catalogue runs with PyTensor's fast-compiling mode, and a part of it with the
+# default mode (what prepare_* uses unless told otherwise).
+FAST = "FAST_COMPILE"
+
+
+def _scenarios(dtype, family="numpy", base_only=False):
+    """The catalogue without its complex scenarios (the call's error here: test_complex_is_the_calls_error)
+    and its custom-rule scenarios;
+    ``base_only``: the reference functions alone, without variants, structures or sparse problems."""
+    out = []
+    for s in default_scenarios(family, dtype):
+        if s.name.startswith("complex/") or "/rule_" in s.name:
+            continue  # rules are not registered inside PyTensor yet (backends/pytensor_rules.py: to do)
+        if base_only and (s.name.count("/") > 1 or s.name.startswith(("structured/", "sparse/"))):
+            continue
+        out.append(s)
+    return out
+
+
+def _selection(dtype):
+    """A bounded part of the float64 catalogue (a PyTensor build and compile per call makes the whole
+    catalogue take minutes on 2 cores): every reference function, each variant kind (contexts, caches,
+    closures, in-place, batches) on the first function of each operator, the sparse problems and
+    every third structured scenario."""
+    out, variants, structured = [], set(), 0
+    for s in _scenarios(dtype):
+        parts = s.name.split("/")
+        if s.name.startswith("structured/"):
+            structured += 1
+            if structured % 3 == 1:
+                out.append(s)
+        elif s.name.startswith("sparse/") or len(parts) <= 2:
+            out.append(s)
+        elif (parts[0], parts[-1]) not in variants:
+            variants.add((parts[0], parts[-1]))
+            out.append(s)
+    return out
+
+
+SCENARIOS = _selection(np.float64)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_catalogue_float64(scenario):
+    check_scenario(di.AutoPyTensor(compile_mode=FAST), scenario)  # exact-AD tolerance: 1e-10 relative
+
+
+def test_catalogue_base_functions_float32():
+    outcomes = test_differentiation([di.AutoPyTensor(compile_mode=FAST)], _scenarios(np.float32, base_only=True))
+    assert len(outcomes) > 30
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_catalogue_first_order_forced_direction_float64(mode):
+    picked = [
+        s for s in _scenarios(np.float64, base_only=True) if s.operator not in ("hvp", "hessian", "second_derivative")
+    ]
+    outcomes = test_differentiation([di.AutoPyTensor(mode=mode, compile_mode=FAST)], picked)
+    assert len(outcomes) > 20
+
+
+def test_catalogue_default_compile_mode():
+    """PyTensor's own default mode (its C linker after the full rewrites) on one scenario per operator."""
+    seen, picked = set(), []
+    for s in _scenarios(np.float64, base_only=True):
+        if s.operator not in seen:
+            seen.add(s.operator)
+            picked.append(s)
+    assert len(picked) == 8
+    test_differentiation([di.AutoPyTensor()], picked)
+
+
+@pytest.mark.parametrize("family", [f for f in ("torch", "jax") if installed(f)])
+def test_catalogue_other_families_inputs(family):
+    picked = _scenarios(np.float32 if family == "jax" else np.float64, family, True)[::3]
+    outcomes = test_differentiation([di.AutoPyTensor(compile_mode=FAST)], picked)
+    assert len(outcomes) > 10
+
+
+# -- analytic checks with f in pytensor.tensor ------------------------------------------------------
+
+
+def test_operators_on_pytensor_code_against_closed_forms():
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 3))
+    x, t, u = rng.normal(size=3), rng.normal(size=3), rng.normal(size=4)
+
+    def f(z):  # sin(A z): J = diag(cos(A z)) A
+        return pt.sin(pt.dot(A, z))
+
+    def g(z):  # sum(exp(z) * z): gradient exp(z) (1 + z), Hessian diag(exp(z) (2 + z))
+        return pt.sum(pt.exp(z) * z)
+
+    J = np.cos(A @ x)[:, None] * A
+    H = np.diag(np.exp(x) * (2 + x))
+    for mode in MODES:
+        b = di.AutoPyTensor(mode=mode, compile_mode=FAST)
+        assert np.allclose(di.jacobian(b, f, x), J, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.pushforward(b, f, x, t), J @ t, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.pullback(b, f, x, u), u @ J, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.gradient(b, g, x), np.exp(x) * (1 + x), rtol=1e-13)
+        assert np.allclose(di.hessian(b, g, x), H, rtol=1e-13, atol=1e-14)
+        assert np.allclose(di.hvp(b, g, x, (t, 2 * t))[1], 2 * H @ t, rtol=1e-13)
+        assert np.isclose(di.derivative(b, lambda s: pt.sin(3 * s), 0.2), 3 * np.cos(0.6), rtol=1e-14)
+        assert np.isclose(di.second_derivative(b, lambda s: pt.sin(3 * s), 0.2), -9 * np.sin(0.6), rtol=1e-14)
+
+
+def test_prepared_calls_compile_once_and_keep_float32():
+    import pytensor.tensor as pt
+
+    b = di.AutoPyTensor()
+    f = lambda z: pt.sum(z**3)  # noqa: E731
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    prep = di.prepare_gradient(b, f, x)
+    for k in range(3):
+        g = di.gradient(b, f, x + k, prep=prep)
+        assert g.dtype == np.float32 and np.allclose(g, 3 * (x + k) ** 2, rtol=1e-6)
+    assert len(prep.data.data.compiled) == 1  # one signature, one compiled function
+
+
+def test_verify_grad_agrees_with_the_adapter():
+    """PyTensor's own finite-difference check of its gradient, beside the adapter's gradient."""
+    import pytensor.tensor as pt
+    from pytensor.gradient import verify_grad
+
+    f = lambda z: pt.sum(pt.tanh(z) * z**2)  # noqa: E731
+    x = np.array([0.3, -1.2, 0.7])
+    verify_grad(f, [x], rng=np.random.default_rng(1))
+    g = di.gradient(di.AutoPyTensor(), f, x)
+    assert np.allclose(g, (1 - np.tanh(x) ** 2) * x**2 + 2 * x * np.tanh(x), rtol=1e-13)
+
+
+# -- captured state ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(prepared):
+    buffer = np.full(3, 9.0)
+
+    def f(x):
+        buffer[0] = 1.0
+        buffer[0] += x
+        return buffer[0] ** 2
+
+    b = di.AutoPyTensor(compile_mode=FAST)
+    preps = {
+        op: getattr(di, "prepare_" + op)(b, f, 0.0) if prepared else None
+        for op in ("derivative", "gradient", "second_derivative")
+    }
+    for x in (0.3, 0.3, -1.2, 2.5):
+        assert di.derivative(b, f, x, prep=preps["derivative"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+        assert di.gradient(b, f, x, prep=preps["gradient"]) == pytest.approx(2 * (1 + x), rel=1e-14)
+        assert di.second_derivative(b, f, x, prep=preps["second_derivative"]) == pytest.approx(2.0, rel=1e-14)
+        assert np.all(buffer == 9.0)
+
+
+def test_captured_arrays_are_inputs_read_at_every_call():
+    import pytensor.tensor as pt
+
+    w = np.array([1.0, 2.0, 3.0])
+    f = lambda z: pt.sum(w * z**2)  # noqa: E731
+    b = di.AutoPyTensor(compile_mode=FAST)
+    x = np.ones(3)
+    prep = di.prepare_gradient(b, f, x)
+    assert np.allclose(di.gradient(b, f, x, prep=prep), 2 * w)
+    w[:] = [4.0, 5.0, 6.0]  # an in-place update: seen without recompiling
+    assert np.allclose(di.gradient(b, f, x, prep=prep), 2 * w)
+    assert len(prep.data.data.compiled) == 1
+
+
+def test_shared_variables_are_read_at_every_call_and_never_written():
+    import pytensor
+    import pytensor.tensor as pt
+
+    s = pytensor.shared(np.array([1.0, 2.0, 3.0]))
+
+    def f(z):
+        s[0] = z[1]  # a write into the captured shared variable: a set_subtensor in the graph
+        return pt.sum(s * z)
+
+    b = di.AutoPyTensor(compile_mode=FAST)
+    x = np.array([0.5, 1.5, 2.5])
+    prep = di.prepare_gradient(b, f, x)
+    # f = z1 z0 + 2 z1 + 3 z2: gradient (z1, z0 + 2, 3)
+    assert np.allclose(di.gradient(b, f, x, prep=prep), [1.5, 2.5, 3.0])
+    assert np.allclose(s.get_value(), [1.0, 2.0, 3.0])
+    s.set_value(np.array([1.0, 7.0, 5.0]))
+    assert np.allclose(di.gradient(b, f, x, prep=prep), [1.5, 7.5, 5.0])  # (z1, z0 + 7, 5)
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def test_a_cut_graph_is_the_calls_error_never_zeros():
+    import pytensor.tensor as pt
+    from pytensor.gradient import disconnected_grad
+
+    f = lambda z: pt.sum(disconnected_grad(z) ** 2)  # noqa: E731
+    with pytest.raises(di.LostDerivativeError, match=r"gradient\(AutoPyTensor\(\), f, x\): .*disconnected_grad"):
+        di.gradient(di.AutoPyTensor(), f, np.ones(3))
+
+
+def test_a_constant_f_has_a_zero_derivative():
+    import pytensor.tensor as pt
+
+    g = di.gradient(di.AutoPyTensor(), lambda z: pt.sum(pt.ones(3)), np.ones(3))
+    assert np.array_equal(g, np.zeros(3))
+
+
+def test_complex_is_the_calls_error():
+    import pytensor.tensor as pt
+
+    z = np.array([1 + 2j, 3 - 1j])
+    with pytest.raises(TypeError, match=r"gradient\(AutoPyTensor\(\), f, x\): f computes with complex numbers"):
+        di.gradient(di.AutoPyTensor(), lambda v: pt.sum(pt.abs(v) ** 2), z)
+
+
+def test_a_numpy_conversion_of_a_captured_array_is_the_calls_error():
+    import pytensor.tensor as pt
+
+    buf = np.zeros(3)
+
+    def f(z):
+        buf[...] = z
+        return pt.sum(np.asarray(buf) * z)
+
+    with pytest.raises(TypeError, match=r"gradient\(AutoPyTensor\(\), f, x\): .*converted to a numpy array"):
+        di.gradient(di.AutoPyTensor(), f, np.ones(3))
+
+
+def test_a_missing_engine_gives_the_install_line(monkeypatch):
+    import importlib.util
+
+    from diffinterface._core import configs
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytensor" else real(name, *a))
+    monkeypatch.setattr(configs, "_adapters", {})
+    with pytest.raises(di.BackendNotAvailableError, match=r'pip install "diffinterface\[pytensor\]"'):
+        di.gradient(di.AutoPyTensor(), lambda z: z, np.ones(2))
