@@ -56,6 +56,9 @@ def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
         active = tuple(_floating(a) for a in args)
     if not any(active):
         return _primal(rule, args, kwargs)
+    injected = _forward_injected(rule, args, active, kwargs)
+    if injected is not None:
+        return injected
     positions = [i for i, a in enumerate(active) if a]
 
     def full(values: Any) -> tuple[Any, ...]:
@@ -91,6 +94,44 @@ def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
         return y, grad
 
     return op(*[args[i] for i in positions])
+
+
+def _forward_injected(rule: Rule, args: tuple[Any, ...], active: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
+    """Under one of the adapter's forward accumulators and no tape (eagerly: the adapter's fallback for
+    a rule without a reverse pass, which TensorFlow's transpose trick needs), the rule's forward pass
+    run directly: ``y + dy * <w, a - stop_gradient(a)>`` with ``<w, t> = 1`` has the value ``y`` and
+    the accumulator's JVP ``dy``. None where this does not apply."""
+    if not rule.has_forward or not _eager(args):
+        return None
+    floating = [a for a in args if _floating(a)]
+    if any(_record.should_record_backprop([a]) for a in floating):
+        return None
+    accs = [acc for acc in _RECORDER.accumulators if any(acc.jvp(a) is not None for a in floating)]
+    if not accs:
+        return None
+    if len(accs) > 1:
+        raise rule.second_order("under TensorFlow", "AutoTensorFlow()")
+    acc = accs[0]
+    tangents = [acc.jvp(a) if live and _floating(a) else None for a, live in zip(args, active)]
+    tangents = [tf.zeros_like(a) if live and t is None else t for a, t, live in zip(args, tangents, active)]
+    plain = tuple(tf.stop_gradient(a) if _floating(a) else a for a in args)
+    if rule.opaque:
+        ts = tuple(None if t is None else np.asarray(t) for t in tangents)
+        y, dy = rule.forward(*annotate(tuple(map(_np, plain)), active, Active, ts), **kwargs)
+        y, dy = tf.convert_to_tensor(np.asarray(y)), tf.convert_to_tensor(np.asarray(dy))
+    else:
+        y, dy = rule.forward(*annotate(plain, active, Active, tuple(tangents)), **kwargs)
+    norm = sum(float(tf.reduce_sum(tf.abs(t) ** 2)) for t in tangents if t is not None)
+    if norm == 0.0:
+        return tf.stop_gradient(y)
+    pairing = tf.add_n(
+        [
+            tf.reduce_sum(tf.stop_gradient(t) / norm * (a - tf.stop_gradient(a)))
+            for a, t in zip(args, tangents)
+            if t is not None
+        ]
+    )
+    return tf.stop_gradient(y) + tf.cast(tf.stop_gradient(dy), y.dtype) * tf.cast(pairing, y.dtype)
 
 
 def _outer(diff: tuple[Any, ...]) -> bool:
