@@ -452,13 +452,14 @@ class _Skeleton:
 
     _LEAF = object()
 
-    def __init__(self, values: Any) -> None:
+    def __init__(self, values: Any, dtype: Any) -> None:
         self.leaves: list[Any] = []
+        self.dtype = dtype
         self.shape = self._cut(values)
 
     def _cut(self, value: Any) -> Any:
         if is_array(value) or isinstance(value, tf.Variable):
-            self.leaves.append(_as_tensor(value))
+            self.leaves.append(_in_precision(value, self.dtype))
             return self._LEAF
         if isinstance(value, (list, tuple)):
             return (type(value), tuple(self._cut(v) for v in value))
@@ -497,6 +498,28 @@ def _equal(a: Any, b: Any) -> bool:
         return False
 
 
+def _in_precision(value: Any, dtype: Any) -> Any:
+    """A captured array or context as a tensor: a real floating array of another library (numpy's
+    float64 beside a float32 x) in x's precision, as the engines that promote give it (TensorFlow
+    refuses float32 * float64); the user's own tensors and variables keep their dtype."""
+    tensor = _as_tensor(value)
+    if (
+        family(value) not in (TF, None)
+        and tensor.dtype.is_floating
+        and dtype.is_floating
+        and tensor.dtype != dtype
+    ):
+        return tf.cast(tensor, dtype)
+    return tensor
+
+
+def _standin_for(dtype: Any) -> Any:
+    def leaf(value: Any) -> WritableArray:
+        return WritableArray(_in_precision(value, dtype))
+
+    return leaf
+
+
 class _Function:
     """``fn(x, contexts, state=None) -> tensor``: ``f`` over stand-ins for its captured state and its
     contexts; ``state`` (the captured values, tensors inside a ``tf.function``) replaces the user's."""
@@ -513,8 +536,9 @@ class _Function:
             return _output(target.f(x), x, target)
         if values is None:
             values = [c.value for c in contexts]
-        ctx = [duplicate(v, WritableArray) for v in values]
-        fn = target.instance(WritableArray, values=state)
+        leaf = _standin_for(x.dtype)
+        ctx = [duplicate(v, leaf) for v in values]
+        fn = target.instance(leaf, values=state)
         return _output(fn(x, *ctx), x, target)
 
     def state(self) -> list[Any]:
@@ -904,7 +928,7 @@ class _Prepared:
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
     # arguments; it returns the body's (primal, result), from which both runners take their part
     def _trace(self, x: Any, tangents: Any, contexts: Any, jit: bool, config: Any) -> None:
-        skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()))
+        skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
         key = self._key(x, tangents, contexts, skeleton, config)
         shared = _GRAPHS.get(self.target.user_f, {}).get(key) if key is not None else None
         if shared is not None:  # traced by another prep of the same function (the prep cache's, a user's)
@@ -975,7 +999,7 @@ class _Prepared:
 
     def run(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
         if self.use_graph:
-            skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()))
+            skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
             assert self.skeleton is not None
             if skeleton.same(self.skeleton):
                 with _SCOPE:
