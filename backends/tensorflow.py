@@ -46,6 +46,7 @@ from tensorflow.python.eager import record as _record
 from tensorflow.python.framework import op_callbacks as _op_callbacks
 from tensorflow.python.framework import ops as _ops
 from tensorflow.python.framework import tensor as _tensor
+from tensorflow.python.ops.numpy_ops.np_array_ops import _getitem as _np_getitem
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -272,6 +273,7 @@ class _Scope:
             (_Tensor, "__rmatmul__", lambda a, b: _matmul(b, a)),
         ]
         out += [(_Tensor, name, value) for name, value in _METHODS.items()]
+        out.append((_Tensor, "__getitem__", _getitem))
         out += [(_Eager, name, _recording(name, _ORIGINAL[name])) for name in _ESCAPES]
         return out
 
@@ -306,6 +308,22 @@ _METHODS.update(
     mT=property(lambda self: tf.linalg.matrix_transpose(self)),
     size=property(_size),
 )
+
+_SLICE = _tensor.Tensor.__getitem__  # TensorFlow's own: ints, slices, ..., None, scalar int tensors
+
+
+def _advanced(part: Any) -> bool:
+    return isinstance(part, (list, np.ndarray)) or (isinstance(part, (_Tensor, tf.Variable)) and part.shape.rank)
+
+
+def _getitem(self: Any, index: Any) -> Any:
+    """Indexing with numpy's (and the array API's) integer and boolean arrays as well (``x[idx]``), by
+    TensorFlow's own numpy-style indexing (``tf.experimental.numpy``'s); the rest as TensorFlow has it."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(_advanced(_unwrap(p)) for p in parts):
+        return _np_getitem(self, tuple(_unwrap(p) for p in parts) if isinstance(index, tuple) else _unwrap(index))
+    return _SLICE(self, index)
+
 
 _MISSING = object()
 _ORIGINAL = {name: _Eager.__dict__[name] for name in _ESCAPES}
