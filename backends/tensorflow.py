@@ -87,6 +87,7 @@ from diffinterface.extend import (
 TF = "tensorflow"
 _Tensor = _tensor.Tensor  # eager and symbolic tensors
 _Eager = _ops._EagerTensorBase  # noqa: SLF001 - the class whose value reads are recorded (see _Scope)
+_EagerTensor = _ops.EagerTensor
 
 
 # -- the array API over TensorFlow ------------------------------------------------------------------
@@ -521,12 +522,7 @@ def _in_precision(value: Any, dtype: Any) -> Any:
     float64 beside a float32 x) in x's precision, as the engines that promote give it (TensorFlow
     refuses float32 * float64); the user's own tensors and variables keep their dtype."""
     tensor = _as_tensor(value)
-    if (
-        family(value) not in (TF, None)
-        and tensor.dtype.is_floating
-        and dtype.is_floating
-        and tensor.dtype != dtype
-    ):
+    if family(value) not in (TF, None) and tensor.dtype.is_floating and dtype.is_floating and tensor.dtype != dtype:
         return tf.cast(tensor, dtype)
     return tensor
 
@@ -1017,14 +1013,24 @@ class _Prepared:
 
     def run(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
         if self.use_graph:
-            skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
             assert self.skeleton is not None
-            if skeleton.same(self.skeleton):
-                with _SCOPE:
-                    primal, result = self.graph(
-                        _as_tensor(x, self.dtype), [_as_tensor(t, self.dtype) for t in ts], skeleton.leaves
-                    )
-                return value_form(self.operator, primal, result, _detached) if value else result
+            if contexts or self.target.has_state:
+                skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
+                if not skeleton.same(self.skeleton):
+                    return self.eager(x, ts, contexts, value)
+                leaves = skeleton.leaves
+            else:
+                leaves = []
+            dtype = self.dtype
+            args = (
+                x if type(x) is _EagerTensor and x.dtype == dtype else _as_tensor(x, dtype),
+                [_as_tensor(t, dtype) for t in ts],
+                leaves,
+            )
+            # the graph was traced at preparation for this input signature: a call runs it, f is not
+            # called, and the call's scope (the array API on tensors) is not needed
+            primal, result = self.graph(*args)
+            return value_form(self.operator, primal, result, _detached) if value else result
         return self.eager(x, ts, contexts, value)
 
 
