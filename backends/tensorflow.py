@@ -148,7 +148,11 @@ class _Namespace:
 
     @staticmethod
     def astype(x: Any, dtype: Any, copy: bool = True, device: Any = None) -> Any:
-        return tf.cast(_unwrap(x), tf.as_dtype(dtype))
+        x, dtype = _unwrap(x), tf.as_dtype(dtype)
+        if dtype.is_complex and x.dtype.is_floating:  # tf.complex: its gradient takes the real part quietly
+            x = tf.cast(x, dtype.real_dtype)
+            return tf.complex(x, tf.zeros_like(x))
+        return tf.cast(x, dtype)
 
     @staticmethod
     def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:

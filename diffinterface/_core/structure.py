@@ -345,7 +345,7 @@ def _reshape(value: Any, shape: tuple[Any, ...]) -> Any:
 def _complex(re: Any, im: Any) -> Any:
     """``re + 1j * im``; for arrays whose real parts do not promote to complex by themselves (TensorFlow's
     tensors: no ``.real``, an array API namespace), both cast to the complex dtype first."""
-    if hasattr(re, "real") or not hasattr(re, "dtype"):
+    if family(re) != TENSORFLOW:
         return re + 1j * im
     dtype = np.complex64 if np.dtype(dtype_name(re)) == np.float32 else np.complex128
     if hasattr(re, "__array_namespace__"):  # inside the engine's call, where f's arrays have a namespace
@@ -364,7 +364,7 @@ def _real_imag(value: Any) -> list[Any]:
     if tracer is not None and isinstance(value, tracer.Box):  # autograd's boxes have no .real
         anp = sys.modules["autograd.numpy"]
         return [anp.real(value), anp.imag(value)]
-    if not hasattr(value, "real"):  # TensorFlow's tensors: by their namespace inside a call, else numpy
+    if family(value) == TENSORFLOW:  # no .real: by their namespace inside a call, else through numpy
         if hasattr(value, "__array_namespace__"):
             xp = value.__array_namespace__()
             return [xp.real(value), xp.imag(value)]
@@ -397,7 +397,7 @@ def _cast(value: Any, dtype: Any) -> Any:
         return value
     if family(value) == TORCH:
         return value.to(dtype)
-    if not hasattr(value, "astype"):  # TensorFlow's tensors: by their namespace inside a call, else numpy
+    if family(value) == TENSORFLOW:  # no .astype: by their namespace inside a call, else through numpy
         if hasattr(value, "__array_namespace__"):
             return value.__array_namespace__().astype(value, dtype)
         return to_family(
