@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,12 +59,15 @@ from diffinterface.extend import (
     PULLBACK,
     PUSHFORWARD,
     SECOND_DERIVATIVE,
+    Array,
+    Contexts,
     Info,
     LostDerivativeError,
     Operator,
     Runner,
     Runners,
     StandInConversionError,
+    Target,
     contract_all,
     duplicate,
     family,
@@ -105,13 +109,13 @@ def _as_tensor(value: Any, dtype: Any = None) -> Any:
     return tf.convert_to_tensor(value, dtype=dtype)
 
 
-def _matmul(a: Any, b: Any) -> Any:
+def _matmul(a: Array | float, b: Array | float) -> Any:
     """``a @ b`` with the array API's 1-d rules (TensorFlow's ``matmul`` wants rank 2)."""
     a, b = _unwrap(a), _unwrap(b)
     if isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.shape.rank is not None and a.shape.rank >= 2:
         if b.shape.rank is not None and b.shape.rank >= 2 and a.dtype == b.dtype:
             return tf.linalg.matmul(a, b)
-    like = a if isinstance(a, _Tensor) else b
+    like: Any = a if isinstance(a, _Tensor) else b  # one operand is a tensor: this is its method
     return tnp.matmul(_as_tensor(a, like.dtype), _as_tensor(b, like.dtype))
 
 
@@ -143,11 +147,11 @@ class _Namespace:
         return value
 
     @staticmethod
-    def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+    def asarray(obj: Any, dtype: Any = None, device: object = None, copy: bool | None = None) -> Any:
         return _as_tensor(obj, None if dtype is None else tf.as_dtype(dtype))
 
     @staticmethod
-    def astype(x: Any, dtype: Any, copy: bool = True, device: Any = None) -> Any:
+    def astype(x: Array, dtype: Any, copy: bool = True, device: object = None) -> Any:
         x, dtype = _unwrap(x), tf.as_dtype(dtype)
         if dtype.is_complex and x.dtype.is_floating:  # tf.complex: its gradient takes the real part quietly
             x = tf.cast(x, dtype.real_dtype)
@@ -155,11 +159,11 @@ class _Namespace:
         return tf.cast(x, dtype)
 
     @staticmethod
-    def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
+    def reshape(x: Array, shape: tuple[Any, ...], copy: bool | None = None) -> Any:
         return tf.reshape(_unwrap(x), shape)
 
     @staticmethod
-    def matrix_transpose(x: Any) -> Any:
+    def matrix_transpose(x: Array) -> Any:
         return tf.linalg.matrix_transpose(_unwrap(x))
 
     @staticmethod
@@ -167,15 +171,15 @@ class _Namespace:
         return _matmul(a, b)
 
     @staticmethod
-    def zeros(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+    def zeros(shape: Any, dtype: Any = None, device: object = None) -> Any:
         return tf.zeros(shape, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
 
     @staticmethod
-    def ones(shape: Any, dtype: Any = None, device: Any = None) -> Any:
+    def ones(shape: Any, dtype: Any = None, device: object = None) -> Any:
         return tf.ones(shape, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
 
     @staticmethod
-    def eye(n: int, m: Any = None, k: int = 0, dtype: Any = None, device: Any = None) -> Any:
+    def eye(n: int, m: Any = None, k: int = 0, dtype: Any = None, device: object = None) -> Any:
         return tnp.eye(n, m, k, dtype=tf.float64 if dtype is None else tf.as_dtype(dtype))
 
     @staticmethod
@@ -228,7 +232,7 @@ def _carries(value: Any) -> bool:
 
 
 def _recording(name: str, original: Any) -> Any:
-    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def read(self, *args: Any, **kwargs: Any) -> Any:
         if _RECORDER.active and _carries(self):
             _RECORDER.escapes.append(_ESCAPES[name])
         return original(self, *args, **kwargs)
@@ -286,14 +290,14 @@ class _Scope:
 def _reduction(name: str) -> Any:
     function = getattr(tnp, name)
 
-    def method(self: Any, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
+    def method(self, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
         return function(self, axis=axis, keepdims=keepdims, **kwargs)
 
     method.__name__ = name
     return method
 
 
-def _size(self: Any) -> Any:
+def _size(self) -> Any:
     dims = self.shape.as_list() if self.shape.rank is not None else None
     return None if dims is None or None in dims else shape_size(tuple(dims))
 
@@ -321,7 +325,7 @@ def _advanced(part: Any) -> bool:
     return isinstance(part, (list, np.ndarray)) or (isinstance(part, (_Tensor, tf.Variable)) and part.shape.rank)
 
 
-def _getitem(self: Any, index: Any) -> Any:
+def _getitem(self, index: Any) -> Any:
     """Indexing with numpy's (and the array API's) integer and boolean arrays as well (``x[idx]``), by
     TensorFlow's own numpy-style indexing (``tf.experimental.numpy``'s); the rest as TensorFlow has it."""
     parts = index if isinstance(index, tuple) else (index,)
@@ -335,7 +339,7 @@ _ORIGINAL = {name: _Eager.__dict__[name] for name in _ESCAPES}
 _SCOPE = _Scope()
 
 
-def _tensor_namespace(self: Any, api_version: Any = None) -> Any:
+def _tensor_namespace(self, api_version: str | None = None) -> Any:
     return namespace
 
 
@@ -387,21 +391,27 @@ class WritableArray(_Writable):
             return _View(self, index)
         return self.value[index]
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         if isinstance(self.value, _Tensor) and not isinstance(self.value, _Eager):
             raise StandInConversionError("a captured array was converted to numpy inside a traced function")
         return np.asarray(self.value, dtype=dtype)
 
     # tf.Variable's writes, for a captured variable
-    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+    def assign(
+        self, value: Any, use_locking: bool | None = None, name: str | None = None, read_value: bool = True
+    ) -> Any:
         self.value = _as_tensor(value, self.value.dtype) + tf.zeros_like(self.value)
         return self
 
-    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+    def assign_add(
+        self, delta: Any, use_locking: bool | None = None, name: str | None = None, read_value: bool = True
+    ) -> Any:
         self.value = self.value + _as_tensor(delta, self.value.dtype)
         return self
 
-    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+    def assign_sub(
+        self, delta: Any, use_locking: bool | None = None, name: str | None = None, read_value: bool = True
+    ) -> Any:
         self.value = self.value - _as_tensor(delta, self.value.dtype)
         return self
 
@@ -447,7 +457,7 @@ class _View(WritableArray):
         return WritableArray(self.value)
 
 
-def _standin_to_tensor(value: Any, dtype: Any = None, name: Any = None, as_ref: bool = False) -> Any:
+def _standin_to_tensor(value: Any, dtype: Any = None, name: str | None = None, as_ref: bool = False) -> Any:
     return tf.convert_to_tensor(value.value, dtype=dtype, name=name)
 
 
@@ -458,7 +468,7 @@ tf.register_tensor_conversion_function(_View, _standin_to_tensor)
 # -- f as the adapter calls it ----------------------------------------------------------------------
 
 
-def _output(y: Any, like: Any, target: Any) -> Any:
+def _output(y: Any, like: Array, target: Target) -> Any:
     y = _unwrap(y)
     if isinstance(y, _Tensor):
         return y
@@ -544,11 +554,11 @@ class _Function:
 
     __slots__ = ("target", "simple")
 
-    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+    def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.simple = not contexts and target.plain
 
-    def __call__(self, x: Any, contexts: tuple[Any, ...], state: Any = None, values: Any = None) -> Any:
+    def __call__(self, x: Array, contexts: tuple[Any, ...], state: Any = None, values: Any = None) -> Any:
         target = self.target
         if self.simple and state is None:
             return _output(target.f(x), x, target)
@@ -560,7 +570,8 @@ class _Function:
         return _output(fn(x, *ctx), x, target)
 
     def state(self) -> list[Any]:
-        return self.target.plan.read() if self.target.has_state else []
+        plan = self.target.plan
+        return plan.read() if plan is not None and self.target.has_state else []
 
 
 # -- a lost derivative ------------------------------------------------------------------------------
@@ -591,7 +602,7 @@ class _Provenance:
         return None
 
 
-def _lost(fn: _Function, call: Any, x: Any) -> None:
+def _lost(fn: _Function, call: Callable[[Any], Any], x: Array) -> None:
     """Where TensorFlow says ``f(x)`` does not depend on ``x``: runs ``f`` once more under a tape and
     raises :class:`LostDerivativeError` where a value that carried x's derivative was read into Python
     or cut (``tf.stop_gradient``) on the way; returns where ``f`` is constant in ``x`` (the derivatives
@@ -618,7 +629,7 @@ def _lost(fn: _Function, call: Any, x: Any) -> None:
         )
 
 
-def _moves(call: Any, x: Any) -> bool:
+def _moves(call: Callable[[Any], Any], x: Array) -> bool:
     """Whether f's value changes along a small step of x (random direction, seeded): f is not constant."""
     if not (x.dtype.is_floating or x.dtype.is_complex) or shape_size(tuple(x.shape)) == 0:
         return False
@@ -634,7 +645,7 @@ def _moves(call: Any, x: Any) -> bool:
     return bool(tf.reduce_any(tf.not_equal(y0, y1)))
 
 
-def _tape_value(call: Any, x: Any) -> Any:
+def _tape_value(call: Callable[[Any], Any], x: Array) -> Any:
     with tf.GradientTape() as tape:
         tape.watch(x)
         return call(x)
@@ -654,7 +665,7 @@ def _run_recorded(run: Any) -> list[str]:
         _RECORDER.escapes = saved
 
 
-def _check_escapes(fn: _Function, call: Any, x: Any, escapes: list[str], ad: Any) -> None:
+def _check_escapes(fn: _Function, call: Callable[[Any], Any], x: Array, escapes: list[str], ad: Any) -> None:
     """Where a value that carried x's derivative was read into Python and the derivative is not None:
     the directional derivative ``<w, J v>`` against a central difference of f along ``v`` (two steps),
     as torch's adapter does; :class:`LostDerivativeError` where they disagree."""
@@ -662,7 +673,7 @@ def _check_escapes(fn: _Function, call: Any, x: Any, escapes: list[str], ad: Any
         return
     gen = np.random.default_rng(0)
     v = gen.standard_normal(tuple(x.shape))
-    v = tf.constant(v / max(np.linalg.norm(v), 1e-300), dtype=x.dtype)
+    v = tf.constant(v / max(float(np.linalg.norm(v)), 1e-300), dtype=x.dtype)
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = call(x)
@@ -699,7 +710,7 @@ class _Missing:
     def __init__(self) -> None:
         self.seen = False
 
-    def __call__(self, value: Any, like: Any) -> Any:
+    def __call__(self, value: Any, like: Array) -> Any:
         if value is None:
             self.seen = True
             return tf.zeros_like(like)
@@ -708,12 +719,12 @@ class _Missing:
         return value
 
 
-def _jvp(call: Any, x: Any, t: Any, missing: _Missing) -> tuple[Any, Any]:
+def _jvp(call: Callable[[Any], Any], x: Array, t: Any, missing: _Missing) -> tuple[Any, Any]:
     y, (out,) = _jvps(call, x, (t,), missing)
     return y, out
 
 
-def _jvps(call: Any, x: Any, ts: tuple[Any, ...], missing: _Missing) -> tuple[Any, tuple[Any, ...]]:
+def _jvps(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> tuple[Any, tuple[Any, ...]]:
     """``(f(x), (J t for t in ts))``. Inside a graph: one ``ForwardAccumulator`` pass per tangent.
     Eagerly: TensorFlow's own transpose trick (``J t`` is the derivative of ``J^T u`` in ``u`` along
     ``t``, which is how ``ForwardAccumulator`` computes the JVP of most operations), once for all the
@@ -737,7 +748,9 @@ def _jvps(call: Any, x: Any, ts: tuple[Any, ...], missing: _Missing) -> tuple[An
     return y, tuple(results)
 
 
-def _transposed(call: Any, x: Any, ts: tuple[Any, ...], missing: _Missing) -> tuple[Any, tuple[Any, ...]]:
+def _transposed(
+    call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing
+) -> tuple[Any, tuple[Any, ...]]:
     with tf.GradientTape() as inner:
         inner.watch(x)
         y = call(x)
@@ -751,7 +764,7 @@ def _transposed(call: Any, x: Any, ts: tuple[Any, ...], missing: _Missing) -> tu
     return y, tuple(missing(outer.gradient(g, u, output_gradients=t), y) for t in ts)
 
 
-def _cast(t: Any, like: Any) -> Any:
+def _cast(t: Any, like: Array) -> Any:
     return _as_tensor(t, like.dtype)
 
 
@@ -765,7 +778,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = shape_size(x_shape), shape_size(y_shape)
 
-    def jacobian(call: Any, x: Any, missing: _Missing) -> Any:
+    def jacobian(call: Callable[[Any], Any], x: Array, missing: _Missing) -> Any:
         if forward:
             if n == 0:
                 y = call(x)
@@ -780,7 +793,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
         jac = tape.jacobian(y, x, experimental_use_pfor=not tf.executing_eagerly())
         return y, missing(jac, tf.zeros(tuple(y_shape) + tuple(x_shape), dtype=x.dtype))
 
-    def pullbacks(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+    def pullbacks(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
         with tf.GradientTape(persistent=len(ts) > 1) as tape:
             tape.watch(x)
             y = call(x)
@@ -788,26 +801,26 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     if operator is PUSHFORWARD and forward:
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return _jvps(call, x, tuple(_cast(t, x) for t in ts), missing)
 
     elif operator is PULLBACK and not forward:
         body = pullbacks
     elif operator.tangent is not None and operator.order == 1:  # against the direction: through the Jacobian
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             y, jac = jacobian(call, x, missing)
             like = x if operator is PUSHFORWARD else y
             return y, contract_all(jac, tuple(_cast(t, like) for t in ts), x, operator is PUSHFORWARD)
 
     elif operator is DERIVATIVE and forward:
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return _jvp(call, x, tf.ones_like(x), missing)
 
     elif operator is GRADIENT and not forward:
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y = call(x)
@@ -815,12 +828,12 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return jacobian(call, x, missing)
 
     elif operator is SECOND_DERIVATIVE:  # forward over forward
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             one = tf.ones_like(x)
             if tf.executing_eagerly():  # the transpose trick twice (see _jvps)
                 with tf.GradientTape() as second:
@@ -844,7 +857,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     elif operator in (HVP, HESSIAN):  # reverse over reverse
 
-        def body(call: Any, x: Any, ts: Any, missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
             with tf.GradientTape(persistent=len(ts) > 1 or tf.executing_eagerly()) as outer:
                 outer.watch(x)
                 with tf.GradientTape() as inner:
@@ -897,8 +910,8 @@ class _Prepared:
         self,
         adapter: Adapter,
         operator: Operator,
-        target: Any,
-        x: Any,
+        target: Target,
+        x: Array,
         tangents: tuple[Any, ...],
         contexts: tuple[Any, ...],
         info: Info,
@@ -915,7 +928,7 @@ class _Prepared:
             self._trace(x, tangents, contexts, adapter.backend.jit_compile, (adapter.backend, forward))
 
     # eager: f at every call, what escaped checked
-    def eager(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
+    def eager(self, x: Array, ts: tuple[Any, ...], contexts: Contexts, value: bool) -> Any:
         x = _as_tensor(x, self.dtype)
         fn, missing = self.fn, _Missing()
 
@@ -945,7 +958,7 @@ class _Prepared:
 
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
     # arguments; it returns the body's (primal, result), from which both runners take their part
-    def _trace(self, x: Any, tangents: Any, contexts: Any, jit: bool, config: Any) -> None:
+    def _trace(self, x: Array, tangents: Any, contexts: Contexts, jit: bool, config: Any) -> None:
         skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
         key = self._key(x, tangents, contexts, skeleton, config)
         shared = _GRAPHS.get(self.target.user_f, {}).get(key) if key is not None else None
@@ -961,7 +974,7 @@ class _Prepared:
         has_state = self.target.has_state
         lost: list[bool] = []
 
-        def graph(x: Any, ts: Any, leaves: Any) -> Any:
+        def graph(x: Array, ts: tuple[Any, ...], leaves: Any) -> Any:
             values, state = skeleton.build(list(leaves))
             missing = _Missing()
 
@@ -993,7 +1006,7 @@ class _Prepared:
             if len(graphs) < 8:
                 graphs[key] = (function, skeleton)
 
-    def _key(self, x: Any, tangents: Any, contexts: Any, skeleton: _Skeleton, config: Any) -> Any:
+    def _key(self, x: Array, tangents: Any, contexts: Contexts, skeleton: _Skeleton, config: Any) -> Any:
         """What a traced graph depends on beyond its arguments, for sharing it between preps of one
         function: None (not shared) for an output buffer or a structured x, whose templates the trace
         holds, and for a static part that does not hash."""
@@ -1015,7 +1028,7 @@ class _Prepared:
             return None
         return key + (_Hashed(skeleton.shape),)
 
-    def run(self, x: Any, ts: Any, contexts: Any, value: bool) -> Any:
+    def run(self, x: Array, ts: tuple[Any, ...], contexts: Contexts, value: bool) -> Any:
         if self.use_graph:
             assert self.skeleton is not None
             if contexts or self.target.has_state:
@@ -1048,7 +1061,7 @@ class Adapter(_Base):
         """A symbolic tensor: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, _Tensor) and not isinstance(value, _Eager)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:
         fn = _Function(target, contexts)
         try:
             with _SCOPE:
@@ -1060,14 +1073,16 @@ class Adapter(_Base):
             raise
         return Info(tuple(y.shape), y.dtype.as_numpy_dtype, None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+    def prepare(
+        self, operator: Operator, target: Target, x: Array, tangents: Any, contexts: Contexts, info: Info
+    ) -> Runners:
         forward = self.forward(operator, info)
         prepared = _Prepared(self, operator, target, x, tangents, contexts, info, forward)
 
-        def plain(x: Any, ts: Any, contexts: Any) -> Any:
+        def plain(x: Array, ts: tuple[Any, ...], contexts: Contexts) -> Any:
             return prepared.run(x, ts, contexts, False)
 
-        def value(x: Any, ts: Any, contexts: Any) -> Any:
+        def value(x: Array, ts: tuple[Any, ...], contexts: Contexts) -> Any:
             return prepared.run(x, ts, contexts, True)
 
         runners: tuple[Runner, Runner] = (plain, value)

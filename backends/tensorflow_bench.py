@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from diffinterface.extend import BenchEngine
+from diffinterface.extend import Array, BenchEngine
 
 from .tensorflow import _SCOPE
 
 
-def _matvec(A: Any, z: Any) -> Any:
+def _matvec(A: Array, z: Array) -> Any:
     return tf.linalg.matvec(A, z)
 
 
@@ -43,7 +43,7 @@ class Bench(BenchEngine):
         "traced function (so that updates between calls are seen)",
     }
 
-    def array(self, a: Any) -> Any:
+    def array(self, a: Array) -> Any:
         return tf.convert_to_tensor(np.asarray(a, dtype=np.float64))
 
     def ready(self, value: Any) -> Any:
@@ -56,7 +56,7 @@ class Bench(BenchEngine):
         """A ``tf.custom_gradient`` over ``tf.numpy_function``."""
 
         @tf.custom_gradient
-        def by_hand(a: Any) -> Any:
+        def by_hand(a: Array) -> Any:
             y = tf.numpy_function(primal, [a], a.dtype, stateful=False)
             y.set_shape(a.shape)
 
@@ -69,11 +69,11 @@ class Bench(BenchEngine):
 
         return by_hand
 
-    def _compiled(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def _compiled(self, operator: str, f: Callable[..., Any], x: Array, t: Array, A: Array) -> Any:
         spec = tf.TensorSpec(tuple(x.shape), tf.float64)
         if operator == "gradient":
 
-            def gradient(z: Any) -> Any:
+            def gradient(z: Array) -> Any:
                 with tf.GradientTape() as tape:
                     tape.watch(z)
                     y = f(z)
@@ -82,7 +82,7 @@ class Bench(BenchEngine):
             return tf.function(gradient, input_signature=[spec], autograph=False)
         if operator == "hvp":
 
-            def hvp(z: Any, t: Any) -> Any:
+            def hvp(z: Array, t: Array) -> Any:
                 with tf.autodiff.ForwardAccumulator(z, t) as acc:
                     with tf.GradientTape() as tape:
                         tape.watch(z)
@@ -93,7 +93,7 @@ class Bench(BenchEngine):
             return tf.function(hvp, input_signature=[spec, spec], autograph=False)
         if operator == "hessian":
 
-            def hessian(z: Any) -> Any:
+            def hessian(z: Array) -> Any:
                 with tf.GradientTape() as outer:
                     outer.watch(z)
                     with tf.GradientTape() as inner:
@@ -105,7 +105,7 @@ class Bench(BenchEngine):
             return tf.function(hessian, input_signature=[spec], autograph=False)
         if operator == "pushforward":
 
-            def pushforward(z: Any, t: Any) -> Any:
+            def pushforward(z: Array, t: Array) -> Any:
                 with tf.autodiff.ForwardAccumulator(z, t) as acc:
                     y = f(z)
                 return acc.jvp(y)
@@ -117,7 +117,7 @@ class Bench(BenchEngine):
         if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
             spec_a = tf.TensorSpec(tuple(A.shape), tf.float64)
 
-            def jacobian(z: Any, a: Any) -> Any:
+            def jacobian(z: Array, a: Array) -> Any:
                 with tf.GradientTape() as tape:
                     tape.watch(z)
                     y = tf.sin(_matvec(a, z))
@@ -127,12 +127,12 @@ class Bench(BenchEngine):
         return None
 
     @staticmethod
-    def _arguments(operator: str, x: Any, t: Any, A: Any) -> tuple[Any, ...]:
+    def _arguments(operator: str, x: Array, t: Array, A: Array) -> tuple[Any, ...]:
         if operator.startswith("jacobian"):
             return (x, A)
         return (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
 
-    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: Array, t: Array, A: Array) -> Any:
         g = self._compiled(operator, f, x, t, A)
         if g is None:
             return None
@@ -141,7 +141,7 @@ class Bench(BenchEngine):
             g(*args)
         return lambda: g(*args).numpy()
 
-    def native_numpy(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native_numpy(self, operator: str, f: Callable[..., Any], x: Array, t: Array, A: Array) -> Any:
         """The traced function called on numpy arrays (converted on the way in), its result as numpy."""
         g = self._compiled(operator, f, x, t, A)
         if g is None:
@@ -152,7 +152,7 @@ class Bench(BenchEngine):
         return lambda: g(*[tf.convert_to_tensor(a) for a in args]).numpy()
 
 
-def _pull(f: Callable[..., Any], z: Any, u: Any) -> Any:
+def _pull(f: Callable[..., Any], z: Array, u: Array) -> Any:
     with tf.GradientTape() as tape:
         tape.watch(z)
         y = f(z)

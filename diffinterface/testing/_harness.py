@@ -243,9 +243,9 @@ class _Check:
                     self.close(f"{s.operator}(out=...) ({label})", out, expected)
 
 
-def _writable_family(fam: str) -> bool:
+def _writable_family(fam: str | None) -> bool:
     """Whether ``out=`` takes arrays of ``fam`` (immutable arrays, JAX's and TensorFlow's, have no ``out=``)."""
-    record = families().get(fam)
+    record = families().get(fam) if fam is not None else None
     return fam != JAX and (record is None or record.copy_into is not None)
 
 
