@@ -215,3 +215,12 @@ def test_aux_on_an_executor():
         g, aux = di.gradient(di.AutoFiniteDiff(executor=pool), _metric_loss, X, has_aux=True)
     np.testing.assert_allclose(g, 2 * X, rtol=1e-6)
     assert aux == {"n": 3}
+
+
+def test_out_on_repeated_unprepared_tangent_calls():
+    """The third unprepared call runs a kept prep (prep_cache): out= is written there too."""
+    f = lambda x: x**2  # noqa: E731
+    for k in range(4):
+        out = np.zeros(3)
+        assert di.pushforward(di.AutoFiniteDiff(), f, X + k, T, out=out) is out
+        np.testing.assert_allclose(out, 2 * (X + k) * T, rtol=1e-6)
