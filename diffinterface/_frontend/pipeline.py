@@ -706,7 +706,8 @@ def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Back
     fam = family(out)
     record = families().get(fam) if fam is not None else None
     if record is None:
-        writable = " or ".join(f"a {r.array_type}" for r in families().values() if r.copy_into is not None)
+        kinds = [f"a {r.array_type}" for r in families().values() if r.copy_into is not None]
+        writable = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
         raise TypeError(f"{call()}: out= must be {writable}, got {type(out).__name__}")
     if record.copy_into is None:
         raise TypeError(
