@@ -24,7 +24,10 @@ BACKENDS = backend_params(finite_diff=True)
 
 
 def _tol(backend) -> float:
-    return 1e-6 if isinstance(backend, di.AutoFiniteDiff) else 1e-12
+    if isinstance(backend, di.AutoFiniteDiff):
+        return 1e-6
+    own = getattr(backend, "tolerance", None)  # an engine's documented float64 accuracy (AutoMLX's sin, exp)
+    return own(np.float64, False) if own is not None else 1e-12
 
 
 def _states() -> list:
@@ -69,7 +72,8 @@ def test_work_buffers_kept_as_module_globals(backend):
 @pytest.mark.parametrize("closure", ["duplicated", "const"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_captured_array_updated_between_prepared_calls_is_seen(backend, closure):
-    baked = closure == "const" and isinstance(backend, di.AutoJAX)  # jax.jit bakes it in (docs/closures.md)
+    # jax.jit and mx.compile bake it in (docs/closures.md)
+    baked = closure == "const" and isinstance(backend, (di.AutoJAX, di.AutoMLX))
     backend = type(backend)(closure=closure)  # const: read-only state is no error
     a = np.array([1.0, 2.0, 3.0])
 
@@ -668,6 +672,15 @@ def test_38_10_augmented_assignment_into_a_slice_of_a_captured_buffer(request, b
                 strict=True,
                 reason="known hole, reported: JAX arrays are immutable, so an in-place update of a slice "
                 "held in a variable rebinds the variable and leaves the stand-in unchanged (wrong value, no error)",
+            )
+        )
+    if isinstance(backend, di.AutoMLX) and "part = buf" in request.node.callspec.id:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known hole, reported: an MLX slice is a new array, not a view, so an in-place update "
+                "of a slice held in a variable replaces that array's node and leaves the buffer unchanged "
+                "(wrong value, no error)",
             )
         )
     buf = np.ones(3)
