@@ -222,12 +222,15 @@ _API = _ArrayAPI()
 
 def _context(dtype: Any) -> Any:
     """The call's context: the array API patch, and MLX's CPU stream for float64."""
-    if not _float64(dtype):
+    if not _float64(_mx_dtype(dtype)):
         return _API
     stack = contextlib.ExitStack()
     stack.enter_context(_API)
     stack.enter_context(mx.stream(mx.cpu))
     return stack
+
+
+computing = _context  # the MLX family's ``computing`` (diffinterface/_core/arrays.py): dtype an MLX or numpy dtype
 
 
 # -- MLX's refusal to evaluate inside mx.compile and mx.vmap ---------------------------------------
