@@ -21,6 +21,7 @@ AD_ENGINES = [
     ("AutoTorch", "torch", "torch"),
     ("AutoAutograd", "autograd", "autograd"),
     ("AutoMLX", "mlx", "mlx"),
+    ("AutoPyTensor", "pytensor", "pytensor"),
 ]
 
 
