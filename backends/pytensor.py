@@ -624,6 +624,7 @@ class Adapter(_Base):
     """PyTensor; see the module docstring."""
 
     engine_name = "PyTensor"
+    builds_graph = True  # DifferentiateWith(f, AutoPyTensor())'s primal runs f through evaluate
 
     @staticmethod
     def traced(value: Any) -> bool:

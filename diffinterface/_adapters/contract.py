@@ -212,6 +212,10 @@ class Adapter:
     # runners take and return lists of leaves (``Layout.cut_all``).
     structures_inside: bool = False
     takes_structures: bool = True  # False: a structured x or f(x) is an error (AutoSparse's matrices)
+    # ``f`` builds a graph (PyTensor's symbolic tensors), which has no values outside the engine's compiled
+    # function: where diffinterface needs ``f(x)``'s value outside an operator (DifferentiateWith's primal),
+    # it asks :meth:`evaluate` with a numpy ``x``, instead of running ``f`` on the engine's arrays itself.
+    builds_graph: bool = False
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config
