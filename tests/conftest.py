@@ -20,6 +20,8 @@ AD_ENGINES = [
     ("AutoJAX", "jax", "jax"),
     ("AutoTorch", "torch", "torch"),
     ("AutoAutograd", "autograd", "autograd"),
+    ("AutoMLX", "mlx", "mlx"),
+    ("AutoPyTensor", "pytensor", "pytensor"),
 ]
 
 

@@ -299,6 +299,7 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("torch.Tensor", "diffinterface.backends.torch_rules"),
     ("autograd.tracer.Box", "diffinterface.backends.autograd_rules"),
     ("mlx.core.array", "diffinterface.backends.mlx_rules"),
+    ("pytensor.graph.basic.Variable", "diffinterface.backends.pytensor_rules"),
 ]
 _MODULES: dict[Any, Any] = {}  # registrar module name -> the module, imported at first use
 _REGISTRAR_OF_TYPE: dict[Any, Any] = {}  # type -> registrar module (or None), filled as types are met
