@@ -371,12 +371,12 @@ class _Job:
     def __getstate__(self) -> tuple[Any, ...]:
         t = self.target
         learnt = (None if t.plan is None else t.plan.aliases, t.constant_aliases)
-        target = (t.user_f, t.y, t.closure, t.call, t.layout, learnt)
+        target = (t.user_f, t.y, t.closure, t.call, t.layout, t.aux, learnt)
         return (target, self.contexts, self.x, self.points, self.complex_step, self.vectorized, self.y_shape)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        (f, y, closure, call, layout, (aliases, constant_aliases)), *rest = state
-        target = Target(f, y, closure, call, layout)
+        (f, y, closure, call, layout, aux, (aliases, constant_aliases)), *rest = state
+        target = Target(f, y, closure, call, layout, aux=aux)
         if target.plan is not None and aliases is not None:
             target.plan.aliases = aliases
         target.constant_aliases = constant_aliases

@@ -64,6 +64,7 @@ from diffinterface.extend import (
     contract_all,
     duplicate,
     family,
+    innermost_frame,
     is_array,
     prefer,
     raised_by,
@@ -221,12 +222,15 @@ _API = _ArrayAPI()
 
 def _context(dtype: Any) -> Any:
     """The call's context: the array API patch, and MLX's CPU stream for float64."""
-    if not _float64(dtype):
+    if not _float64(_mx_dtype(dtype)):
         return _API
     stack = contextlib.ExitStack()
     stack.enter_context(_API)
     stack.enter_context(mx.stream(mx.cpu))
     return stack
+
+
+computing = _context  # the MLX family's ``computing`` (diffinterface/_core/arrays.py): dtype an MLX or numpy dtype
 
 
 # -- MLX's refusal to evaluate inside mx.compile and mx.vmap ---------------------------------------
@@ -277,7 +281,9 @@ class _Function:
     def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
-        self.simple = not contexts and target.plain
+        # captured state f only reads (a number rebound between calls) is an argument too: mx.compile would
+        # bake it into the program
+        self.simple = not contexts and target.stateless
         self.compilable = True
 
     def arguments(self, contexts: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
@@ -532,6 +538,12 @@ class _Prepared:
             return self._direct(value, x, ts, ctx, state)
         except Exception as error:
             if not self.switchable:
+                if self.forward and _transform_refused(error):
+                    raise NotImplementedError(
+                        f"{self.function.target.call}: MLX has no forward-mode derivative (JVP) of an operation it "
+                        f"differentiates here ({_first_line(error)}); use reverse mode (mode='reverse', or "
+                        f"mode=None, which turns to reverse mode where forward mode fails)"
+                    ) from error
                 raise
             # forward mode failed where reverse mode may not (MLX lacks some JVPs): the other direction, and
             # for good if it succeeds; if it fails too, f's own error is raised as the first run raised it
@@ -567,6 +579,19 @@ class _Prepared:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _transform_refused(error: BaseException) -> bool:
+    """Whether MLX's transformation itself raised ``error`` (a primitive without the derivative asked for,
+    ``[scatter] JVP not yet implemented``): a RuntimeError from MLX's C++ code, whose innermost Python frame
+    is this module's call of ``mx.jvp``/``mx.vjp``, not ``f``'s own code."""
+    frame = innermost_frame(error)
+    return isinstance(error, RuntimeError) and frame is not None and frame.f_globals.get("__name__") == __name__
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 # -- the adapter -----------------------------------------------------------------------------------

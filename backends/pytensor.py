@@ -50,7 +50,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.basic import _as_tensor_variable
-from pytensor.tensor.variable import TensorVariable
+from pytensor.tensor.variable import TensorVariable, _tensor_py_operators
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -81,6 +81,8 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     WritableArray as _Writable,
 )
+
+from .pytensor_rules import RulesNotSupported
 
 # -- the array API over pytensor.tensor ------------------------------------------------------------
 
@@ -356,7 +358,50 @@ def _graph(target: Any, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any, li
             f"{target.call}: {error}. Compute with pytensor.tensor (or the array API) on captured arrays and "
             f"caches, not numpy: under AutoPyTensor they are inputs of the compiled function"
         ) from error
+    except RulesNotSupported as error:
+        raise TypeError(f"{target.call}: {error}") from error
+    except (TypeError, AttributeError) as error:
+        mended = _value_error(target, error)
+        if mended is None:
+            raise
+        raise mended from error
     return xs, _output(y, target), leaves.symbols
+
+
+# PyTensor's refusals to give a symbolic tensor's value to Python (``if x[0] > 0:``, ``float(x)``, ``int``,
+# ``range(n)`` of one, iterating over one): their code objects, to recognise the frame an error is raised in
+_VALUE_REFUSALS = {
+    getattr(_tensor_py_operators, name).__code__
+    for name in ("__bool__", "__float__", "__int__", "__complex__", "__index__", "__iter__")
+}
+
+
+def _value_error(target: Any, error: BaseException) -> TypeError | None:
+    """The call's error where ``f`` needs a value PyTensor does not have while it builds the graph (a
+    Python ``if``, ``float()``, ``.item()`` on a symbolic tensor: by the frame or the object of the error),
+    or hands a symbolic tensor to numpy (a numpy frame on the traceback); None for any other error."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    first = str(error).strip().split("\n", 1)[0]
+    refused = bool(frames) and frames[-1].f_code in _VALUE_REFUSALS
+    if refused or (isinstance(error, AttributeError) and isinstance(unwrap(getattr(error, "obj", None)), Variable)):
+        return TypeError(
+            f"{target.call}: f needs a value of x (or of an array computed from it), which PyTensor does not have "
+            f"while it builds f's graph ({type(error).__name__}: {first}): a Python `if` on x's values, float(), "
+            f"int(), .item(), a loop over an array computed from x. Write that part with pytensor.tensor "
+            f"(pt.switch or pt.where for a branch), or differentiate f with AutoTorch(), AutoAutograd() or "
+            f"AutoFiniteDiff(), which run it on values"
+        )
+    if any(str(frame.f_globals.get("__name__", "")).split(".")[0] == "numpy" for frame in frames):
+        return TypeError(
+            f"{target.call}: f calls numpy on PyTensor's symbolic tensors ({type(error).__name__}: {first}); "
+            f"AutoPyTensor builds f's graph: write f with pytensor.tensor (or array_namespace(x)), or "
+            f"differentiate it with AutoTorch(), AutoAutograd() or AutoFiniteDiff(), which run numpy code"
+        )
+    return None
 
 
 def _template(value: Any) -> Any:
@@ -596,6 +641,8 @@ class Adapter(_Base):
         """has_aux's aux: ``f`` at ``x`` as numpy (what ``pytensor.tensor`` functions take), the
         PyTensor variables it returns evaluated, so that aux is numpy as the results are."""
         return _evaluated(super().aux(target, x, contexts))
+
+    builds_graph = True  # DifferentiateWith(f, AutoPyTensor())'s primal runs f through evaluate
 
     @staticmethod
     def traced(value: Any) -> bool:

@@ -919,10 +919,9 @@ class Adapter(_Base):
         def build(fwd: bool) -> tuple[Runner, Runner]:
             return _build(operator, fn, fwd, info, x)
 
-        fallback = self.direction_fallback(operator, forward, target, build)  # ops without forward AD
-        if fallback is not None:
-            return Runners(fallback.plain, fallback.value)
-        plain, value = build(forward)
+        # an operation without one direction's rule: mode=None switches direction (DirectionFallback)
+        fallback = self.direction_fallback(operator, forward, target, build)
+        plain, value = (fallback.plain, fallback.value) if fallback is not None else build(forward)
         if compile_:  # preparation pays the compilation (the forward and the backward graphs)
             value(x, tangents, contexts)  # watched, so eager (see _Watch)
             if not fn.watch:

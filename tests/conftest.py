@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+# PyTensor compiles every new graph; its full C compilation (FAST_RUN, PyTensor's default) takes
+# seconds per graph on these machines, and the shared tests build thousands. The suite runs
+# AutoPyTensor() in PyTensor's FAST_COMPILE mode (its configured mode, set before it is imported);
+# tests/test_pytensor.py runs FAST_RUN explicitly on one scenario per operator.
+os.environ.setdefault("PYTENSOR_FLAGS", "mode=FAST_COMPILE")
 
 MODES = [None, "forward", "reverse"]  # the modes of the AD backends (contract section 2)
 MODE_IDS = ["mode=None", "forward", "reverse"]
@@ -20,6 +27,8 @@ AD_ENGINES = [
     ("AutoJAX", "jax", "jax"),
     ("AutoTorch", "torch", "torch"),
     ("AutoAutograd", "autograd", "autograd"),
+    ("AutoMLX", "mlx", "mlx"),
+    ("AutoPyTensor", "pytensor", "pytensor"),
     ("AutoTensorFlow", "tensorflow", "tensorflow"),
 ]
 

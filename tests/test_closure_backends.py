@@ -24,7 +24,33 @@ BACKENDS = backend_params(finite_diff=True)
 
 
 def _tol(backend) -> float:
-    return 1e-6 if isinstance(backend, di.AutoFiniteDiff) else 1e-12
+    if isinstance(backend, di.AutoFiniteDiff):
+        return 1e-6
+    own = getattr(backend, "tolerance", None)  # an engine's documented float64 accuracy (AutoMLX's sin, exp)
+    return own(np.float64, False) if own is not None else 1e-12
+
+
+# Where an engine cannot run a test's f (PyTensor builds a graph, without values), the call's own error is
+# asserted instead: (config class name, test name) -> (error type, message pattern, reason).
+CANNOT_RUN = {
+    ("AutoPyTensor", "test_a_function_that_writes_only_sometimes_falls_back_to_copies"): (
+        TypeError,
+        r"^gradient\(AutoPyTensor\(\), f, x\): f needs a value of x",
+        "f branches on x's value (if x[0] > 0), which PyTensor's symbolic graph does not have",
+    ),
+}
+
+
+def _cannot_run(request, backend, call) -> bool:
+    """Where :data:`CANNOT_RUN` names this engine and test: asserts that ``call()`` raises its error, and
+    returns True (the test ends there); False otherwise."""
+    expected = CANNOT_RUN.get((type(backend).__name__, request.node.originalname))
+    if expected is None:
+        return False
+    kind, pattern, _ = expected
+    with pytest.raises(kind, match=pattern):
+        call()
+    return True
 
 
 def _states() -> list:
@@ -69,8 +95,8 @@ def test_work_buffers_kept_as_module_globals(backend):
 @pytest.mark.parametrize("closure", ["duplicated", "const"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_captured_array_updated_between_prepared_calls_is_seen(backend, closure):
-    # jax.jit and tf.function bake it in (docs/closures.md)
-    baked = closure == "const" and isinstance(backend, (di.AutoJAX, di.AutoTensorFlow))
+    # jax.jit, mx.compile, pytensor.function and tf.function bake it in (docs/closures.md)
+    baked = closure == "const" and isinstance(backend, (di.AutoJAX, di.AutoMLX, di.AutoPyTensor, di.AutoTensorFlow))
     backend = type(backend)(closure=closure)  # const: read-only state is no error
     a = np.array([1.0, 2.0, 3.0])
 
@@ -262,7 +288,7 @@ def _array_states() -> list:
 
 @pytest.mark.parametrize("make_state", _array_states())
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b.id != "AutoJAX"])  # jit: no branch on x's value
-def test_a_function_that_writes_only_sometimes_falls_back_to_copies(backend, make_state):
+def test_a_function_that_writes_only_sometimes_falls_back_to_copies(request, backend, make_state):
     """Captured arrays reach f as guarded aliases (read-only views, tensors that require grad) until
     f writes into one: the call that writes runs again over copies, and later calls copy."""
     a = make_state([1.0, 2.0, 3.0])
@@ -278,6 +304,9 @@ def test_a_function_that_writes_only_sometimes_falls_back_to_copies(backend, mak
         w = np.array([5.0 if x[0] > 0 else 1.0, 2.0, 3.0])
         return 2 * w * x
 
+    if _cannot_run(request, backend, lambda: di.gradient(backend, f, np.ones(3))):
+        assert [float(v) for v in a] == [1.0, 2.0, 3.0]
+        return
     prep = di.prepare_gradient(backend, f, np.ones(3) * -1)
     for x in (
         np.array([-1.0, 0.5, 2.0]),
@@ -507,8 +536,8 @@ def test_an_f_that_raises_runs_once_and_a_refused_write_reruns_over_copies(backe
             raise ValueError("f's own error")
         return xp.sum(xp.asarray(a, dtype=x.dtype) * x)
 
-    # a jitted prep (JAX) or a traced tf.function (TensorFlow) does not run f again: its unprepared call runs f once
-    compiled = isinstance(backend, (di.AutoJAX, di.AutoTensorFlow))
+    # a compiled prep does not run f again (JAX, PyTensor, TensorFlow's tf.function): its unprepared call runs f once
+    compiled = isinstance(backend, (di.AutoJAX, di.AutoPyTensor, di.AutoTensorFlow))
     prep = None if compiled else di.prepare_gradient(backend, f, np.zeros(2))
     runs.fail, runs.n = True, 0
     with pytest.raises(ValueError, match="f's own error"):
@@ -675,6 +704,24 @@ def test_38_10_augmented_assignment_into_a_slice_of_a_captured_buffer(request, b
                 strict=True,
                 reason="known hole, reported: JAX arrays are immutable, so an in-place update of a slice "
                 "held in a variable rebinds the variable and leaves the stand-in unchanged (wrong value, no error)",
+            )
+        )
+    if isinstance(backend, di.AutoPyTensor) and "part = buf" in request.node.callspec.id:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known hole, reported: a slice of a captured buffer is a new symbolic tensor in PyTensor's "
+                "graph, not a view, so an in-place update of a slice held in a variable rebinds the variable and "
+                "leaves the buffer unchanged (wrong value, no error)",
+            )
+        )
+    if isinstance(backend, di.AutoMLX) and "part = buf" in request.node.callspec.id:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known hole, reported: an MLX slice is a new array, not a view, so an in-place update "
+                "of a slice held in a variable replaces that array's node and leaves the buffer unchanged "
+                "(wrong value, no error)",
             )
         )
     buf = np.ones(3)

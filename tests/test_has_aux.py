@@ -200,3 +200,27 @@ def test_out_on_the_tangent_operators_and_derivatives(backend):
     np.testing.assert_allclose(out, 6 * X * T, rtol=tol2, atol=tol2)
     with pytest.raises(TypeError, match=r"out= must be a tuple of as many arrays"):
         di.pushforward(backend, square, X, (T, T), out=np.zeros(3))
+
+
+def _metric_loss(x):
+    return float(np.sum(x**2)), {"n": x.size}
+
+
+def test_aux_on_an_executor():
+    """The finite-difference points run on a process pool (pickled target): each worker's f still
+    returns (y, aux) and differentiates y."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2) as pool:
+        g, aux = di.gradient(di.AutoFiniteDiff(executor=pool), _metric_loss, X, has_aux=True)
+    np.testing.assert_allclose(g, 2 * X, rtol=1e-6)
+    assert aux == {"n": 3}
+
+
+def test_out_on_repeated_unprepared_tangent_calls():
+    """The third unprepared call runs a kept prep (prep_cache): out= is written there too."""
+    f = lambda x: x**2  # noqa: E731
+    for k in range(4):
+        out = np.zeros(3)
+        assert di.pushforward(di.AutoFiniteDiff(), f, X + k, T, out=out) is out
+        np.testing.assert_allclose(out, 2 * (X + k) * T, rtol=1e-6)

@@ -80,7 +80,7 @@ ENGINES = re.search(r"## One example per engine\n\n.*?```python\n(.*?)```", READ
 
 
 @pytest.mark.skipif(
-    not all(installed(e) for e in ("jax", "torch", "autograd")),
+    not all(installed(e) for e in ("jax", "torch", "autograd", "mlx", "pytensor")),
     reason='the example uses every engine: pip install -e ".[all]"',
 )
 def test_one_example_per_engine():
@@ -90,4 +90,8 @@ def test_one_example_per_engine():
     for name in ("g_jax", "g_torch", "g_autograd"):
         np.testing.assert_allclose(np.asarray(namespace[name]), expected, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(namespace["g_fd"], expected, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(namespace["g_pytensor"]), expected, rtol=1e-12, atol=1e-15)
+    # MLX: float32 here (mx.array of a float64 numpy array is float32, MLX's default), kept float32
+    assert type(namespace["g_mlx"]).__module__.startswith("mlx") and str(namespace["g_mlx"].dtype) == "mlx.core.float32"
+    np.testing.assert_allclose(np.asarray(namespace["g_mlx"]), expected, rtol=1e-5, atol=1e-6)
     assert str(namespace["g_torch"].dtype) == "torch.float64" and namespace["g_jax"].dtype == np.float64

@@ -215,6 +215,10 @@ class Adapter:
     # The array family ``f`` receives from this engine (None: the family of the user's ``x``): where
     # :meth:`aux` evaluates ``f`` for has_aux=True
     array_family: str | None = None
+    # ``f`` builds a graph (PyTensor's symbolic tensors), which has no values outside the engine's compiled
+    # function: where diffinterface needs ``f(x)``'s value outside an operator (DifferentiateWith's primal),
+    # it asks :meth:`evaluate` with a numpy ``x``, instead of running ``f`` on the engine's arrays itself.
+    builds_graph: bool = False
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config

@@ -276,8 +276,25 @@ def _mlx_copy_into(out: Any, result: Any) -> None:
     out[...] = result
 
 
+def _mlx_computing(dtype: Any) -> Any:
+    """The MLX adapter's context, in which ``f`` runs wherever diffinterface runs it on MLX arrays
+    (finite differences, ``DifferentiateWith``'s primal, local sparsity detection) as it does under
+    ``AutoMLX``: float64 on MLX's CPU stream (the only one computing it), the array API over
+    ``mlx.core`` (``backends/mlx.py``, imported at first use: MLX itself is, as its arrays exist)."""
+    return importlib.import_module("diffinterface.backends.mlx").computing(dtype)
+
+
 register_family(
-    ArrayFamily(MLX, "mlx.core.array", np.asarray, _mlx_from_numpy, None, _mlx_private_copy, copy_into=_mlx_copy_into)
+    ArrayFamily(
+        MLX,
+        "mlx.core.array",
+        np.asarray,
+        _mlx_from_numpy,
+        None,
+        _mlx_private_copy,
+        computing=_mlx_computing,
+        copy_into=_mlx_copy_into,
+    )
 )
 
 

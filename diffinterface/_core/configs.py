@@ -246,7 +246,7 @@ class AutoMLX(AbstractBackend):
     name: ClassVar[str] = "mlx"
     engine: ClassVar[str | None] = "mlx"
     adapter: ClassVar[str] = "diffinterface.backends.mlx:Adapter"
-    bench: ClassVar[str | None] = None  # no BenchEngine yet (backends/mlx_bench.py is not written)
+    bench: ClassVar[str | None] = "diffinterface.backends.mlx_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[mlx]"'
 
     def __post_init__(self) -> None:

@@ -475,13 +475,8 @@ def run(
                 oneshot=True,
                 holomorphic=holomorphic,
             )
-        elif not value and y is None and not p.structured:  # the prepared fast path, as with prep=
-            if operator.tangent is None:
-                result = p.plain(x if type(x) is not float else as_input(x), (), contexts)
-                if out is None:
-                    return result if type(result) is type(x) else _like_x(p, result, x)
-                return finish(result, x, out, operator.name, backend)
-            return tangent_result(p.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
+        elif not value and y is None and not p.structured and (out is None or operator.tangent is None):
+            return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
     else:
         p = resolve(
             operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic
@@ -615,6 +610,16 @@ def run_prepared(
     prep.check(operator, backend, f, (x,) + contexts)
     if prep.structured:
         return _structured(prep, False, x, None, contexts, out, operator, backend)
+    return _fast(operator, prep, backend, x, None, contexts, out)
+
+
+def _fast(
+    operator: Operator, prep: Prep, backend: Backend, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any
+) -> Any:
+    """The prepared fast path after the check (a kept or a given prep, a flat x): the plain runner,
+    and its result in ``x``'s own type (``out=`` for an operator without a tangent)."""
+    if operator.tangent is not None:
+        return tangent_result(prep.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
     if out is None:
         return result if type(result) is type(x) else _like_x(prep, result, x)
@@ -701,7 +706,8 @@ def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Back
     fam = family(out)
     record = families().get(fam) if fam is not None else None
     if record is None:
-        writable = " or ".join(f"a {r.array_type}" for r in families().values() if r.copy_into is not None)
+        kinds = [f"a {r.array_type}" for r in families().values() if r.copy_into is not None]
+        writable = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
         raise TypeError(f"{call()}: out= must be {writable}, got {type(out).__name__}")
     if record.copy_into is None:
         raise TypeError(

@@ -299,6 +299,7 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("torch.Tensor", "diffinterface.backends.torch_rules"),
     ("autograd.tracer.Box", "diffinterface.backends.autograd_rules"),
     ("mlx.core.array", "diffinterface.backends.mlx_rules"),
+    ("pytensor.graph.basic.Variable", "diffinterface.backends.pytensor_rules"),
     ("tensorflow.python.types.core.Tensor", "diffinterface.backends.tensorflow_rules"),
 ]
 _MODULES: dict[Any, Any] = {}  # registrar module name -> the module, imported at first use

@@ -74,7 +74,9 @@ class DifferentiateWith(Rule):
         one: conversions and the context that keeps x's dtype), back as numpy."""
         record = families().get(self.backend.engine or NUMPY)
         if record is not None and record.name != NUMPY:
-            adapter_for(self.backend, self.__name__)  # loads the engine its arrays need (first call)
+            adapter = adapter_for(self.backend, self.__name__)  # loads the engine its arrays need (first call)
+            if adapter.builds_graph:  # f's graph compiled and run by the engine, over duplicates of its state
+                return np.asarray(to_family(adapter.evaluate(self._target, np.asarray(x), ()), NUMPY))
         f = self._target.instance()  # over fresh duplicates of f's captured state, as the operators call f
         if record is None or record.name == NUMPY:
             return np.asarray(f(x))

@@ -181,7 +181,8 @@ def pairs(edges: np.ndarray) -> Callable[[Any], Any]:
 
     def f(x: Any) -> Any:
         xp = array_namespace(x)
-        return xp.sum(xp.sin(x[first] * x[second])) + xp.sum(x**4) / 12
+        i, j = xp.asarray(first), xp.asarray(second)  # index arrays of x's own library (MLX takes no numpy ones)
+        return xp.sum(xp.sin(x[i] * x[j])) + xp.sum(x**4) / 12
 
     return f
 
