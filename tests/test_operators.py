@@ -35,14 +35,16 @@ def test_one_record_per_public_operator() -> None:
 
 @pytest.mark.parametrize("op", RECORDS, ids=str)
 def test_record_matches_the_public_signatures(op: extend.Operator) -> None:
-    """Tangent name, value form and ``out=`` as the public functions declare them."""
+    """Tangent name, value form, ``out=`` (every operator: its result is an array) and ``has_aux=`` as
+    the public functions declare them."""
     for fn in (getattr(di, op.name), getattr(di, op.value_method), getattr(di, f"prepare_{op.name}")):
         params = list(inspect.signature(fn).parameters)
         assert params[:3] == ["backend", "f", "x"], fn.__name__
         third = params[3] if params[3] != "contexts" else None
         assert third == op.tangent, (fn.__name__, third)
-    takes_out = "out" in inspect.signature(getattr(di, op.name)).parameters
-    assert takes_out == (op.plain_conversion == "out")
+        assert "has_aux" in params, fn.__name__
+    assert "out" in inspect.signature(getattr(di, op.name)).parameters
+    assert "out" in inspect.signature(getattr(di, op.value_method)).parameters
     assert len(op.conversions) == len(op.results)
     assert (op.order == 2) == (op.nesting is not None)
 
