@@ -173,12 +173,57 @@ def _plain(value: Any) -> Any:
     return WritableArray(value)  # another engine's array (a torch buffer y): JAX cannot write into it
 
 
+def _writable(value: Any) -> Any:
+    """A captured array once ``f`` writes into its state: a writable stand-in (writes are functional
+    updates), except a static integer or boolean array (``_Constant``: a fresh numpy copy at this
+    trace, JAX's constant), which stays the numpy array JAX's functions need (lax.select's mask)."""
+    return value if type(value) is np.ndarray and value.dtype.kind in "biu" else WritableArray(value)
+
+
 _DYNAMIC_TYPES: set[type] = set()  # the types _is_dynamic has answered True for (the answer is the type's)
 
 
+# Captured integer and boolean numpy arrays up to this size are static, as JAX's own jit makes a
+# closure's numpy arrays constants: JAX needs some as values (lax.split's sizes, a reshape's shape),
+# and they carry no derivative. Compared by value at each prepared call (a new value compiles again).
+_STATIC_SIZE = 4096
+
+
+class _Constant:
+    """A captured integer or boolean numpy array as a static leaf: hashed and compared by value; ``f``
+    gets a fresh copy of it at each trace."""
+
+    __slots__ = ("array", "_key")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = np.array(array)  # the value at this call: later writes by the user are not it
+        self._key = (self.array.dtype.str, self.array.shape, self.array.tobytes())
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Constant and self._key == other._key
+
+    def same(self, value: Any) -> bool:
+        return (
+            type(value) is np.ndarray
+            and value.dtype == self.array.dtype
+            and value.shape == self.array.shape
+            and bool(np.array_equal(value, self.array))
+        )
+
+
+def _static_leaf(leaf: Any) -> Any:
+    return _Constant(leaf) if type(leaf) is np.ndarray else leaf
+
+
 def _is_dynamic(leaf: Any) -> bool:
-    """Leaves passed to the compiled function as arguments; everything else is static."""
+    """Leaves passed to the compiled function as arguments; everything else is static (small integer
+    and boolean numpy arrays among them: see ``_STATIC_SIZE``)."""
     kind = type(leaf)
+    if kind is np.ndarray:
+        return leaf.dtype.kind not in "biu" or leaf.size > _STATIC_SIZE
     if kind in _DYNAMIC_TYPES:  # on the prepared path: a set lookup instead of jax.Array's isinstance
         return True
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex)) and not isinstance(leaf, bool):
@@ -216,6 +261,8 @@ def _equal(value: Any, seen: Any) -> bool:
     compares them; an object whose ``==`` has no plain answer is not equal (it takes the static path)."""
     if value is seen:
         return True
+    if type(seen) is _Constant:
+        return seen.same(value)
     try:
         return type(value) is type(seen) and bool(value == seen)
     except (TypeError, ValueError):
@@ -245,7 +292,7 @@ class _Function:
         self.flat = False  # no contexts and every captured leaf an array or a number: no pytree to flatten
         if not self.simple:
             flat, treedef = self._flatten(contexts)
-            self.common = _Static(treedef, tuple(v if not _is_dynamic(v) else _DYNAMIC for v in flat))
+            self.common = _Static(treedef, tuple(_static_leaf(v) if not _is_dynamic(v) else _DYNAMIC for v in flat))
             if all(_is_dynamic(v) for v in flat):
                 plan = target.plan  # has_state, spelt out for a type checker
                 self.flat = not contexts and plan is not None and not plan.empty and len(flat) == len(plan.read())
@@ -282,14 +329,14 @@ class _Function:
                 return dyn, None
         dynamic = [_is_dynamic(v) for v in flat]
         dyn = [v for v, d in zip(flat, dynamic) if d]
-        return dyn, _Static(treedef, tuple(_DYNAMIC if d else v for v, d in zip(flat, dynamic)))
+        return dyn, _Static(treedef, tuple(_DYNAMIC if d else _static_leaf(v) for v, d in zip(flat, dynamic)))
 
     def pure(self, x: Any, dyn: Any = (), static: Any = None) -> Any:
         if self.simple:
             return _output(self.target.f(x), self.target)
         static = self.common if static is None else static
         it = iter(dyn)
-        flat = [next(it) if v is _DYNAMIC else v for v in static.leaves]
+        flat = [next(it) if v is _DYNAMIC else (v.array.copy() if type(v) is _Constant else v) for v in static.leaves]
         values, state = jax.tree_util.tree_unflatten(static.treedef, flat)
         contexts = [duplicate(v, WritableArray) if kind is Cache else v for kind, v in zip(self.kinds, values)]
 
@@ -298,7 +345,7 @@ class _Function:
             return _output(_unwrap(fn(x, *contexts)), self.target)
 
         if self.writes or not self.target.has_state:
-            return run(WritableArray)
+            return run(_writable)
         try:
             return run(_plain)
         except Exception as error:
@@ -307,7 +354,7 @@ class _Function:
             if not (_write_refused(error) or raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS))):
                 raise  # f's own error
             self.writes = True  # f wrote into a captured array: it runs again over stand-ins (this trace too)
-            return run(WritableArray)
+            return run(_writable)
 
 
 def _output(y: Any, target: Target) -> Any:

@@ -238,14 +238,27 @@ def test_38_5_captured_arrays_f_only_reads_reach_jax_functions_as_plain_arrays()
         buf[...] = lax.select(pred, z, 2 * z)
         return buf * jnp.sum(z)
 
+    sizes = np.array([1, 3])  # lax.split needs them as values: small integer arrays are static
+
+    def split(z):
+        return lax.split(z, sizes)[1] * 2.0
+
     s = np.where(pred, 1.0, 2.0)
-    for f, want in ((select, np.diag(s)), (take, np.eye(4)[idx])):
+    both = np.outer(s * x, np.ones(4)) + np.diag(s * x.sum())  # d/dz of select(z) * sum(z)
+    for f, want in (
+        (select, np.diag(s)),
+        (take, np.eye(4)[idx]),
+        (split, 2.0 * np.eye(4)[1:]),
+        (select_and_write, both),  # the mask stays a numpy array when f writes into buf
+    ):
         prep = di.prepare_jacobian(backend, f, x)
         for _ in range(2):
             np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), want, rtol=1e-6)
             np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x, prep=prep)), want, rtol=1e-6)
-    # not yet: the mask of an f that also writes reaches lax.select as a stand-in; the call's error says so
-    with pytest.raises(ValueError, match=r"^jacobian\(AutoJAX\(\), f, x\): f passes an array it writes into.*'pred'"):
-        di.jacobian(backend, select_and_write, x)
     np.testing.assert_array_equal(buf, np.zeros(4))  # the user's arrays are left alone
     np.testing.assert_array_equal(pred, [True, False, True, False])
+    # a static array's new value is seen by a prepared call (compared by value, compiled again)
+    prep = di.prepare_jacobian(backend, select, x)
+    pred[:] = [False, True, True, True]
+    want = np.diag(np.where(pred, 1.0, 2.0))
+    np.testing.assert_allclose(np.asarray(di.jacobian(backend, select, x, prep=prep)), want, rtol=1e-6)
