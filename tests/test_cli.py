@@ -57,7 +57,7 @@ def test_check_reports_a_failure_with_its_error_and_exit_status(monkeypatch, cap
     assert "FAIL pushforward/deliberately_wrong on AutoFiniteDiff() [numpy]:" in out
     assert "max error 1 exceeds" in out
     assert re.fullmatch(r"1 passed, 1 failed in \d+:\d\d", out.rstrip().splitlines()[-1])
-    # --failures-only (what CI runs): the table's failing rows, and the failure in full
+    # --failures-only (for scripts and CI): the table's failing rows, and the failure in full
     assert main(["check", "--backend", "finitediff", "--family", "numpy", "--failures-only"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^pushforward/deliberately_wrong\s+FAIL$", out, re.M)
