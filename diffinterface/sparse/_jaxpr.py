@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from ._detectors import Problem, _call
 from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
 
 if TYPE_CHECKING:
+    from scipy.sparse import csr_array
+
     from .._core.types import Array
 
 _STRUCTURAL = {
@@ -131,7 +133,7 @@ class JaxprSparsityDetector:
         shape = tuple(np.shape(x))
         n = math.prod(shape)
         trace = Trace(n, hessian)
-        tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, dtype)
+        tracer = Tracer(cast("csr_array", sp.eye_array(n, dtype=bool, format="csr")), shape, trace, dtype)
         try:
             with families()["jax"].computing(dtype):  # known values evaluated in x's precision
                 (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
