@@ -1,12 +1,23 @@
 """The types that signatures across the package share.
 
 :class:`Array` is an array of any family (numpy, torch, JAX, an engine's own) as the code that
-serves every family reads one; ``Contexts`` (in ``_core.contexts``) the extra arguments after ``x``.
+serves every family reads one; ``DType`` a dtype of the built-in families (what numpy takes as a
+dtype, JAX's included, or torch's and MLX's own dtype objects); ``Contexts`` (in ``_core.contexts``)
+the extra arguments after ``x``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import mlx.core
+    import torch
+    from numpy.typing import DTypeLike
+
+DType: TypeAlias = "DTypeLike | torch.dtype | mlx.core.Dtype"
 
 
 class Array(Protocol):
