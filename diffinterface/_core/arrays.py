@@ -16,7 +16,7 @@ import sys
 import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
 
     from .types import Array, DType
+
+_A = TypeVar("_A", bound="Array")  # an array, given back in its own type
 
 NUMPY, JAX, TORCH, AUTOGRAD, MLX, PYTENSOR = "numpy", "jax", "torch", "autograd", "mlx", "pytensor"
 
@@ -453,13 +455,14 @@ def is_native(value: Any) -> bool:
     return not isinstance(value, np.ndarray) or value.dtype.isnative
 
 
-def private_copy(value: Array) -> Array:
+def private_copy(value: _A) -> _A:
     """A copy of a mutable array (numpy, torch) that ``f`` may write into without touching the user's
     ``value``; an immutable one (jax) as it is."""
     if isinstance(value, np.ndarray):
         return value.copy()
     fam = family(value)
-    return _FAMILIES[fam].private_copy(value) if fam is not None and fam != NUMPY else value
+    copy = _FAMILIES[fam].private_copy(value) if fam is not None and fam != NUMPY else value
+    return cast("_A", copy)  # the family's copy is of value's type
 
 
 def to_family(value: Array | ArrayLike, fam: str | None, like: Array | None = None) -> Any:
