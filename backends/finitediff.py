@@ -35,7 +35,7 @@ import functools
 import importlib
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -68,15 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
-    from diffinterface.extend import Array, Contexts, DType, Info, Target
-
-    class Vector(Array, Protocol):
-        """An array as finite differences combine them: with its family's arithmetic (steps, sums)."""
-
-        def __add__(self, other: Vector | float, /) -> Vector: ...
-        def __sub__(self, other: Vector | float, /) -> Vector: ...
-        def __mul__(self, other: Vector | complex, /) -> Vector: ...
-        def __rmul__(self, other: Vector | complex, /) -> Vector: ...
+    from diffinterface.extend import Array, Contexts, DType, Info, NumericArray, Target
 
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
@@ -295,7 +287,7 @@ class _PointSet:
     __slots__ = ("vectors", "idx", "shape", "_xp", "_steps")
 
     def __init__(
-        self, vectors: dict[str, Vector], idx: Array | None, shape: tuple[int, ...] | None, xp: Any = None
+        self, vectors: dict[str, NumericArray], idx: Array | None, shape: tuple[int, ...] | None, xp: Any = None
     ) -> None:
         self.vectors, self.idx, self.shape = vectors, idx, shape
         self._xp: Any = xp  # the vectors' namespace where the caller has it (else looked up at the first point)
@@ -482,7 +474,7 @@ class Adapter(_Base):
         operator: Operator,
         target: Target,
         x: Array,
-        tangents: tuple[Vector, ...],
+        tangents: tuple[NumericArray, ...],
         contexts: Contexts,
         info: Info,
     ) -> Runners:
@@ -570,7 +562,7 @@ class Adapter(_Base):
         data: _Along | Info,
         target: Target,
         x: Array,
-        tangents: tuple[Vector, ...],
+        tangents: tuple[NumericArray, ...],
         contexts: Contexts,
         want_value: bool,
     ) -> Any:
@@ -582,7 +574,7 @@ class Adapter(_Base):
         complex_step = method == "complex"
         cdtype = (xp.complex64 if x.dtype == xp.float32 else xp.complex128) if complex_step else None
         # shaped like x: no reshape per point
-        vectors: dict[str, Vector] = {"x": xp.astype(x, cdtype) if complex_step else cast("Vector", x)}
+        vectors: dict[str, NumericArray] = {"x": xp.astype(x, cdtype) if complex_step else cast("NumericArray", x)}
         # f(x), where needed, joins the points (a complex step evaluates it apart: at a real point)
         first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
         recipes: list[Recipe] = [("x", None, ())] if first else []
@@ -626,17 +618,17 @@ class Adapter(_Base):
         return y0, tuple(results)
 
     def prepare_pushforward(
-        self, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts, info: Info
+        self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
     ) -> Any:
         return _Along(info, x, self._exponent("first"))
 
     def value_and_pushforward(
-        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts
+        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
     ) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, True)
 
     def pushforward(
-        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts
+        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
     ) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, False)[1]
 
@@ -648,7 +640,7 @@ class Adapter(_Base):
     prepare_hessian = prepare_second_derivative
 
     def prepare_hvp(
-        self, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts, info: Info
+        self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
     ) -> Any:
         return info
 
@@ -679,7 +671,7 @@ class Adapter(_Base):
             return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
-    def _hvp(self, data: Info, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts) -> Any:
+    def _hvp(self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
@@ -716,11 +708,11 @@ class Adapter(_Base):
         y0, grad = self._jacobian(data, target, x, contexts, True)
         return y0, grad, self._hessian(data, target, x, contexts, y0)
 
-    def hvp(self, data: Info, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts) -> Any:
+    def hvp(self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
 
     def gradient_and_hvp(
-        self, data: Info, target: Target, x: Array, tangents: tuple[Vector, ...], contexts: Contexts
+        self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
     ) -> Any:
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
