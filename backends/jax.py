@@ -637,7 +637,7 @@ def _structured(body: Traced, layout: Layout, operator: Operator, forward: bool,
 
     def traced(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
         # ts is empty where tangent_like is None (an operator without tangents)
-        flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)  # pyright: ignore[reportOptionalMemberAccess]
+        flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)  # type: ignore[union-attr]
         return layout.cut_all(operator, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
 
     return traced
@@ -662,7 +662,7 @@ def _tree_body(operator: Operator, forward: bool, layout: Layout) -> Traced | No
         def pullback(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
             y, vjp = jax.vjp(f, list(x))
             # layout.ys is learnt at the first evaluation of f, before any trace
-            ys = layout.ys.ravel(list(ts[0]))  # pyright: ignore[reportOptionalMemberAccess]
+            ys = layout.ys.ravel(list(ts[0]))  # type: ignore[union-attr]
             out = (list(vjp(_cast((ys,), y)[0])[0]),)
             return (cut_y("y", y), out) if value else out
 

@@ -325,7 +325,8 @@ def _callback(body: Callable[..., Any], out: Out, vectorized: bool, wide_in: tup
 
     several = isinstance(out, tuple)  # a tuple of results (cotangents) or one (out is hashable: no lists)
     # per result, what JAX declared: (dtype, shape, travels as uint32 pairs), worked out once
-    declared = tuple((np.dtype(o.dtype), tuple(o.shape), _wide(o, vectorized)) for o in (out if several else (out,)))
+    outs = out if isinstance(out, tuple) else (out,)
+    declared = tuple((np.dtype(o.dtype), tuple(o.shape), _wide(o, vectorized)) for o in outs)
 
     def one(r: ArrayLike, spec: tuple[Any, ...]) -> np.ndarray:
         dtype, shape, wide = spec

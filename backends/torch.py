@@ -658,6 +658,7 @@ def _vjps(
     result is zero."""
     if y.requires_grad and not (batched and cotangents.shape[0] == 0):  # no cotangents: an empty f(x)
         grad = torch.autograd.grad
+        g: torch.Tensor | None
         if not batched:
             g = grad(y, xt, cotangents, create_graph=create_graph, allow_unused=True)[0]
         elif cotangents.shape[0] == 1:  # one row (a scalar f): one plain backward pass, no vmap

@@ -534,11 +534,12 @@ def _scenarios_of(
             }.get(op, not scalar_in and not scalar_out)  # arrays where they can be
             if op not in closure_variants and wanted:
                 closure_variants.add(op)
-                for name, make in [
+                makers: list[tuple[str, Callable[[np.ndarray], Callable[..., Any]]]] = [
                     ("partial", lambda b: functools.partial(_write_then(ref.f), buffer=b)),
                     ("object", lambda b: _Buffered(ref.f, b)),
                     ("nested", lambda b: _nested(ref.f, b)),
-                ]:
+                ]
+                for name, make in makers:
                     buffer = np.full(x.shape, 5.0, dtype=dtype)
                     out.append(
                         Scenario(
