@@ -199,6 +199,10 @@ class _Derived:
 class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
 
+    # the engine as messages name it: declared by the adapters whose traced values can leak into
+    # the user's objects (those with a ``traced`` check, read under closure="const")
+    engine_name: str | None
+
     # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend.pipeline): it only
     # evaluates what ``inner`` computes (finite differences: any inner engine), and the results of
     # its runners stay differentiable by an outer call of the same engine (JAX traces them). Neither:
