@@ -137,7 +137,7 @@ for _name, _op in [
     setattr(WritableArray, f"__{_name}__", _binary(_op))
 
 
-def _unary(op: Callable[[Any], Any]) -> Callable[[WritableArray], Any]:
+def _unary(op: Callable[..., Any]) -> Callable[[WritableArray], Any]:
     return lambda self: op(self.value)
 
 
