@@ -137,10 +137,11 @@ for _name, _op in [
     setattr(WritableArray, f"__{_name}__", _binary(_op))
 
 
-def _unary(op: Callable[..., Any]) -> Callable[[WritableArray], Any]:
+def _unary(op: Callable[[Any], Any]) -> Callable[[WritableArray], Any]:
     return lambda self: op(self.value)
 
 
-for _name, _op1 in [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]:
+_UNARY: list[tuple[str, Callable[[Any], Any]]] = [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]
+for _name, _op1 in _UNARY:
     setattr(WritableArray, f"__{_name}__", _unary(_op1))
 WritableArray.__hash__ = None  # type: ignore[assignment]
