@@ -30,6 +30,7 @@ from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _u
 if TYPE_CHECKING:
     from scipy.sparse import csr_array
 
+    from .._core.configs import Backend
     from .._core.types import Array
 
 _STRUCTURAL = {
@@ -118,7 +119,9 @@ class JaxprSparsityDetector:
          [0 0 1 1]]
     """
 
-    def _run(self, problem: Problem, x: Array, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
+    def _run(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...], dense: Backend | None, hessian: bool
+    ) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
         from .._core.arrays import dtype_name, families
@@ -141,13 +144,17 @@ class JaxprSparsityDetector:
             raise TracerError(f"{_call(problem)}{error}") from error
         return y, trace
 
-    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Backend | None = None
+    ) -> Any:
         y, trace = self._run(problem, x, contexts, dense, hessian=False)
         if not isinstance(y, Tracer):
             return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
         return csr_pattern(y.rows())
 
-    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Backend | None = None
+    ) -> Any:
         _, trace = self._run(problem, x, contexts, dense, hessian=True)
         return csr_pattern(trace.hessian)
 
