@@ -36,6 +36,7 @@ import dis
 import operator
 import sys
 import threading
+import typing
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,15 @@ from diffinterface.extend import (
 )
 
 if TYPE_CHECKING:
-    from diffinterface.extend import Contexts, Target
+    from types import FrameType
+    from typing import TypeAlias
+
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from diffinterface.extend import Array, Contexts, Target
+
+    # an array as autograd traces it: numpy's, or a box of the trace (an ArrayBox over numpy)
+    Traced: TypeAlias = "np.ndarray | Box"
 
 # autograd ships no type information, and a type checker reading its source sees neither the
 # functions that ``autograd.numpy`` creates at import (``wrap_namespace``: ``reshape``, ``_astype``...)
@@ -147,22 +156,22 @@ class _Namespace:
         return value
 
     @staticmethod
-    def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+    def asarray(obj: Any, dtype: DTypeLike | None = None, device: str | None = None, copy: bool | None = None) -> Any:
         obj = unwrap(obj)
         if isinstance(obj, Box):
             return obj if dtype is None or getval(obj).dtype == dtype else anp._astype(obj, dtype)
         return np.array(obj, dtype=dtype, copy=True) if copy else np.asarray(obj, dtype=dtype)
 
     @staticmethod
-    def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
+    def astype(x: Traced, dtype: DTypeLike, copy: bool = True) -> Traced:
         return anp._astype(unwrap(x), dtype)
 
     @staticmethod
-    def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
+    def reshape(x: Traced, shape: tuple[int, ...], copy: bool | None = None) -> Traced:
         return anp.reshape(unwrap(x), shape)
 
     @staticmethod
-    def matrix_transpose(x: Any) -> Any:
+    def matrix_transpose(x: Traced) -> Traced:
         return anp.swapaxes(unwrap(x), -1, -2)
 
     def __repr__(self) -> str:
@@ -187,7 +196,9 @@ class _Slice(np.ndarray):
     def __array_finalize__(self, obj: Any) -> None:
         self._parent = self._index = None
 
-    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+    def __array_wrap__(
+        self, array: np.ndarray, context: tuple[Any, ...] | None = None, return_scalar: bool = False
+    ) -> Any:
         array = array.view(np.ndarray)
         return array[()] if return_scalar else array
 
@@ -203,7 +214,7 @@ _STORED_BACK: dict[tuple[Any, int], bool] = {}
 _SHUFFLES = frozenset(("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "DUP_TOP_TWO", "EXTENDED_ARG", "NOP"))
 
 
-def _stored_back(frame: Any) -> bool:
+def _stored_back(frame: FrameType) -> bool:
     key = (frame.f_code, frame.f_lasti)
     known = _STORED_BACK.get(key)
     if known is None:
@@ -213,7 +224,7 @@ def _stored_back(frame: Any) -> bool:
     return known
 
 
-def _slice_inplace(name: str, op: Any) -> Any:
+def _slice_inplace(name: str, op: Callable[[Any, Any], Any]) -> Callable[[_Slice, Any], Any]:
     def update(self: _Slice, other: Any) -> Any:
         parent = self._parent
         if parent is None:
@@ -270,7 +281,7 @@ class WritableArray(_Writable):
 
     _update = staticmethod(set_item)
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         if isinstance(self.value, Box):  # anp.sin(buf) would compute on the value and drop the derivative
             raise StandInConversionError(
                 "a stand-in holding a value that depends on x was converted to a numpy "
@@ -287,11 +298,11 @@ class _Function:
 
     __slots__ = ("target", "simple")
 
-    def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
+    def __init__(self, target: Target, contexts: Contexts) -> None:
         self.target = target
         self.simple = not contexts and target.plain
 
-    def __call__(self, x: Any, contexts: tuple[Any, ...]) -> Any:
+    def __call__(self, x: Traced, contexts: Contexts) -> Any:
         if self.simple:
             return _output(unwrap(self.target.f(x)), x, self.target)
         target = self.target
@@ -307,7 +318,7 @@ class _Function:
         return _output(target.guarded_with(run, bool(contexts), Adapter.refused_write), x, target)
 
 
-def _output(y: Any, x: Any, target: Target) -> Any:
+def _output(y: Any, x: Traced, target: Target) -> Any:
     """``f``'s output, checked: one array (not a tuple), and, in a trace, a box of the trace unless ``f``
     is constant. A numpy array of boxes (``np.array([z[0], z[1]])``, ``np.asarray(z)``) is what numpy
     makes of traced values: autograd would return zero derivatives (it only warns "Output seems
@@ -383,12 +394,12 @@ def _leaked(error: BaseException) -> bool:
 _read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
 
 
-def _numpy_leaf(value: Any) -> Any:
+def _numpy_leaf(value: Array) -> Array:
     """A ``Constant`` array as numpy (torch and jax arrays converted without copying where possible)."""
     return value if isinstance(value, (np.ndarray, np.generic)) else to_family(value, NUMPY)
 
 
-def _constant_alias(value: Any) -> Any:
+def _constant_alias(value: Array) -> Array:
     """A ``Constant`` array as a read-only numpy view: a write into it raises, and ``f`` runs again
     over copies (the caller's constants are never modified)."""
     value = _numpy_leaf(value)
@@ -400,7 +411,7 @@ def _constant_copy(value: Any) -> Any:
     return np.array(_numpy_leaf(value), copy=True) if is_array(value) and not isinstance(value, np.generic) else value
 
 
-def _numpy(value: Any, dtype: Any) -> Any:
+def _numpy(value: Array | ArrayLike, dtype: DTypeLike | None) -> np.ndarray:
     out = to_family(value, NUMPY) if family(value) != NUMPY else np.asarray(value)
     return out if dtype is None or out.dtype == dtype else out.astype(dtype)
 
@@ -446,7 +457,7 @@ class _Traces:
             self._lock.release()
 
 
-def _box_namespace(self: Any, api_version: Any = None) -> Any:
+def _box_namespace(self: Box, api_version: str | None = None) -> _Namespace:
     return namespace
 
 
@@ -464,14 +475,14 @@ _NAN_RULES = (
 )
 
 
-def _has_nan(value: Any) -> bool:
+def _has_nan(value: ArrayLike) -> bool:
     if isinstance(value, tuple):
         return any(_has_nan(v) for v in value)
     value = np.asarray(value)
     return value.dtype.kind in "fc" and bool(np.isnan(value).any())
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: ArrayLike) -> bool:
     if isinstance(value, tuple):
         return all(_finite(v) for v in value)
     value = np.asarray(value)
@@ -486,7 +497,7 @@ def _user_stacklevel() -> int:
     return level
 
 
-def _warn_nan(call: str, x: Any, ts: tuple[Any, ...], y: Any, result: Any) -> None:
+def _warn_nan(call: str, x: np.ndarray, ts: tuple[np.ndarray, ...], y: ArrayLike, result: ArrayLike) -> None:
     """A warning where the derivative has NaN entries at a finite ``x`` (finite tangents) where f(x) is
     finite: the mark of an autograd rule dividing by zero (``np.prod`` at a zero), which other engines
     do not share. A NaN is also the honest answer where f is not differentiable (``sqrt(x**2)`` at 0),
@@ -504,7 +515,7 @@ def _warn_nan(call: str, x: Any, ts: tuple[Any, ...], y: Any, result: Any) -> No
 
 
 def _build(
-    operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any, target: Target
+    operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array, target: Target
 ) -> tuple[Runner, Runner]:
     """The ``(plain, value)`` runners of ``operator``, ``(x, tangents, contexts) -> result`` with x in
     the user's family; the bodies below work on numpy arrays and return ``(primal, result)``
@@ -522,17 +533,17 @@ def _build(
     one = np.ones((), dtype=dtype)
     reverse_inner: list[bool] = []  # set at the first primitive without a JVP: second order reverse over reverse
 
-    def jvp(x: Any, t: Any, contexts: Contexts) -> Any:
+    def jvp(x: np.ndarray, t: np.ndarray, contexts: Contexts) -> tuple[Any, Any]:
         return make_jvp(lambda z: fn(z, contexts), x)(t)
 
-    def vjp(x: Any, contexts: Contexts) -> Any:
+    def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
 
-    def cast(v: Any) -> Any:
+    def cast(v: ArrayLike) -> np.ndarray:
         v = np.asarray(v)
         return v if v.dtype == dtype else v.astype(dtype)
 
-    def jacobian(x: Any, contexts: Contexts) -> Any:  # (y, J shaped y_shape + x_shape)
+    def jacobian(x: np.ndarray, contexts: Contexts) -> tuple[Any, np.ndarray]:  # (y, J shaped y_shape + x_shape)
         if forward and n:
             cols = [jvp(x, e, contexts) for e in x_basis]
             y = cols[0][0]
@@ -544,8 +555,8 @@ def _build(
             flat = np.stack([np.reshape(pull(e), (n,)) for e in y_basis], axis=0) if m else np.zeros((0, n), dtype)
         return y, cast(flat.reshape(y_shape + x_shape))
 
-    def gradient_of(contexts: Contexts, record: Any = None) -> Any:
-        def grad(z: Any) -> Any:
+    def gradient_of(contexts: Contexts, record: list[np.ndarray] | None = None) -> Callable[[Traced], Any]:
+        def grad(z: Traced) -> Any:
             pull, y = make_vjp(lambda w: fn(w, contexts), z)
             if record is not None:
                 record.append(getval(y))
@@ -555,40 +566,40 @@ def _build(
 
     if operator is PUSHFORWARD and forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             results = [jvp(x, t, contexts) for t in ts]
             return results[0][0], tuple(cast(r[1]) for r in results)
     elif operator is PULLBACK and not forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
             return y, tuple(cast(pull(t)) for t in ts)
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             y, jac = jacobian(x, contexts)
             return y, tuple(cast(r) for r in contract_all(jac, ts, x, operator is PUSHFORWARD))
     elif operator is DERIVATIVE and forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             y, der = jvp(x, one, contexts)
             return y, cast(der)
     elif operator is GRADIENT and not forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
             return y, cast(pull(vspace(y).ones()))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             return jacobian(x, contexts)
     elif operator is SECOND_DERIVATIVE:  # forward over forward; reverse over reverse without JVPs
         rows = basis(like, y_shape, dtype)
 
-        def forward_body(x: Any, contexts: Contexts) -> Any:
-            record: list[Any] = []
+        def forward_body(x: np.ndarray, contexts: Contexts) -> Any:
+            record: list[np.ndarray] = []
 
-            def der(z: Any) -> Any:
+            def der(z: Traced) -> Any:
                 y, d = make_jvp(lambda w: fn(w, contexts), z)(vspace(z).ones())
                 record.append(getval(y))
                 return d
@@ -596,10 +607,10 @@ def _build(
             d, d2 = make_jvp(der, x)(one)
             return (record[0], cast(d)), cast(d2)
 
-        def reverse_body(x: Any, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
-            record: list[Any] = []
+        def reverse_body(x: np.ndarray, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
+            record: list[np.ndarray] = []
 
-            def der(z: Any) -> Any:
+            def der(z: Traced) -> Any:
                 pull, y = make_vjp(lambda w: fn(w, contexts), z)
                 record.append(getval(y))
                 return anp.reshape(anp.stack([pull(e) for e in rows]), y_shape)
@@ -607,7 +618,7 @@ def _build(
             pull, d = make_vjp(der, x)
             return (record[0], cast(d)), cast(np.reshape(np.stack([pull(e) for e in rows]), y_shape))
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -616,8 +627,8 @@ def _build(
             return reverse_body(x, contexts)
     elif operator is HVP:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
-            record: list[Any] = []
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
+            record: list[np.ndarray] = []
             grad = gradient_of(contexts, record)
             if len(ts) == 1 and not reverse_inner:
                 try:  # forward over reverse
@@ -630,8 +641,8 @@ def _build(
             return (record[0], cast(g)), tuple(cast(pull(t)) for t in ts)
     elif operator is HESSIAN:  # reverse over reverse
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
-            record: list[Any] = []
+        def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
+            record: list[np.ndarray] = []
             pull, g = make_vjp(gradient_of(contexts, record), x)
             hess = np.stack([np.reshape(pull(e), (n,)) for e in x_basis], axis=0) if n else np.zeros((0, 0), dtype)
             return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
@@ -640,14 +651,14 @@ def _build(
 
     convert = family(x_user) != NUMPY
 
-    def inputs(x: Any, ts: Any) -> Any:
+    def inputs(x: Array, ts: tuple[Array, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         if convert or type(x) is not np.ndarray:
             x = _numpy(x, dtype)
         if ts and (convert or any(type(t) is not np.ndarray or t.dtype != dtype for t in ts)):
             ts = tuple(_numpy(t, dtype) for t in ts)
-        return x, ts
+        return x, typing.cast("tuple[np.ndarray, ...]", ts)  # numpy arrays of x's dtype by now
 
-    def traced(x: Any, ts: Any, contexts: Contexts) -> Any:
+    def traced(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
         try:
             return body(x, ts, contexts)
         except _SliceHeld as error:
@@ -677,14 +688,14 @@ def _build(
                 f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
             ) from error
 
-    def plain(x: Any, ts: Any, contexts: Contexts) -> Any:
+    def plain(x: Array, ts: tuple[Array, ...], contexts: Contexts) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             primal, result = traced(x, ts, contexts)
         _warn_nan(call, x, ts, primal[0] if operator.order == 2 else primal, result)
         return result
 
-    def value(x: Any, ts: Any, contexts: Contexts) -> Any:
+    def value(x: Array, ts: tuple[Array, ...], contexts: Contexts) -> Any:
         x, ts = inputs(x, ts)
         with _TRACES:
             primal, result = traced(x, ts, contexts)
@@ -712,7 +723,7 @@ class Adapter(_Base):
         """A box: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, Box)
 
-    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
         fn = _Function(target, contexts)
         try:
@@ -738,7 +749,13 @@ class Adapter(_Base):
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare(
-        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Array,
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
+        info: Info,
     ) -> Runners:
         fn = _Function(target, contexts)
         forward = self.forward(operator, info)

@@ -32,7 +32,7 @@ class Bench(BenchEngine):
         "hand-written loop calls f's arithmetic directly",
     }
 
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+    def rule_by_hand(self, primal: Callable[..., Any], vjp: Callable[..., Any]) -> Any:
         """An autograd ``primitive`` with ``defvjp``."""
         from autograd.extend import defvjp, primitive
 
@@ -40,7 +40,7 @@ class Bench(BenchEngine):
         defvjp(by_hand, lambda ans, a: lambda g: vjp(a, g))
         return by_hand
 
-    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: np.ndarray, t: np.ndarray, A: np.ndarray) -> Any:
         if operator == "gradient":
             g = ag.grad(f)
             return lambda: g(x)

@@ -14,7 +14,7 @@ tangents arrive boxed by an outer trace) would miss the rule's own curvature.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autograd.core import VJPNode
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
@@ -27,6 +27,11 @@ from diffinterface.extend import (
     cotangent_like,
     cotangents,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
 
 
 class _Holder:
@@ -58,7 +63,9 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
     impl.__name__ = rule.__name__
     prim = primitive(impl)
 
-    def vjpmaker(argnums: Any, ans: Any, args: Any, kw: Any) -> Any:
+    def vjpmaker(
+        argnums: tuple[int, ...], ans: np.ndarray, args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Callable[[Any], tuple[Any, ...]]:
         holder, values = args[0], args[1:]
 
         def vjp(g: Any) -> Any:
@@ -72,7 +79,9 @@ def _register(rule: Rule, kwargs: dict[Any, Any]) -> Any:
 
         return vjp
 
-    def jvpmaker(argnums: Any, gs: Any, ans: Any, args: Any, kw: Any) -> Any:
+    def jvpmaker(
+        argnums: tuple[int, ...], gs: tuple[Any, ...], ans: np.ndarray, args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under autograd")
         values = args[1:]

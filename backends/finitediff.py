@@ -35,7 +35,7 @@ import functools
 import importlib
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -65,12 +65,16 @@ from diffinterface.extend import (
 from .finitediff_executor import evaluations
 
 if TYPE_CHECKING:
-    from diffinterface.extend import Contexts, Info, Target
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from diffinterface.extend import Array, Contexts, DType, Info, NumericArray, Target
+
 
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
 
-def _complex_leaf(value: Any) -> Any:
+def _complex_leaf(value: Array) -> Array:
     value = copy_leaf(value)
     xp = array_namespace(value)
     if xp.isdtype(value.dtype, "real floating"):
@@ -86,7 +90,7 @@ def _constant_alias(value: Any) -> Any:
     return copy_leaf(value) if alias is None else alias
 
 
-def _along(xp: Any, abs_h: Any, t: Any) -> float:
+def _along(xp: Any, abs_h: Array, t: Array) -> float:
     """The step along ``t``: the largest ``k`` that moves no coordinate by more than its own step,
     ``min over t_i != 0 of |h_i| / |t_i|`` = ``1 / max |t_i| / |h_i|`` (every ``|h_i| > 0``); 0.0
     where ``t`` is zero, NaN where ``t`` has a NaN (the derivative along it is NaN)."""
@@ -99,7 +103,7 @@ def _along(xp: Any, abs_h: Any, t: Any) -> float:
 _BLOCK = 1 << 16  # elements per block of _step_along's numpy path: its temporaries stay in a core's cache
 
 
-def _step_along(xp: Any, x: Any, t: Any, r: float) -> float | None:
+def _step_along(xp: Any, x: Array, t: Array, r: float) -> float | None:
     """:func:`_along` for the default steps ``r * max(1, |x_i|)`` in one expression (its temporaries
     freed as soon as used): ``r / max(|t_i| / max(1, |x_i|))``. An inf coordinate of ``x`` sets no
     limit on the step (its ratio is 0: it stays inf whatever the step, and does not shrink the step
@@ -145,12 +149,12 @@ class _Along:
     xp: Any
     r: float
 
-    def __init__(self, info: Info, x: Any, exponent: float) -> None:
+    def __init__(self, info: Info, x: Array, exponent: float) -> None:
         self.info, self.exponent = info, exponent
         self.kind = None
         self.namespace(x)
 
-    def namespace(self, x: Any) -> tuple[Any, float]:
+    def namespace(self, x: Array) -> tuple[Any, float]:
         """``x``'s array namespace and relative step ``eps ** exponent``."""
         if type(x) is not self.kind or x.dtype != self.dtype:
             self.kind, self.dtype, self.xp = type(x), x.dtype, array_namespace(x)
@@ -163,7 +167,7 @@ class _Points:
 
     __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev", "finite")
 
-    def __init__(self, x: Any, exponent: float, rel_step: float | None) -> None:
+    def __init__(self, x: Array, exponent: float, rel_step: float | None) -> None:
         xp = self.xp = array_namespace(x)
         self.x, self.shape, self.dev = x, tuple(x.shape), device(x)
         flat = self.flat = xp.reshape(x, (-1,))
@@ -186,7 +190,7 @@ class _Points:
         self.h, self.plus, self.minus = h, flat + h, flat - h
         self.finite = finite
 
-    def along(self, t: Any) -> float:
+    def along(self, t: Array) -> float:
         """The step along ``t`` (see :func:`_along`)."""
         return _along(self.xp, self.xp.abs(self.h), t)
 
@@ -200,12 +204,12 @@ class _Points:
         return xp.where(self.finite, self.flat - self.minus, self.h)
 
 
-def _computing(x: Any) -> Any:
+def _computing(x: Array) -> AbstractContextManager[Any]:
     """The context in which x's library keeps x's dtype (a no-op for NumPy)."""
     return _computing_for(family(x), x.dtype)
 
 
-def _computing_for(fam: str | None, dtype: Any) -> Any:
+def _computing_for(fam: str | None, dtype: DType) -> AbstractContextManager[Any]:
     """:func:`_computing` from the family's name and the dtype, also in a process that has not imported
     the family's library yet (an executor's worker, before it unpickles the arrays)."""
     record = families().get(fam or NUMPY)
@@ -217,7 +221,7 @@ def _computing_for(fam: str | None, dtype: Any) -> Any:
     return record.computing(dtype)
 
 
-def _evaluator(target: Target, contexts: tuple[Any, ...], x: Any, complex_step: bool = False) -> Any:
+def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool = False) -> Callable[[Array], Any]:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
     dtype, dev = x.dtype, device(x)
     leaf = _complex_leaf if complex_step else copy_leaf
@@ -240,7 +244,7 @@ def _evaluator(target: Target, contexts: tuple[Any, ...], x: Any, complex_step: 
         f = target.f
         return lambda point: as_array(f(point))
 
-    def evaluate(point: Any) -> Any:
+    def evaluate(point: Array) -> Any:
         def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
             constant = _constant_alias if aliased else copy_leaf
             values = context_values(contexts, lambda v: duplicate(v, leaf), lambda v: duplicate(v, constant))
@@ -282,7 +286,9 @@ class _PointSet:
 
     __slots__ = ("vectors", "idx", "shape", "_xp", "_steps")
 
-    def __init__(self, vectors: dict[str, Any], idx: Any, shape: tuple[int, ...] | None, xp: Any = None) -> None:
+    def __init__(
+        self, vectors: dict[str, NumericArray], idx: Array | None, shape: tuple[int, ...] | None, xp: Any = None
+    ) -> None:
         self.vectors, self.idx, self.shape = vectors, idx, shape
         self._xp: Any = xp  # the vectors' namespace where the caller has it (else looked up at the first point)
         self._steps: list[tuple[int, Any]] = [(-1, None), (-1, None)]  # see _step
@@ -357,8 +363,8 @@ class _Job:
     def __init__(
         self,
         target: Target,
-        contexts: tuple[Any, ...],
-        x: Any,
+        contexts: Contexts,
+        x: Array,
         points: _PointSet,
         complex_step: bool,
         vectorized: bool,
@@ -436,8 +442,8 @@ class Adapter(_Base):
     def _values(
         self,
         target: Target,
-        contexts: tuple[Any, ...],
-        x: Any,
+        contexts: Contexts,
+        x: Array,
         points: _PointSet,
         recipes: list[Recipe],
         complex_step: bool = False,
@@ -451,7 +457,7 @@ class Adapter(_Base):
         job = _Job(target, contexts, x, points, complex_step, self.vectorized, y_shape)
         return iter(evaluations(job, recipes, self.executor, self.batch_size, target.call))
 
-    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
+    def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         if self.vectorized:  # f takes a batch: this one point is a batch of one
             self._vectorizable(target)
             with _computing(x):
@@ -467,9 +473,9 @@ class Adapter(_Base):
         self,
         operator: Operator,
         target: Target,
-        x: Any,
-        tangents: tuple[Any, ...],
-        contexts: tuple[Any, ...],
+        x: Array,
+        tangents: tuple[NumericArray, ...],
+        contexts: Contexts,
         info: Info,
     ) -> Runners:
         """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
@@ -481,11 +487,11 @@ class Adapter(_Base):
             return runners
         plain, value = runners.plain, runners.value
 
-        def plain_in(x: Any, ts: Any, cs: Contexts) -> Any:
+        def plain_in(x: Array, ts: tuple[Array, ...], cs: Contexts) -> Any:
             with _computing(x):
                 return plain(x, ts, cs)
 
-        def value_in(x: Any, ts: Any, cs: Contexts) -> Any:
+        def value_in(x: Array, ts: tuple[Array, ...], cs: Contexts) -> Any:
             with _computing(x):
                 return value(x, ts, cs)
 
@@ -496,9 +502,7 @@ class Adapter(_Base):
 
     # -- first order -----------------------------------------------------------------------------
 
-    def _jacobian(
-        self, data: Any, target: Target, x: Any, contexts: tuple[Any, ...], want_value: bool
-    ) -> tuple[Any, ...]:
+    def _jacobian(self, data: Info, target: Target, x: Array, contexts: Contexts, want_value: bool) -> tuple[Any, ...]:
         """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
         method = self.method
         p = _Points(x, self._exponent("first"), self.rel_step)
@@ -539,13 +543,13 @@ class Adapter(_Base):
         jac = xp.reshape(xp.stack([xp.reshape(c, (-1,)) for c in cols], axis=1), y_shape + x_shape)
         return y0, jac
 
-    def prepare_jacobian(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
+    def prepare_jacobian(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         return info
 
-    def value_and_jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def value_and_jacobian(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, True)
 
-    def jacobian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def jacobian(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         return self._jacobian(data, target, x, contexts, False)[1]
 
     # gradient and derivative are Jacobians of shape x.shape and f(x).shape: same code, same counts.
@@ -554,16 +558,23 @@ class Adapter(_Base):
     gradient = derivative = jacobian
 
     def _pushforward(
-        self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts, want_value: Any
+        self,
+        data: _Along | Info,
+        target: Target,
+        x: Array,
+        tangents: tuple[NumericArray, ...],
+        contexts: Contexts,
+        want_value: bool,
     ) -> Any:
         if type(data) is not _Along:  # an Info from another adapter's preparation (one that delegates here)
-            data = _Along(data, x, self._exponent("first"))
+            data = _Along(cast("Info", data), x, self._exponent("first"))
         xp, r = data.namespace(x)
         y0 = data.info.take_value()
         method = self.method
         complex_step = method == "complex"
         cdtype = (xp.complex64 if x.dtype == xp.float32 else xp.complex128) if complex_step else None
-        vectors = {"x": xp.astype(x, cdtype) if complex_step else x}  # shaped like x: no reshape per point
+        # shaped like x: no reshape per point
+        vectors: dict[str, NumericArray] = {"x": xp.astype(x, cdtype) if complex_step else cast("NumericArray", x)}
         # f(x), where needed, joins the points (a complex step evaluates it apart: at a real point)
         first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
         recipes: list[Recipe] = [("x", None, ())] if first else []
@@ -606,26 +617,34 @@ class Adapter(_Base):
                 results.append((y0 - next(values)) / k)
         return y0, tuple(results)
 
-    def prepare_pushforward(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
+    def prepare_pushforward(
+        self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
+    ) -> Any:
         return _Along(info, x, self._exponent("first"))
 
-    def value_and_pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
+    def value_and_pushforward(
+        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
+    ) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, True)
 
-    def pushforward(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
+    def pushforward(
+        self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
+    ) -> Any:
         return self._pushforward(data, target, x, tangents, contexts, False)[1]
 
     # -- second order: central second differences ------------------------------------------------
 
-    def prepare_second_derivative(self, target: Target, x: Any, contexts: Contexts, info: Info) -> Any:
+    def prepare_second_derivative(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Any:
         return info
 
     prepare_hessian = prepare_second_derivative
 
-    def prepare_hvp(self, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info) -> Any:
+    def prepare_hvp(
+        self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
+    ) -> Any:
         return info
 
-    def _hessian(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
+    def _hessian(self, data: Info, target: Target, x: Array, contexts: Contexts, y0: Any) -> Any:
         """The Hessian; ``f(x)``, which its diagonal needs, joins the points where ``y0`` is None."""
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
@@ -652,7 +671,7 @@ class Adapter(_Base):
             return xp.zeros(p.shape + p.shape, dtype=x.dtype, device=p.dev)
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
-    def _hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
+    def _hvp(self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
@@ -682,21 +701,23 @@ class Adapter(_Base):
             results.append(xp.reshape(xp.stack(out), p.shape))
         return tuple(results)
 
-    def hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def hessian(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         return self._hessian(data, target, x, contexts, data.take_value())
 
-    def value_gradient_and_hessian(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def value_gradient_and_hessian(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         y0, grad = self._jacobian(data, target, x, contexts, True)
         return y0, grad, self._hessian(data, target, x, contexts, y0)
 
-    def hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
+    def hvp(self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts) -> Any:
         return self._hvp(data, target, x, tangents, contexts)
 
-    def gradient_and_hvp(self, data: Any, target: Target, x: Any, tangents: Any, contexts: Contexts) -> Any:
+    def gradient_and_hvp(
+        self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
+    ) -> Any:
         grad = self._jacobian(data, target, x, contexts, False)[1]
         return grad, self._hvp(data, target, x, tangents, contexts)
 
-    def _second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts, y0: Any) -> Any:
+    def _second_derivative(self, data: Info, target: Target, x: Array, contexts: Contexts, y0: Any) -> Any:
         p = _Points(x, self._exponent("second"), self.rel_step)
         xp = p.xp
         first = y0 is None
@@ -710,15 +731,15 @@ class Adapter(_Base):
         plus = next(values)
         return (plus - 2 * y0 + next(values)) / (step * step)
 
-    def second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def second_derivative(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         return self._second_derivative(data, target, x, contexts, data.take_value())
 
-    def value_derivative_and_second_derivative(self, data: Any, target: Target, x: Any, contexts: Contexts) -> Any:
+    def value_derivative_and_second_derivative(self, data: Info, target: Target, x: Array, contexts: Contexts) -> Any:
         y0, der = self._jacobian(data, target, x, contexts, True)
         return y0, der, self._second_derivative(data, target, x, contexts, y0)
 
 
-def _complex_result(y: Any, xp: Any, call: str) -> Any:
+def _complex_result(y: Array, xp: Any, call: str) -> Array:
     """``f``'s value at a complex point, which must be complex: the imaginary part of a real one is
     zero, a derivative that would be silently wrong."""
     if not xp.isdtype(y.dtype, "complex floating"):

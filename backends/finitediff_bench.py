@@ -28,7 +28,7 @@ class Bench(BenchEngine):
         "and the evaluator's checks of f(x)",
     }
 
-    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: np.ndarray, t: np.ndarray, A: np.ndarray) -> Any:
         import scipy.optimize
         from scipy.optimize import _numdiff
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -80,9 +80,12 @@ from diffinterface.extend import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
-    from diffinterface.extend import Contexts, Info, Target
+    from jax.experimental import sparse as jsparse
+    from jax.typing import ArrayLike
+
+    from diffinterface.extend import Array, Contexts, Info, Layout, Target
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
 
@@ -237,7 +240,7 @@ class _Static:
 
     __slots__ = ("treedef", "leaves", "_hash")
 
-    def __init__(self, treedef: Any, leaves: tuple[Any, ...]) -> None:
+    def __init__(self, treedef: Any, leaves: tuple[Any, ...]) -> None:  # treedef: JAX's PyTreeDef
         self.treedef, self.leaves = treedef, leaves
         try:
             self._hash = hash((treedef, leaves))
@@ -247,7 +250,7 @@ class _Static:
     def __hash__(self) -> int:
         return self._hash
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:  # object: object.__eq__'s own parameter
         if not isinstance(other, _Static) or self._hash != other._hash or self.treedef != other.treedef:
             return False
         return all(a is b or (type(a) is type(b) and a == b) for a, b in zip(self.leaves, other.leaves))
@@ -331,10 +334,11 @@ class _Function:
         dyn = [v for v, d in zip(flat, dynamic) if d]
         return dyn, _Static(treedef, tuple(_DYNAMIC if d else _static_leaf(v) for v, d in zip(flat, dynamic)))
 
-    def pure(self, x: Any, dyn: Any = (), static: Any = None) -> Any:
+    def pure(self, x: jax.Array, dyn: Sequence[ArrayLike] = (), static: _Static | None = None) -> Any:
         if self.simple:
             return _output(self.target.f(x), self.target)
         static = self.common if static is None else static
+        assert static is not None  # not simple: common is set
         it = iter(dyn)
         flat = [next(it) if v is _DYNAMIC else (v.array.copy() if type(v) is _Constant else v) for v in static.leaves]
         values, state = jax.tree_util.tree_unflatten(static.treedef, flat)
@@ -364,11 +368,11 @@ def _output(y: Any, target: Target) -> Any:
     return jnp.asarray(y)
 
 
-def _split(results: Any, count: int) -> tuple[Any, ...]:
+def _split(results: jax.Array, count: int) -> tuple[jax.Array, ...]:
     return tuple(results[i] for i in range(count))
 
 
-def _cast(ts: Any, like: Any) -> Any:
+def _cast(ts: Sequence[ArrayLike], like: jax.Array) -> tuple[ArrayLike, ...]:
     """Tangents (or cotangents) in the dtype of ``like`` (x, or f(x)), as the other backends take them:
     JAX refuses a tangent of another dtype, and a Python number arrives weakly typed. Traced: no cost
     in a compiled call where the dtypes already match."""
@@ -376,7 +380,7 @@ def _cast(ts: Any, like: Any) -> Any:
     return tuple(t if getattr(t, "dtype", None) == dtype else jnp.asarray(t).astype(dtype) for t in ts)
 
 
-def _jvps(f: Callable[..., Any], x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _jvps(f: Callable[..., Any], x: jax.Array, ts: tuple[ArrayLike, ...]) -> tuple[Any, ...]:
     """``(f(x), (J t for t in ts))``: ``jax.jvp`` for one tangent, ``linearize`` and ``vmap`` for a batch."""
     ts = _cast(ts, x)
     if len(ts) == 1:
@@ -386,7 +390,7 @@ def _jvps(f: Callable[..., Any], x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]
     return y, _split(jax.vmap(lin)(jnp.stack(ts)), len(ts))
 
 
-def _with_value(transform: Any, f: Callable[..., Any]) -> Any:
+def _with_value(transform: Callable[..., Callable[..., Any]], f: Callable[..., Any]) -> Callable[..., Any]:
     """``transform`` (jacfwd, jacrev, grad) of ``f`` that also returns ``f(x)``, from the same pass."""
     return transform(lambda z: (f(z), f(z)), has_aux=True)
 
@@ -395,11 +399,11 @@ def _with_value(transform: Any, f: Callable[..., Any]) -> Any:
 # with ``value`` the value form (a tuple, the value first); without, the plain result only, so the
 # compiled program computes nothing it does not return (JAX's counterpart of the kit's ``Body``,
 # which returns ``(primal, result)`` for both forms: here each form is its own program).
-Traced = Callable[[Callable[..., Any], Any, tuple[Any, ...], bool], Any]
+Traced = Callable[[Callable[..., Any], Any, tuple[Any, ...], bool], Any]  # x: an array, or a list of leaves
 
 
 def _pushforward(forward: bool) -> Traced:
-    def pushforward(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+    def pushforward(f: Callable[..., Any], x: jax.Array, ts: tuple[jax.Array, ...], value: bool) -> Any:
         if not forward:
             jac, y = _with_value(jax.jacrev, f)(x)
             out = contract_all(jac, _cast(ts, x), x, True)
@@ -411,7 +415,7 @@ def _pushforward(forward: bool) -> Traced:
 
 
 def _pullback(forward: bool) -> Traced:
-    def pullback(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+    def pullback(f: Callable[..., Any], x: jax.Array, ts: tuple[ArrayLike, ...], value: bool) -> Any:
         if forward:
             jac, y = _with_value(jax.jacfwd, f)(x)
             out = contract_all(jac, _cast(ts, y), x, False)
@@ -428,7 +432,7 @@ def _pullback(forward: bool) -> Traced:
 
 
 def _derivative(forward: bool) -> Traced:
-    def derivative(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
+    def derivative(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
         if forward:
             y, der = jax.jvp(f, (x,), (jnp.ones_like(x),))
         else:
@@ -439,7 +443,7 @@ def _derivative(forward: bool) -> Traced:
 
 
 def _gradient(forward: bool) -> Traced:
-    def gradient(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
+    def gradient(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
         if forward:
             return _with_value(jax.jacfwd, f)(x)[::-1] if value else jax.jacfwd(f)(x)
         return jax.value_and_grad(f)(x) if value else jax.grad(f)(x)
@@ -448,7 +452,7 @@ def _gradient(forward: bool) -> Traced:
 
 
 def _jacobian(forward: bool) -> Traced:
-    def jacobian(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
+    def jacobian(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
         transform = jax.jacfwd if forward else jax.jacrev
         return _with_value(transform, f)(x)[::-1] if value else transform(f)(x)
 
@@ -456,8 +460,8 @@ def _jacobian(forward: bool) -> Traced:
 
 
 def _second_derivative(forward: bool) -> Traced:
-    def second_derivative(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
-        def first(z: Any) -> Any:
+    def second_derivative(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
+        def first(z: jax.Array) -> tuple[jax.Array, jax.Array]:
             return jax.jvp(f, (z,), (jnp.ones_like(z),))
 
         (y, der), (_, der2) = jax.jvp(first, (x,), (jnp.ones_like(x),))
@@ -467,7 +471,7 @@ def _second_derivative(forward: bool) -> Traced:
 
 
 def _hvp(forward: bool) -> Traced:
-    def hvp(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+    def hvp(f: Callable[..., Any], x: jax.Array, ts: tuple[jax.Array, ...], value: bool) -> Any:
         g, out = _jvps(jax.grad(f), x, ts)
         return (g, out) if value else out
 
@@ -475,7 +479,7 @@ def _hvp(forward: bool) -> Traced:
 
 
 def _hessian(forward: bool) -> Traced:
-    def hessian(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
+    def hessian(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
         if not value:
             return jax.jacfwd(jax.grad(f))(x)
         hess, (y, g) = jax.jacfwd(lambda z: (jax.grad(f)(z), jax.value_and_grad(f)(z)), has_aux=True)(x)
@@ -509,7 +513,14 @@ class _Prepared:
     __slots__ = ("function", "value_form", "plain_form", "x64", "convert", "tangents", "bare", "plain", "value")
 
     def __init__(
-        self, function: _Function, operator: Operator, body: Any, jit: bool, x64: bool, convert: bool, n_tangents: int
+        self,
+        function: _Function,
+        operator: Operator,
+        body: Traced,
+        jit: bool,
+        x64: bool,
+        convert: bool,
+        n_tangents: int,
     ) -> None:
         self.function, self.x64, self.convert = function, x64, convert
         self.tangents = operator.tangent is not None
@@ -527,7 +538,7 @@ class _Prepared:
             if not value:
                 return lambda x, tangents, contexts: (compiled(x, tangents[0]),)
 
-            def run_value(x: Any, tangents: Any, contexts: Contexts) -> Any:
+            def run_value(x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
                 y, out = compiled(x, tangents[0])
                 return y, (out,)
 
@@ -544,7 +555,7 @@ class _Prepared:
         assert plan is not None  # called where f has captured state
         read, common, tangents_op, bare = plan.read, compiled[0], self.tangents, self.bare
 
-        def run_state(x: Any, tangents: Any, contexts: Contexts) -> Any:
+        def run_state(x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
             state = read()
             if not all(map(_is_dynamic, state)):
                 return self.run(compiled, value, x, tangents, contexts)
@@ -557,27 +568,29 @@ class _Prepared:
 
         return run_state
 
-    def _compile(self, body: Any, value: bool, jit: bool) -> Any:
+    def _compile(self, body: Traced, value: bool, jit: bool) -> Any:
         """The compiled function; for a function with contexts or state, a pair: one for the
         ``common`` static structure (held in its closure) and one taking the static part as argument."""
         function, bare = self.function, self.bare
 
-        def call(f: Callable[..., Any], x: Any, ts: Any) -> Any:
+        def call(f: Callable[..., Any], x: jax.Array, ts: tuple[jax.Array, ...] | jax.Array) -> Any:
             if not bare:
-                return body(f, x, ts, value)
+                return body(f, x, cast("tuple[jax.Array, ...]", ts), value)
             results = body(f, x, (ts,), value)  # ts is the one tangent, bare
             return (results[0], results[1][0]) if value else results[0]
 
-        def simple_tangents(x: Any, ts: Any) -> Any:
+        def simple_tangents(x: jax.Array, ts: tuple[jax.Array, ...] | jax.Array) -> Any:
             return call(function.pure, x, ts)
 
-        def simple(x: Any) -> Any:
+        def simple(x: jax.Array) -> Any:
             return body(function.pure, x, (), value)
 
-        def with_tangents(x: Any, ts: Any, dyn: Any, static: Any) -> Any:
+        def with_tangents(
+            x: jax.Array, ts: tuple[jax.Array, ...] | jax.Array, dyn: Sequence[ArrayLike], static: _Static | None
+        ) -> Any:
             return call(lambda z: function.pure(z, dyn, static), x, ts)
 
-        def without_tangents(x: Any, dyn: Any, static: Any) -> Any:
+        def without_tangents(x: jax.Array, dyn: Sequence[ArrayLike], static: _Static | None) -> Any:
             return body(lambda z: function.pure(z, dyn, static), x, (), value)
 
         if function.simple:
@@ -586,10 +599,10 @@ class _Prepared:
         run = with_tangents if self.tangents else without_tangents
         common = function.common
 
-        def common_tangents(x: Any, ts: Any, dyn: Any) -> Any:
+        def common_tangents(x: jax.Array, ts: tuple[jax.Array, ...] | jax.Array, dyn: Sequence[ArrayLike]) -> Any:
             return run(x, ts, dyn, common)
 
-        def common_plain(x: Any, dyn: Any) -> Any:
+        def common_plain(x: jax.Array, dyn: Sequence[ArrayLike]) -> Any:
             return run(x, dyn, common)
 
         run_common = common_tangents if self.tangents else common_plain
@@ -601,9 +614,9 @@ class _Prepared:
         self,
         compiled: Any,
         value: bool,
-        x: Any,
-        tangents: tuple[Any, ...],
-        contexts: tuple[Any, ...],
+        x: Array | list[Array],
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
         ahead: bool = False,
     ) -> Any:
         if self.x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
@@ -611,7 +624,7 @@ class _Prepared:
                 return self._invoke(compiled, value, x, tangents, contexts, ahead)
         return self._invoke(compiled, value, x, tangents, contexts, ahead)
 
-    def compile_ahead(self, x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> None:
+    def compile_ahead(self, x: Array | list[Array], tangents: tuple[Array, ...], contexts: Contexts) -> None:
         """Lower and compile the plain form for these arguments now (``jit(...).lower(...).compile()``),
         so that preparation pays its compile and the first prepared call does not. JAX caches the trace
         and the executable by the arguments' shapes and dtypes, which the prepared calls share. The
@@ -623,9 +636,9 @@ class _Prepared:
         self,
         compiled: Any,
         value: bool,
-        x: Any,
-        tangents: tuple[Any, ...],
-        contexts: tuple[Any, ...],
+        x: Array | list[Array],
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
         ahead: bool = False,
     ) -> Any:
         if self.convert:  # torch tensors: through dlpack (zero-copy on the CPU), inside the x64 context
@@ -648,14 +661,14 @@ class _Prepared:
         return (results[0], (results[1],)) if value else (results,)
 
 
-def _to_jax(value: Any) -> Any:
+def _to_jax(value: Array | list[Array]) -> Any:
     """A torch tensor, or a list of them (the leaves of a structure), as jax arrays."""
     if isinstance(value, list):
         return [to_family(v, "jax") for v in value]
     return to_family(value, "jax")
 
 
-def _structured(body: Any, layout: Any, operator: Operator, forward: bool, n_tangents: int) -> Any:
+def _structured(body: Traced, layout: Layout, operator: Operator, forward: bool, n_tangents: int) -> Traced:
     """``body`` over the leaves of a structured x (and tangents), its results cut into leaves, all
     inside the compiled program (``structures_inside``: see ``diffinterface._core.structure``).
 
@@ -669,21 +682,22 @@ def _structured(body: Any, layout: Any, operator: Operator, forward: bool, n_tan
     if tree is not None:
         return tree
 
-    def traced(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
-        flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)
+    def traced(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
+        # ts is empty where tangent_like is None (an operator without tangents)
+        flat_ts = tuple(tangent_like.ravel(list(t)) for t in ts)  # type: ignore[union-attr]
         return layout.cut_all(operator, value, body(f, layout.xs.ravel(list(x)), flat_ts, value))
 
     return traced
 
 
-def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
+def _tree_body(operator: Operator, forward: bool, layout: Layout) -> Traced | None:
     """The body of :func:`_structured` on JAX's pytree transforms, or None for the other operators.
     Results as ``Layout.cut_all`` gives them: lists of leaves, f(x) cut from its vector."""
     cut_y = layout.cut
 
     if operator is GRADIENT and not forward:
 
-        def gradient(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+        def gradient(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
             if value:
                 y, g = jax.value_and_grad(f)(list(x))
                 return [y], list(g)
@@ -692,22 +706,24 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
         return gradient
     if operator is PULLBACK and not forward:
 
-        def pullback(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+        def pullback(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
             y, vjp = jax.vjp(f, list(x))
-            out = (list(vjp(_cast((layout.ys.ravel(list(ts[0])),), y)[0])[0]),)
+            # layout.ys is learnt at the first evaluation of f, before any trace
+            ys = layout.ys.ravel(list(ts[0]))  # type: ignore[union-attr]
+            out = (list(vjp(_cast((ys,), y)[0])[0]),)
             return (cut_y("y", y), out) if value else out
 
         return pullback
     if operator is PUSHFORWARD and forward:
 
-        def pushforward(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+        def pushforward(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
             y, out = jax.jvp(f, (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (cut_y("y", y), (cut_y("y", out),)) if value else (cut_y("y", out),)
 
         return pushforward
     if operator is HVP:
 
-        def hvp(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+        def hvp(f: Callable[..., Any], x: list[jax.Array], ts: tuple[list[jax.Array], ...], value: bool) -> Any:
             g, out = jax.jvp(jax.grad(f), (list(x),), ([_cast((t,), leaf)[0] for t, leaf in zip(ts[0], x)],))
             return (list(g), (list(out),)) if value else (list(out),)
 
@@ -715,18 +731,20 @@ def _tree_body(operator: Operator, forward: bool, layout: Any) -> Any:
     return None
 
 
-def _preferring(mode: str, body: Any) -> Any:
+def _preferring(mode: str, body: Traced) -> Traced:
     """``body`` traced with ``diffinterface.rules.prefer(mode)``: a function with custom rules for
     both directions uses the one of this operator (JAX registers one or the other, see jax_rules)."""
 
-    def traced(f: Callable[..., Any], x: Any, ts: Any, value: Any) -> Any:
+    def traced(
+        f: Callable[..., Any], x: jax.Array | list[jax.Array], ts: tuple[jax.Array | list[jax.Array], ...], value: bool
+    ) -> Any:
         with prefer(mode):
             return body(f, x, ts, value)
 
     return traced
 
 
-def _is_float64(value: Any) -> bool:
+def _is_float64(value: Array | list[Array]) -> bool:
     """float64 or complex128 (a complex x of a structure's layout is differentiated as float64 pairs)."""
     dtype = getattr(value, "dtype", None)
     return dtype is not None and np.dtype(str(dtype).replace("torch.", "")) in (np.float64, np.complex128)
@@ -741,7 +759,7 @@ _CONCRETE_NEEDED = (
 )
 
 
-def _traced_value_error(target: Any, error: BaseException) -> TypeError | None:
+def _traced_value_error(target: Target, error: BaseException) -> TypeError | None:
     """The call's error where ``f``, traced by JAX, needs a concrete value of x (JAX's own error types)
     or hands JAX's traced arrays to another engine's functions (a TypeError raised right in ``f``,
     whose code names a module of another registered array family: ``torch.sin(z)``); None otherwise."""
@@ -785,7 +803,7 @@ class Adapter(_Base):
     structures_inside = True  # a structure's ravel and cut are traced into the compiled program
 
     @staticmethod
-    def traced(value: Any) -> bool:
+    def traced(value: object) -> bool:  # any captured value
         """A tracer: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, Tracer)
 
@@ -795,7 +813,7 @@ class Adapter(_Base):
         assignment into one of its arrays or tracers (captured jax arrays reach f as they are)."""
         return _Base.refused_write(error) or _jax_write_refused(error)
 
-    def aux(self, target: Target, x: Any, contexts: Contexts) -> Any:
+    def aux(self, target: Target, x: Any, contexts: Contexts) -> Any:  # x: an array or a structure of them
         """has_aux's aux: ``f`` at ``x`` as JAX arrays, inside the x64 context for a float64 ``x`` (or a
         structure with a float64 leaf)."""
         leaves = [x] if family(x) is not None else list(getattr(x, "values", lambda: x)())
@@ -804,7 +822,7 @@ class Adapter(_Base):
                 return super().aux(target, x, contexts)
         return super().aux(target, x, contexts)
 
-    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
+    def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
         for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
         if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
@@ -812,7 +830,7 @@ class Adapter(_Base):
                 return super().evaluate(target, x, contexts)
         return super().evaluate(target, x, contexts)
 
-    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         function = _Function(target, contexts)
         x64 = _is_float64(x)
 
@@ -841,7 +859,13 @@ class Adapter(_Base):
         return Info(tuple(out.shape), out.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare(
-        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Array | list[Array],
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
+        info: Info,
     ) -> _Prepared:
         """The adapter contract (``diffinterface._adapters.contract``): the compiled value and plain forms of one
         operator (see _Prepared), ``plain`` one call into the compiled function."""
@@ -850,7 +874,7 @@ class Adapter(_Base):
         leaf = x
         if info.layout is not None:  # x is the list of a structure's leaves
             body = _structured(body, info.layout, operator, forward, len(tangents))
-            leaf = x[0]
+            leaf = cast("list[Array]", x)[0]
         if operator.order == 1:  # the second order's directions are fixed
             body = _preferring("forward" if forward else "reverse", body)
         jit = self.backend.jit and not info.oneshot
@@ -860,7 +884,7 @@ class Adapter(_Base):
             prepared.compile_ahead(x, tangents, contexts)
         return prepared
 
-    def jaxpr(self, target: Target, x: Any, contexts: Contexts) -> Any:
+    def jaxpr(self, target: Target, x: Array, contexts: Contexts) -> Any:
         """The closed jaxpr of ``f`` at ``x`` as this adapter traces it (captured state and caches as
         writable stand-ins, their values constants of the jaxpr), inside the x64 context for a float64
         ``x``; for ``diffinterface.sparse.JaxprSparsityDetector``, which interprets it."""
@@ -882,12 +906,12 @@ class Adapter(_Base):
         self,
         kind: str,
         target: Target,
-        x: Any,
-        seeds: Any,
-        index: Any,
+        x: Array,
+        seeds: np.ndarray,
+        index: np.ndarray,
         contexts: Contexts,
         info: Info,
-        pattern: Any = None,
+        pattern: Any = None,  # a scipy csr_array (scipy ships no types)
     ) -> _Prepared:
         """AutoSparse's compressed derivative compiled whole (``diffinterface.sparse._adapter``): the
         products along the stacked ``seeds`` (``"columns"``: pushforwards, ``"rows"``: pullbacks,
@@ -905,7 +929,7 @@ class Adapter(_Base):
         return prepared
 
 
-def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
+def _compressed(kind: str, seeds: np.ndarray, index: np.ndarray, pattern: Any) -> Traced:
     """The body of ``Adapter.prepare_compressed`` (seeds and index are constants of the program)."""
     to_sparse: Callable[[Any], Any] | None = None  # the nonzeros as a BCOO of the pattern
     if pattern is not None:
@@ -913,15 +937,14 @@ def _compressed(kind: str, seeds: Any, index: Any, pattern: Any) -> Any:
 
         rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
         coo = np.stack([rows, pattern.indices], axis=1).astype(np.int32)
+        shape = tuple(pattern.shape)
 
-        def bcoo(data: Any) -> Any:
-            return jsparse.BCOO(
-                (data, jnp.asarray(coo)), shape=tuple(pattern.shape), indices_sorted=True, unique_indices=True
-            )
+        def bcoo(data: jax.Array) -> jsparse.BCOO:
+            return jsparse.BCOO((data, jnp.asarray(coo)), shape=shape, indices_sorted=True, unique_indices=True)
 
         to_sparse = bcoo
 
-    def body(f: Callable[..., Any], x: Any, _: Any, value: Any) -> Any:
+    def body(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
         s, idx = jnp.asarray(seeds), jnp.asarray(index)
         y = g = None  # f(x) and the gradient, computed where value asks for them
         if kind == "columns":

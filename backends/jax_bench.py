@@ -36,7 +36,7 @@ class Bench(BenchEngine):
         "compiled function (so that updates between calls are seen)",
     }
 
-    def array(self, a: Any) -> Any:
+    def array(self, a: np.ndarray) -> jax.Array:
         return jnp.asarray(a, dtype=jnp.float32)
 
     def ready(self, value: Any) -> Any:
@@ -45,17 +45,17 @@ class Bench(BenchEngine):
     def compiled(self, f: Callable[..., Any]) -> Any:
         return jax.jit(f)
 
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+    def rule_by_hand(self, primal: Callable[..., Any], vjp: Callable[..., Any]) -> Any:
         """A ``jax.custom_vjp`` over ``jax.pure_callback``: the input is the residual."""
 
         @jax.custom_vjp
-        def by_hand(a: Any) -> Any:
+        def by_hand(a: jax.Array) -> Any:
             return jax.pure_callback(primal, jax.ShapeDtypeStruct(a.shape, a.dtype), a, vmap_method="sequential")
 
-        def fwd(a: Any) -> Any:
+        def fwd(a: jax.Array) -> Any:
             return by_hand(a), a
 
-        def bwd(a: Any, dy: Any) -> Any:
+        def bwd(a: jax.Array, dy: jax.Array) -> Any:
             return (jax.pure_callback(vjp, jax.ShapeDtypeStruct(a.shape, a.dtype), a, dy, vmap_method="sequential"),)
 
         by_hand.defvjp(fwd, bwd)
@@ -78,19 +78,19 @@ class Bench(BenchEngine):
         return None
 
     @staticmethod
-    def _arguments(operator: str, x: Any, t: Any, A: Any) -> tuple[Any, ...]:
+    def _arguments(operator: str, x: jax.Array, t: jax.Array, A: jax.Array) -> tuple[Any, ...]:
         if operator.startswith("jacobian"):
             return (x, A)
         return (x, t) if operator in ("hvp", "pushforward", "pullback") else (x,)
 
-    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: jax.Array, t: jax.Array, A: jax.Array) -> Any:
         g = self._compiled(operator, f)
         if g is None:
             return None
         args = self._arguments(operator, x, t, A)
         return lambda: jax.block_until_ready(g(*args))
 
-    def native_numpy(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native_numpy(self, operator: str, f: Callable[..., Any], x: jax.Array, t: jax.Array, A: jax.Array) -> Any:
         """The compiled transform called on the numpy arrays (jit transfers them), its result read
         back with ``np.asarray`` (which waits for it)."""
         g = self._compiled(operator, f)
@@ -99,7 +99,7 @@ class Bench(BenchEngine):
         args = self._arguments(operator, x, t, A)
         return lambda: np.asarray(g(*args))
 
-    def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native_first(self, operator: str, f: Callable[..., Any], x: jax.Array, t: jax.Array, A: jax.Array) -> Any:
         def first() -> Any:
             self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
 

@@ -38,7 +38,7 @@ zeros) is one piece of the same ``custom_jvp``/``custom_vjp`` builder, read toge
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +54,16 @@ from diffinterface.extend import (
     cotangents,
     preferred,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from jax.custom_derivatives import CustomVJPPrimal
+    from jax.typing import ArrayLike
+    from numpy.typing import DTypeLike
+
+    Tangent = jax.Array | SymbolicZero  # JAX's tangents with symbolic_zeros=True
+    Out = jax.ShapeDtypeStruct | tuple[jax.ShapeDtypeStruct, ...]  # what a host callback returns
 
 
 def call(rule: Rule, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
@@ -75,7 +85,7 @@ def _choose(rule: Rule, hint: str | None) -> str:
 
 
 def _register(rule: Rule, mode: str, kwargs: dict[Any, Any]) -> Any:
-    def primal(*args: Any) -> Any:
+    def primal(*args: ArrayLike) -> Any:
         if rule.opaque:
             return _host(_primal_host(rule, kwargs), _out(rule, args, kwargs), args, rule.vectorized)
         return rule.primal(*_jax(args), **kwargs)
@@ -102,10 +112,10 @@ def _first_order(rule: Rule) -> Any:
 
     def build() -> Any:
         @jax.custom_jvp
-        def first_order(values: Any) -> Any:
+        def first_order(values: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             return values
 
-        def jvp(primals: Any, tangents: Any) -> Any:
+        def jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
             if any(type(t) is not SymbolicZero for t in jax.tree.leaves(tangents[0], is_leaf=_is_zero)):
                 raise rule.second_order("under JAX", "AutoJAX()")
             return primals[0], jax.tree.map(lambda p: jnp.zeros_like(p), primals[0])
@@ -121,7 +131,7 @@ def _is_zero(t: Any) -> bool:
 
 
 def _forward_rule(rule: Rule, kwargs: dict[Any, Any]) -> Any:
-    def jvp(primals: Any, tangents: Any) -> Any:
+    def jvp(primals: tuple[jax.Array, ...], tangents: tuple[Tangent, ...]) -> Any:
         if not rule.has_forward:
             raise rule.missing("forward", "under JAX")
         active = tuple(type(t) is not SymbolicZero for t in tangents)
@@ -150,7 +160,7 @@ def _primal_host(rule: Rule, kwargs: dict[Any, Any]) -> Any:
     """The opaque primal, on NumPy arrays."""
 
     def build() -> Any:
-        def host(*arrays: Any) -> Any:
+        def host(*arrays: np.ndarray) -> Any:
             return rule.primal(*arrays, **kwargs)
 
         return host
@@ -162,7 +172,7 @@ def _forward_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], 
     """The opaque forward rule's tangent, on NumPy arrays: the n values, then the live tangents."""
 
     def build() -> Any:
-        def host(*arrays: Any) -> Any:
+        def host(*arrays: np.ndarray) -> Any:
             values, ts = arrays[:n], iter(arrays[n:])
             full = tuple(next(ts) if a else None for a in active)
             y, dy = rule.forward(*annotate(values, active, Active, full), **kwargs)
@@ -178,7 +188,7 @@ def _reverse_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...]) 
     for its tape (where the rule has one), then the cotangents of the active arguments."""
 
     def build() -> Any:
-        def host(*arrays: Any) -> Any:
+        def host(*arrays: np.ndarray) -> Any:
             vals, dy = arrays[:-1], arrays[-1]
             args = annotate(vals, active, Active)
             tape = rule.tape(*args, **kwargs)
@@ -190,10 +200,10 @@ def _reverse_host(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...]) 
     return rule.native(("jax-reverse-host", tuple(sorted(kwargs.items())), active), build)
 
 
-def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
+def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Callable[..., Any]) -> Any:
     """An opaque function's JVP whose tangent is linear_call(forward rule, transpose = reverse rules)."""
 
-    def jvp(primals: Any, tangents: Any) -> Any:
+    def jvp(primals: tuple[jax.Array, ...], tangents: tuple[Tangent, ...]) -> Any:
         active = tuple(type(t) is not SymbolicZero for t in tangents)
         values = _first_order(rule)(tuple(primals))
         out = _out(rule, values, kwargs)
@@ -202,10 +212,10 @@ def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
         forward = _forward_host(rule, kwargs, active, len(values))
         reverse = _reverse_host(rule, kwargs, active)
 
-        def tangent(res: Any, lin: Any) -> Any:
+        def tangent(res: Sequence[jax.Array], lin: Sequence[jax.Array]) -> Any:
             return _host(forward, out, tuple(res) + tuple(lin), rule.vectorized)
 
-        def transpose(res: Any, ct: Any) -> Any:
+        def transpose(res: Sequence[jax.Array], ct: jax.Array) -> Any:
             return tuple(_host(reverse, wanted, tuple(res) + (ct,), rule.vectorized))
 
         return primal(*values), linear_call(tangent, transpose, values, live)
@@ -213,8 +223,8 @@ def _both_rule(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> Any:
     return jvp
 
 
-def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any, ...]:
-    def fwd(*cargs: Any) -> Any:
+def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Callable[..., Any]) -> tuple[Any, ...]:
+    def fwd(*cargs: CustomVJPPrimal) -> Any:
         if not rule.has_reverse:
             raise rule.missing("reverse", "under JAX")
         values = tuple(c.value for c in cargs)
@@ -231,7 +241,7 @@ def _reverse_rules(rule: Rule, kwargs: dict[Any, Any], primal: Any) -> tuple[Any
         y, tape = rule.augment(*annotate(_jax(values), active, Active), **kwargs)
         return y, (split, tape)
 
-    def bwd(res: Any, ct: Any) -> Any:
+    def bwd(res: tuple[Any, Any], ct: Tangent) -> Any:
         (live, const), tape = res
         active = tuple(v is not None for v in live)
         values = tuple(a if a is not None else c for a, c in zip(live, const))
@@ -257,18 +267,18 @@ def _cotangent_structs(values: tuple[Any, ...], active: tuple[bool, ...]) -> tup
     return tuple(jax.ShapeDtypeStruct(jnp.shape(v), _dtype(v)) for v, a in zip(values, active) if a)
 
 
-def _jax(values: Any) -> tuple[Any, ...]:
+def _jax(values: Sequence[ArrayLike | SymbolicZero]) -> tuple[Any, ...]:
     """NumPy arrays among a non-opaque body's arguments as JAX arrays: JAX hands a custom rule its
     primals as the caller gave them (NumPy, outside jit), and array-API bodies must not see two
     namespaces (``array_namespace(a, b)`` of a NumPy and a JAX array raises)."""
     return tuple(jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v for v in values)
 
 
-def _dtype(v: Any) -> Any:
+def _dtype(v: ArrayLike) -> Any:
     return jax.dtypes.canonicalize_dtype(jnp.result_type(v))
 
 
-def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
+def _host(body: Callable[..., Any], out: Out, args: tuple[Any, ...], vectorized: bool) -> Any:
     """``body`` on NumPy arrays through ``jax.pure_callback``; results cast to ``out``'s dtypes.
 
     64-bit operands and results travel as pairs of uint32 (a bitcast each way): JAX converts a
@@ -295,29 +305,30 @@ def _host(body: Any, out: Any, args: tuple[Any, ...], vectorized: bool) -> Any:
     )
 
 
-def _as_pairs(struct: Any) -> Any:
+def _as_pairs(struct: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(struct.shape) + (2,), np.uint32)
 
 
-def _is_wide(dtype: Any) -> bool:
+def _is_wide(dtype: DTypeLike) -> bool:
     dtype = np.dtype(dtype)
     return dtype.itemsize == 8 and dtype.kind in "fiu"
 
 
-def _wide(struct: Any, vectorized: bool) -> bool:
+def _wide(struct: jax.ShapeDtypeStruct, vectorized: bool) -> bool:
     """A 64-bit result of a looped rule, which travels as uint32 pairs (see _host)."""
     return not vectorized and _is_wide(struct.dtype)
 
 
 @functools.lru_cache(maxsize=4096)
-def _callback(body: Any, out: Any, vectorized: bool, wide_in: tuple[Any, ...]) -> Any:
+def _callback(body: Callable[..., Any], out: Out, vectorized: bool, wide_in: tuple[Any, ...]) -> Any:
     """The host function of ``body`` for ``out``: one object per body and output (see _primal_host)."""
 
     several = isinstance(out, tuple)  # a tuple of results (cotangents) or one (out is hashable: no lists)
     # per result, what JAX declared: (dtype, shape, travels as uint32 pairs), worked out once
-    declared = tuple((np.dtype(o.dtype), tuple(o.shape), _wide(o, vectorized)) for o in (out if several else (out,)))
+    outs = out if isinstance(out, tuple) else (out,)
+    declared = tuple((np.dtype(o.dtype), tuple(o.shape), _wide(o, vectorized)) for o in outs)
 
-    def one(r: Any, spec: tuple[Any, ...]) -> Any:
+    def one(r: ArrayLike, spec: tuple[Any, ...]) -> np.ndarray:
         dtype, shape, wide = spec
         if type(r) is np.ndarray and r.dtype == dtype and not wide and r.flags.c_contiguous:
             if vectorized or r.shape == shape:  # as JAX wants it already (the common case): no copy
@@ -327,12 +338,12 @@ def _callback(body: Any, out: Any, vectorized: bool, wide_in: tuple[Any, ...]) -
         r = np.ascontiguousarray(np.asarray(r, dtype=dtype).reshape(shape))
         return r.reshape(r.shape + (1,)).view(np.uint32) if wide else r
 
-    def operand(a: Any, wide: Any) -> Any:
+    def operand(a: ArrayLike, wide: DTypeLike | None) -> np.ndarray:
         if wide is None:
             return np.asarray(a)  # JAX hands a callback its own arrays (0.10): the bodies get NumPy's
         return np.ascontiguousarray(a).view(wide)[..., 0]  # (..., 2) uint32 -> (...) 64-bit
 
-    def callback(*arrays: Any) -> Any:
+    def callback(*arrays: ArrayLike) -> Any:
         result = body(*(operand(a, w) for a, w in zip(arrays, wide_in)))
         return tuple(map(one, result, declared)) if several else one(result, declared[0])
 
@@ -386,7 +397,7 @@ def _batchable_linear_call() -> None:
     ``jax.interpreters.batching.primitive_batchers``, and only where ``vmap`` of a ``linear_call``
     fails; the primitive is found by tracing one (no private import)."""
 
-    def identity(r: Any, x: Any) -> Any:
+    def identity(r: ArrayLike, x: ArrayLike) -> Any:
         return linear_call(lambda _, v: v, lambda _, t: t, r, x)
 
     probe = np.zeros((2, 1), np.float32)
@@ -402,11 +413,13 @@ def _batchable_linear_call() -> None:
         jax.vmap(identity)(probe, probe)  # the rule answers now
 
 
-def _map_over_batch(primitive: Any, args: Any, dims: Any, params: Any) -> Any:
+def _map_over_batch(
+    primitive: Any, args: Sequence[jax.Array], dims: Sequence[int | None], params: dict[str, Any]
+) -> Any:
     """The batched ``primitive``: bound once per element of the batch, in a ``lax.map`` loop."""
     mapped = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
 
-    def one(parts: Any) -> Any:
+    def one(parts: Sequence[jax.Array]) -> Any:
         it = iter(parts)
         return primitive.bind(*(next(it) if d is not None else a for a, d in zip(args, dims)), **params)
 

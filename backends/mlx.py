@@ -57,10 +57,12 @@ from diffinterface.extend import (
     PUSHFORWARD,
     SECOND_DERIVATIVE,
     Cache,
+    Contexts,
     Info,
     LostDerivativeError,
     Operator,
     Runners,
+    Target,
     contract_all,
     duplicate,
     family,
@@ -278,7 +280,7 @@ class _Function:
 
     __slots__ = ("target", "kinds", "simple", "compilable")
 
-    def __init__(self, target: Any, contexts: tuple[Any, ...]) -> None:
+    def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
         self.target = target
         self.kinds = tuple(type(c) for c in contexts)
         # captured state f only reads (a number rebound between calls) is an argument too: mx.compile would
@@ -290,7 +292,8 @@ class _Function:
         if self.simple:
             return [], []
         ctx = [_mx_tree(c.value) for c in contexts]
-        state = [_mx_tree(v) for v in self.target.plan.read()] if self.target.has_state else []
+        plan = self.target.plan
+        state = [_mx_tree(v) for v in plan.read()] if plan is not None and self.target.has_state else []
         return ctx, state
 
     def __call__(self, ctx: list[Any], state: list[Any]) -> Any:
@@ -604,14 +607,14 @@ class Adapter(_Base):
     array_family = "mlx"
     traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
 
-    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once, over fresh MLX duplicates of its state, caches and buffer."""
         function = _Function(target, contexts)
         xm = _to_mx(x)
         with _context(xm.dtype):
             return function(*function.arguments(contexts))(xm)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         function = _Function(target, contexts)
         xm = _to_mx(x)
         with _context(xm.dtype):
@@ -629,7 +632,9 @@ class Adapter(_Base):
             )
         return Info(tuple(y.shape), _np_dtype(y.dtype), None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+    def prepare(
+        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+    ) -> Runners:
         if operator.order == 1:
             forward, switchable = self.forward(operator, info), self.backend.mode is None
         else:  # hvp and hessian: forward over reverse first; the second derivative: forward over forward

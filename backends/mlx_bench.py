@@ -22,19 +22,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-def _hessian(f: Any, x: Any) -> Any:
+def _hessian(f: Callable[..., Any], x: mx.array) -> mx.array:
     """MLX has no ``hessian``: the JVPs of ``mx.grad`` along the basis of x, ``vmap``-ped (forward over reverse)."""
     grad = mx.grad(f)
     return mx.vmap(lambda t: mx.jvp(grad, [x], [t])[1][0])(mx.eye(x.size, dtype=x.dtype))
 
 
-def _jacfwd(x: Any, A: Any) -> Any:
+def _jacfwd(x: mx.array, A: mx.array) -> mx.array:
     """The Jacobian of ``sin(A @ x)`` by JVPs of the basis of x (columns), ``vmap``-ped."""
     cols = mx.vmap(lambda t: mx.jvp(lambda z: mx.sin(A @ z), [x], [t])[1][0])(mx.eye(x.size, dtype=x.dtype))
     return mx.transpose(cols)
 
 
-def _jacrev(x: Any, A: Any) -> Any:
+def _jacrev(x: mx.array, A: mx.array) -> mx.array:
     """The Jacobian of ``sin(A @ x)`` by VJPs of the basis of f(x) (rows), ``vmap``-ped."""
     m = A.shape[0]
     return mx.vmap(lambda c: mx.vjp(lambda z: mx.sin(A @ z), [x], [c])[1][0])(mx.eye(m, dtype=x.dtype))
@@ -68,12 +68,12 @@ class Bench(BenchEngine):
     def compiled(self, f: Callable[..., Any]) -> Any:
         return mx.compile(f)
 
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+    def rule_by_hand(self, primal: Callable[..., Any], vjp: Callable[..., Any]) -> Any:
         """An ``mx.custom_function`` whose primal and VJP run the NumPy bodies (MLX has no host callback:
         values are read out, which MLX refuses inside ``mx.compile``, so the call runs eagerly)."""
 
         @mx.custom_function
-        def by_hand(a: Any) -> Any:
+        def by_hand(a: mx.array) -> mx.array:
             return mx.array(np.asarray(primal(np.asarray(a)), dtype=np.float32))
 
         @by_hand.vjp

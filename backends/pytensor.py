@@ -63,11 +63,13 @@ from diffinterface.extend import (
     PUSHFORWARD,
     SECOND_DERIVATIVE,
     Cache,
+    Contexts,
     Info,
     LostDerivativeError,
     Operator,
     Runners,
     StandInConversionError,
+    Target,
     family,
     is_array,
     structured_output,
@@ -315,12 +317,12 @@ def _scalar_dtype(x: Any) -> str:
     return kind.name if kind.kind in "fc" else "float64"
 
 
-def _walk(target: Any, x: Any, contexts: tuple[Any, ...], building: bool) -> tuple[_Leaves, Any, list[Any]]:
+def _walk(target: Target, x: Any, contexts: tuple[Any, ...], building: bool) -> tuple[_Leaves, Any, list[Any]]:
     """The leaves of the captured state and of the contexts: ``(leaves, state, context values)``,
     the latter two symbolic at a build."""
     leaves = _Leaves(building, _scalar_dtype(x))
     state = None
-    if target.has_state:
+    if target.has_state and target.plan is not None:
         state = [leaves.walk(v, False, True) for v in target.plan.read()]
     values = [leaves.walk(c.value, True, isinstance(c, Cache)) for c in contexts]
     return leaves, state, values
@@ -329,7 +331,7 @@ def _walk(target: Any, x: Any, contexts: tuple[Any, ...], building: bool) -> tup
 # -- the graph of f -------------------------------------------------------------------------------
 
 
-def _output(y: Any, target: Any) -> Any:
+def _output(y: Any, target: Target) -> Any:
     y = unwrap(y)
     if isinstance(y, (tuple, list, dict)):
         raise structured_output(y, target.call)
@@ -342,7 +344,7 @@ def _output(y: Any, target: Any) -> Any:
     return pt.as_tensor_variable(y)
 
 
-def _graph(target: Any, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any, list[Any]]:
+def _graph(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any, list[Any]]:
     """``(x symbol, f(x) symbol, input symbols of contexts and state)`` for ``x`` (numpy)."""
     xs = pt.tensor(dtype=x.dtype.name, shape=x.shape)
     leaves, state, values = _walk(target, x, contexts, True)
@@ -376,7 +378,7 @@ _VALUE_REFUSALS = {
 }
 
 
-def _value_error(target: Any, error: BaseException) -> TypeError | None:
+def _value_error(target: Target, error: BaseException) -> TypeError | None:
     """The call's error where ``f`` needs a value PyTensor does not have while it builds the graph (a
     Python ``if``, ``float()``, ``.item()`` on a symbolic tensor: by the frame or the object of the error),
     or hands a symbolic tensor to numpy (a numpy frame on the traceback); None for any other error."""
@@ -540,7 +542,7 @@ class _Prepared:
     """One operator for one function: compiled functions by signature (see the module docstring),
     and the ``plain`` and ``value`` runners."""
 
-    def __init__(self, adapter: Adapter, operator: Operator, forward: bool, target: Any, info: Info) -> None:
+    def __init__(self, adapter: Adapter, operator: Operator, forward: bool, target: Target, info: Info) -> None:
         self.operator, self.forward, self.target, self.y_dtype = operator, forward, target, np.dtype(info.y_dtype)
         oneshot = info.oneshot
         backend = adapter.backend
@@ -637,7 +639,7 @@ class Adapter(_Base):
     engine_name = "PyTensor"
     array_family = NUMPY  # has_aux's aux: f at numpy x, its PyTensor variables evaluated (see aux)
 
-    def aux(self, target: Any, x: Any, contexts: Any) -> Any:
+    def aux(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """has_aux's aux: ``f`` at ``x`` as numpy (what ``pytensor.tensor`` functions take), the
         PyTensor variables it returns evaluated, so that aux is numpy as the results are."""
         return _evaluated(super().aux(target, x, contexts))
@@ -649,7 +651,7 @@ class Adapter(_Base):
         """A symbolic variable: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, (Variable, WritableArray))
 
-    def evaluate(self, target: Any, x: Any, contexts: Any) -> Any:
+    def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once: its graph compiled for one call and run."""
         xn = _numpy(x)
         xs, y, symbols = _graph(target, xn, contexts)
@@ -657,7 +659,7 @@ class Adapter(_Base):
         fn = pytensor.function([xs, *symbols], y, mode=_ONESHOT_MODE, on_unused_input="ignore")
         return fn(xn, *leaves.values)
 
-    def output_info(self, target: Any, x: Any, contexts: Any, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
         xn = _numpy(x)
         xs, y, symbols = _graph(target, xn, contexts)
         shape = tuple(y.type.shape)
@@ -668,7 +670,9 @@ class Adapter(_Base):
         _refuse_complex(xs, y, target.call)
         return Info(shape, np.dtype(y.dtype), None, tuple(np.shape(x)), oneshot)
 
-    def prepare(self, operator: Operator, target: Any, x: Any, tangents: Any, contexts: Any, info: Info) -> Runners:
+    def prepare(
+        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+    ) -> Runners:
         prepared = _Prepared(self, operator, self.forward(operator, info), target, info)
         if not info.oneshot:  # a user's prepare_*: compiled here, not at the first call
             xn = _numpy(x)

@@ -44,7 +44,7 @@ import contextlib
 import re
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -85,9 +85,17 @@ from diffinterface.extend import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
+    from contextlib import AbstractContextManager
 
-    from diffinterface.extend import Contexts, Target
+    from numpy.typing import ArrayLike
+
+    from diffinterface.extend import Array, Contexts, Target
+
+    # f as the adapter runs it, ``(x, contexts) -> f(x)`` (see _Function.run)
+    _Run = Callable[[torch.Tensor, Contexts], torch.Tensor]
+    # an operator's body: ``(x, tangents, contexts) -> (primal, result)``
+    Body = Callable[[torch.Tensor, tuple[Array, ...], Contexts], Any]
 
 _Tensor = torch.Tensor
 
@@ -109,7 +117,7 @@ def _dual_level() -> Any:
     return fwAD.dual_level()
 
 
-def _quiet_asarray(run: Any) -> Any:
+def _quiet_asarray(run: Callable[..., Any]) -> Callable[..., Any]:
     """``run`` (a call of ``f`` over guarded aliases, which require grad: see :func:`_alias`) with
     torch's warning that ``torch.asarray(alias)`` keeps requires_grad silenced: array-API code in ``f``
     writes ``xp.asarray(a)``, and keeping requires_grad is what ``f`` needs there. Scoped to the
@@ -123,7 +131,7 @@ def _quiet_asarray(run: Any) -> Any:
     return quiet
 
 
-def as_tensor(value: Any, like: Any = None) -> Any:
+def as_tensor(value: Array | ArrayLike, like: torch.Tensor | None = None) -> torch.Tensor:
     """An input as a tensor without copying where possible (a read-only numpy array is copied)."""
     if type(value) is _Tensor:
         return value
@@ -136,7 +144,7 @@ def as_tensor(value: Any, like: Any = None) -> Any:
     return to_family(value, TORCH, like=like)
 
 
-def _fresh(value: Any, device: Any) -> Any:
+def _fresh(value: Any, device: torch.device) -> Any:
     """The duplicate of a captured array or cache for one call: a new tensor with no graph history."""
     if isinstance(value, _Tensor):
         return value.detach().clone()
@@ -147,7 +155,7 @@ def _fresh(value: Any, device: Any) -> Any:
     return value
 
 
-def _alias(value: Any, device: Any) -> Any:
+def _alias(value: Any, device: torch.device) -> torch.Tensor | None:
     """The guarded alias of a captured array for a call under grad mode (``Target.guarded``): a
     tensor sharing the user's memory that requires grad, so that a write into it raises ("a leaf
     Variable that requires grad is being used in an in-place operation") and ``f`` reruns over
@@ -180,7 +188,7 @@ _REFUSALS = re.compile(
 )
 
 
-def _constant(value: Any, device: Any) -> Any:
+def _constant(value: Any, device: torch.device) -> Any:
     if isinstance(value, np.ndarray) or (family(value) not in (None, NUMPY, TORCH)):
         return as_tensor(value).to(device)
     return value
@@ -198,7 +206,7 @@ class _Function:
 
     __slots__ = ("target", "simple", "run", "eager", "writes_input", "watch")
 
-    def __init__(self, target: Target, contexts: tuple[Any, ...], compile: bool) -> None:
+    def __init__(self, target: Target, contexts: Contexts, compile: bool) -> None:
         self.target = target
         # whether the differentiated runs of f go under _Watch (see there): at the first one, and at
         # every one after a run where f read a tensor's value
@@ -211,18 +219,18 @@ class _Function:
         self.run = self._runner(torch.compile(target.f, dynamic=False) if compile else target.f)
         self.eager = self._runner(target.f) if compile else self.run
 
-    def _runner(self, call: Any) -> Any:
+    def _runner(self, call: Callable[..., Any]) -> Callable[[torch.Tensor, Contexts], torch.Tensor]:
         target = self.target
         if self.simple:  # the common case, on the prepared fast path: one call and a type check
 
-            def run(x: Any, contexts: tuple[Any, ...]) -> Any:
+            def run(x: torch.Tensor, contexts: Contexts) -> torch.Tensor:
                 y = call(x)
                 return y if type(y) is _Tensor else _output(y, x, target)
 
             return run
         plain = target.plain
 
-        def run_with_state(x: Any, contexts: tuple[Any, ...]) -> Any:
+        def run_with_state(x: torch.Tensor, contexts: Contexts) -> torch.Tensor:
             device = x.device
 
             def fresh(v: Any) -> Any:
@@ -235,7 +243,7 @@ class _Function:
                 guarded = _alias(a, device)
                 return _constant(a, device) if guarded is None else guarded
 
-            def run(aliased: bool) -> Any:
+            def run(aliased: bool) -> torch.Tensor:
                 constant = constant_alias if aliased else fresh
                 values = context_values(contexts, lambda v: duplicate(v, fresh), lambda v: duplicate(v, constant))
                 y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(
@@ -259,7 +267,7 @@ class _Function:
         # f with captured state only (no contexts, no output buffer): f over the aliases, reused
         # between calls (StatePlan.aliased), without the general path's closures; a failure goes
         # to the general path, which reruns over copies and learns that f writes.
-        def run_aliased(x: Any, contexts: tuple[Any, ...]) -> Any:
+        def run_aliased(x: torch.Tensor, contexts: Contexts) -> torch.Tensor:
             if contexts or not (plan.aliases and torch.is_grad_enabled()):
                 return run_with_state(x, contexts)
             device = x.device
@@ -276,7 +284,7 @@ class _Function:
         return run_aliased
 
 
-def _output(y: Any, x: Any, target: Target) -> Any:
+def _output(y: Any, x: torch.Tensor, target: Target) -> torch.Tensor:
     """What ``f`` returned, as a plain tensor (a Python or numpy number: a constant of x's dtype).
 
     Under ``closure="const"`` a number from ``f`` with numpy state captured is the mark of a write
@@ -337,7 +345,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
     and records where a value computed from ``x`` leaves autograd (``_ESCAPES``, ``.data``, an
     operation under ``torch.no_grad()``). Run once, only where ``f(x)`` came back without a graph."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: torch.Tensor) -> None:
         super().__init__()
         self.derived = {id(root): root}  # strong references: an id is not reused while this runs
         self.escapes: list[Any] = []
@@ -369,7 +377,11 @@ class _Provenance(torch.overrides.TorchFunctionMode):
         return f"torch.{name}" if cut and name in _CONSTRUCTORS else None
 
     def __torch_function__(
-        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
@@ -393,7 +405,7 @@ class _Provenance(torch.overrides.TorchFunctionMode):
         return out
 
 
-def _reaches(y: Any, root: Any) -> bool:
+def _reaches(y: Any, root: torch.Tensor) -> bool:
     """Whether torch's reverse graph of ``y`` reaches ``root`` (``allow_unused``: None where not)."""
     if not (isinstance(y, _Tensor) and y.requires_grad):
         return False
@@ -411,7 +423,7 @@ def _floating(value: Any) -> bool:
     return isinstance(value, _Tensor) and (value.is_floating_point() or value.is_complex())
 
 
-def _lost(fn: _Function, x: Any, contexts: tuple[Any, ...], forward: bool = False) -> None:
+def _lost(fn: _Function, x: torch.Tensor, contexts: Contexts, forward: bool = False) -> None:
     """Called where ``f(x)`` carries no derivative back to ``x``: raises :class:`LostDerivativeError`
     where a value computed from ``x`` left autograd on the way (see :class:`_Provenance`), and
     returns where ``f`` is constant in ``x`` or reaches its output only through operations torch
@@ -483,7 +495,11 @@ class _Watch(torch.overrides.TorchFunctionMode):
         self.reads = False
 
     def __torch_function__(
-        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         name = getattr(func, "__name__", "")
         if name in _VALUE_ESCAPES or name in _READS:
@@ -493,16 +509,16 @@ class _Watch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _watching(fn: _Function) -> Any:
+def _watching(fn: _Function) -> _Watch | None:
     """A new :class:`_Watch` while ``fn.watch``, else None."""
     return _Watch() if fn.watch else None
 
 
-def _under(watch: Any) -> Any:
+def _under(watch: _Watch | None) -> AbstractContextManager[Any]:
     return contextlib.nullcontext() if watch is None else watch
 
 
-def _numpy_refused(fn: _Function, error: BaseException, watch: Any) -> LostDerivativeError | None:
+def _numpy_refused(fn: _Function, error: BaseException, watch: _Watch | None) -> LostDerivativeError | None:
     """The call's error where f failed because torch refuses ``.numpy()`` of a tensor that carries a
     derivative (``np.asarray(t)`` too), after the guard's retries over copies."""
     conversions = (_ESCAPES["numpy"], _ESCAPES["__array__"])
@@ -519,7 +535,7 @@ def _numpy_refused(fn: _Function, error: BaseException, watch: Any) -> LostDeriv
     )
 
 
-def _after_watch(fn: _Function, watch: Any, x: Any, contexts: tuple[Any, ...], forward: bool) -> None:
+def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts: Contexts, forward: bool) -> None:
     """After a watched run of f that succeeded: keeps watching where f read values, and checks the
     derivative where a value that carried one escaped."""
     if watch is None:
@@ -538,7 +554,7 @@ def _escape_error(fn: _Function, escapes: list[str], found: str) -> LostDerivati
     )
 
 
-def _check_escapes(fn: _Function, x: Any, contexts: tuple[Any, ...], escapes: list[str], forward: bool) -> None:
+def _check_escapes(fn: _Function, x: torch.Tensor, contexts: Contexts, escapes: list[str], forward: bool) -> None:
     """Raises :class:`LostDerivativeError` where a value read out of torch reached f(x): torch's
     directional derivative ``<w, J v>`` (random ``v`` and ``w``, seeded) against a central difference
     of f along ``v``, at two steps (their difference bounds the truncation error, so a kink or a branch
@@ -586,7 +602,9 @@ def _check_escapes(fn: _Function, x: Any, contexts: tuple[Any, ...], escapes: li
 # -- the two directions ------------------------------------------------------------------------
 
 
-def _record(fn: _Function, x: Any, contexts: tuple[Any, ...], run: Any = None) -> tuple[Any, ...]:
+def _record(
+    fn: _Function, x: torch.Tensor, contexts: Contexts, run: _Run | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, xt)``: ``fn.run`` (or ``run``) evaluated on ``xt``, a detached alias of ``x`` that requires
     grad. A write of ``f`` into it is refused by torch (the user's ``x`` is never modified): that
     refusal, and only it, makes ``f`` run again on ``xt.clone()``, a copy whose writes autograd
@@ -598,7 +616,7 @@ def _record(fn: _Function, x: Any, contexts: tuple[Any, ...], run: Any = None) -
         with torch.enable_grad():
             return _record(fn, x, contexts, run)
 
-    def once(run: Any) -> Any:
+    def once(run: _Run) -> torch.Tensor:
         if fn.writes_input:
             return run(xt.clone(), contexts)
         try:
@@ -624,7 +642,14 @@ def _record(fn: _Function, x: Any, contexts: tuple[Any, ...], run: Any = None) -
     return y, xt
 
 
-def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = False, unused: Any = None) -> Any:
+def _vjps(
+    y: torch.Tensor,
+    xt: torch.Tensor,
+    cotangents: Any,  # a tensor (a batch of them with batched); None for the gradient of a scalar y
+    batched: bool,
+    create_graph: bool = False,
+    unused: Callable[[], None] | None = None,
+) -> torch.Tensor:
     """``ct @ J`` for one cotangent, or for each row of ``cotangents`` (``batched``, one backward pass).
 
     ``xt`` is the only input differentiated: where torch says ``y`` does not depend on it (its
@@ -633,6 +658,7 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     result is zero."""
     if y.requires_grad and not (batched and cotangents.shape[0] == 0):  # no cotangents: an empty f(x)
         grad = torch.autograd.grad
+        g: torch.Tensor | None
         if not batched:
             g = grad(y, xt, cotangents, create_graph=create_graph, allow_unused=True)[0]
         elif cotangents.shape[0] == 1:  # one row (a scalar f): one plain backward pass, no vmap
@@ -663,7 +689,9 @@ def _vjps(y: Any, xt: Any, cotangents: Any, batched: bool, create_graph: bool = 
     return torch.zeros(shape, dtype=xt.dtype, device=xt.device)
 
 
-def _differentiable_gradient(fn: _Function, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _differentiable_gradient(
+    fn: _Function, x: torch.Tensor, contexts: Contexts
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(f(x) detached, gradient with its graph, xt)`` for double backward.
 
     ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
@@ -673,13 +701,13 @@ def _differentiable_gradient(fn: _Function, x: Any, contexts: tuple[Any, ...]) -
     return y.detach(), grad, xt
 
 
-def _no_graph(t: Any) -> Any:
+def _no_graph(t: torch.Tensor) -> torch.Tensor:
     return t.detach() if t.requires_grad else t
 
 
 def _jvps(
-    fn: _Function, x: Any, tangents: Any, contexts: tuple[Any, ...], batched: bool, loop: bool = False
-) -> tuple[Any, ...]:
+    fn: _Function, x: torch.Tensor, tangents: torch.Tensor, contexts: Contexts, batched: bool, loop: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
     ``f`` gets a copy of ``x`` as its primal (a dual tensor shares its primal's memory, and ``f`` may
@@ -693,7 +721,7 @@ def _jvps(
     lost = []
     watch = _watching(fn)
 
-    def one(t: Any) -> tuple[Any, ...]:
+    def one(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with _dual_level(), _under(watch):
             y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
         if dy is None:
@@ -708,14 +736,14 @@ def _jvps(
             y = _no_graph(eager(primal_x, contexts))
             out = y.new_zeros((0,) + tuple(y.shape))
         else:
-            primal: list[Any] = []
+            primal: list[torch.Tensor] = []
 
-            def tangent_only(t: Any) -> Any:
+            def tangent_only(t: torch.Tensor) -> torch.Tensor:
                 y, dy = one(t)
                 primal[:] = [y]
                 return dy
 
-            def looped() -> Any:
+            def looped() -> torch.Tensor:
                 lost.clear()
                 return torch.stack([tangent_only(t) for t in tangents])
 
@@ -733,7 +761,7 @@ def _jvps(
     return y, out
 
 
-def _tangent(t: Any, x: Any) -> Any:
+def _tangent(t: Array | ArrayLike, x: torch.Tensor) -> torch.Tensor:
     """One tangent as a tensor of x's dtype, detached (it may be a tensor that requires grad)."""
     t = as_tensor(t, like=x)
     if t.requires_grad:
@@ -741,15 +769,15 @@ def _tangent(t: Any, x: Any) -> Any:
     return t if t.dtype == x.dtype else t.to(x.dtype)
 
 
-def _stack(tangents: tuple[Any, ...], x: Any) -> Any:
+def _stack(tangents: tuple[Array, ...], x: torch.Tensor) -> torch.Tensor:
     return torch.stack([_tangent(t, x) for t in tangents])
 
 
-def _basis(n: int, shape: tuple[Any, ...], x: Any) -> Any:
+def _basis(n: int, shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
     return torch.eye(n, dtype=x.dtype, device=x.device).reshape((n,) + shape)
 
 
-def _outside_inference_mode(body: Any, x: Any, ts: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+def _outside_inference_mode(body: Body, x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
     """``body`` run where autograd records: inside ``torch.inference_mode()`` nothing is recorded (every
     derivative would come out zero), and inference tensors cannot take part in a graph."""
     with torch.inference_mode(False):
@@ -758,11 +786,11 @@ def _outside_inference_mode(body: Any, x: Any, ts: tuple[Any, ...], contexts: tu
         return body(x, ts, contexts)
 
 
-def _detached(value: Any) -> Any:
+def _detached(value: torch.Tensor) -> torch.Tensor:
     return value.detach()
 
 
-def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Any) -> tuple[Runner, Runner]:
+def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array) -> tuple[Runner, Runner]:
     """The ``(plain, value)`` runners of ``operator``; the bodies below work on tensors and return
     ``(primal, result)`` (:data:`diffinterface.extend.Body`)."""
     x_like = as_tensor(x_user)
@@ -776,9 +804,12 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
 
-    def jacobian(x: Any, contexts: Contexts) -> Any:  # (y, J shaped y_shape + x_shape)
+    def jacobian(
+        x: torch.Tensor, contexts: Contexts
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (y, J shaped y_shape + x_shape)
         if forward:
-            y, cols = _jvps(fn, x, x_basis, contexts, True, loop)  # (n, *y_shape)
+            basis = cast("torch.Tensor", x_basis)  # built where forward and whole
+            y, cols = _jvps(fn, x, basis, contexts, True, loop)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
         y, xt = _record(fn, x, contexts)
         rows = _vjps(y, xt, y_basis, True, unused=lambda: _lost(fn, x, contexts))  # (m, *x_shape)
@@ -786,7 +817,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
     if operator is PUSHFORWARD and forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             if len(ts) == 1:
                 y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
                 return y, (out,)
@@ -794,7 +825,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return y, tuple(out)
     elif operator is PULLBACK and not forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, xt = _record(fn, x, contexts)
             unused = lambda: _lost(fn, x, contexts)  # noqa: E731
             if len(ts) == 1:
@@ -802,27 +833,27 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, jac = jacobian(x, contexts)
             return y, contract_all(jac, tuple(_stack(ts, x)), x, operator is PUSHFORWARD)
     elif operator is DERIVATIVE and forward:
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             return _jvps(fn, x, one, contexts, False)
     elif operator is GRADIENT and not forward:
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, xt = _record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             return jacobian(x, contexts)
     elif operator is SECOND_DERIVATIVE:  # reverse over forward; reverse over reverse without forward AD
         reverse_inner: list[Any] = []  # set at the first op without a forward derivative, for this prep
 
-        def forward_body(x: Any, contexts: Contexts) -> Any:
+        def forward_body(x: torch.Tensor, contexts: Contexts) -> Any:
             xt = x.detach().requires_grad_()
             watch = _watching(fn)
             with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
@@ -836,12 +867,12 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
                 der2 = _vjps(der, xt, y_basis, True).reshape(y_shape)
             return (y, der), der2
 
-        def reverse_body(x: Any, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
+        def reverse_body(x: torch.Tensor, contexts: Contexts) -> Any:  # 2 f(x).size backward passes
             y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
             der = _vjps(y, xt, y_basis, True, create_graph=True, unused=lambda: _lost(fn, x, contexts)).reshape(y_shape)
             return (y.detach(), der.detach()), _vjps(der, xt, y_basis, True).reshape(y_shape)
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             if not reverse_inner:
                 try:
                     return forward_body(x, contexts)
@@ -850,7 +881,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return reverse_body(x, contexts)
     elif operator in (HVP, HESSIAN):  # reverse over reverse
 
-        def body(x: Any, ts: Any, contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, g, xt = _differentiable_gradient(fn, x, contexts)
             if operator is HESSIAN:
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
@@ -860,14 +891,14 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
 
-    def plain(x: Any, ts: Any, contexts: Contexts) -> Any:
+    def plain(x: Array, ts: tuple[Array, ...], contexts: Contexts) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)  # numpy: zero-copy
         if x.is_inference() or torch.is_inference_mode_enabled():
             return _outside_inference_mode(body, x, ts, contexts)[1]
         return body(x, ts, contexts)[1]
 
-    def value(x: Any, ts: Any, contexts: Contexts) -> Any:
+    def value(x: Array, ts: tuple[Array, ...], contexts: Contexts) -> Any:
         if type(x) is not _Tensor:
             x = as_tensor(x)
         if x.is_inference() or torch.is_inference_mode_enabled():
@@ -891,7 +922,7 @@ class Adapter(_Base):
         aliased as a tensor reaches ``f`` as one)."""
         return (type(error) is RuntimeError and _REFUSALS.search(str(error)) is not None) or _Base.refused_write(error)
 
-    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         fn = _Function(target, contexts, False)
         try:
             with torch.no_grad():
@@ -904,7 +935,13 @@ class Adapter(_Base):
         return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
 
     def prepare(
-        self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
+        self,
+        operator: Operator,
+        target: Target,
+        x: Array,
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
+        info: Info,
     ) -> Runners:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
         fn = _Function(target, contexts, compile_)

@@ -37,29 +37,29 @@ class Bench(BenchEngine):
         "prep check, the forward/reverse fallback and the dual-level lock",
     }
 
-    def array(self, a: Any) -> Any:
+    def array(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a))
 
-    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+    def rule_by_hand(self, primal: Callable[..., Any], vjp: Callable[..., Any]) -> Any:
         """A ``torch.autograd.Function`` moving tensors to NumPy, the input saved for backward."""
 
         class ByHand(torch.autograd.Function):
             @staticmethod
-            def forward(a: Any) -> Any:
+            def forward(a: torch.Tensor) -> Any:
                 return torch.from_numpy(primal(a.detach().numpy()))
 
             @staticmethod
-            def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
                 ctx.save_for_backward(inputs[0])
 
             @staticmethod
-            def backward(ctx: Any, *grad_outputs: Any) -> Any:
+            def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
                 (a,), (dy,) = ctx.saved_tensors, grad_outputs
                 return torch.from_numpy(np.ascontiguousarray(vjp(a.detach().numpy(), dy.detach().numpy())))
 
         return ByHand.apply
 
-    def native(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
+    def native(self, operator: str, f: Callable[..., Any], x: torch.Tensor, t: torch.Tensor, A: torch.Tensor) -> Any:
         def leaf() -> Any:
             return x.detach().requires_grad_()
 

@@ -42,7 +42,8 @@ from diffinterface.extend import (
 from .torch import as_tensor
 
 if TYPE_CHECKING:
-    pass
+    from numpy.typing import ArrayLike
+    from torch._functorch.autograd_function import VmapInfo  # what torch hands a Function's vmap
 
 _Tensor = torch.Tensor
 
@@ -121,7 +122,7 @@ def _to_np(a: Any) -> Any:
     return a.numpy(force=True) if isinstance(a, _Tensor) else a
 
 
-def _to_tensor(value: Any, like: Any) -> Any:
+def _to_tensor(value: ArrayLike | torch.Tensor, like: torch.Tensor | None) -> torch.Tensor:
     """A body's result as a tensor on ``like``'s device (the adapter's conversion: no copy where
     torch can share the array's memory, a copy of a read-only or strided one)."""
     return as_tensor(value if isinstance(value, (_Tensor, np.ndarray)) else np.asarray(value), like)
@@ -140,7 +141,7 @@ def _flat(batch: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(a.reshape((-1,) + tuple(a.shape[k:])) if isinstance(a, _Tensor) else a for a in args)
 
 
-def _unflat(batch: tuple[Any, ...], y: Any) -> Any:
+def _unflat(batch: tuple[Any, ...], y: torch.Tensor) -> torch.Tensor:
     return y.reshape(batch + tuple(y.shape[1:])) if batch else y
 
 
@@ -165,7 +166,7 @@ def _augmented(spec: _Spec, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return _unflat(batch, y), tape
 
 
-def _reverse(spec: _Spec, tape: Any, dy: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _reverse(spec: _Spec, tape: Any, dy: torch.Tensor, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The cotangents of the active arguments, as tensors shaped like them."""
     rule, like, batch = spec.rule, _like(args), _batch(spec, args)
     if tape is _NO_TAPE:
@@ -210,13 +211,13 @@ def _forward(spec: _Spec, active: tuple[Any, ...], tangents: tuple[Any, ...], ar
 # -- vmap: a loop over the batch, or the batch whole (vectorized) ---------------------------------
 
 
-def _slices(info: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> list[Any]:
+def _slices(info: VmapInfo, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> list[Any]:
     return [
         tuple(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)) for i in range(info.batch_size)
     ]
 
 
-def _whole(info: Any, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _whole(info: VmapInfo, in_dims: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Every tensor argument with the batch on its first axis (broadcast where it had none)."""
     out = []
     for a, d in zip(args, in_dims):
@@ -248,7 +249,7 @@ class _RuleFunction(torch.autograd.Function):
         ctx.save_for_forward(*tensors)
 
     @staticmethod
-    def backward(ctx: Any, dy: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         spec = ctx.spec
         if not spec.rule.has_reverse:
             raise spec.rule.missing("reverse", "under torch")
@@ -272,7 +273,7 @@ class _RuleFunction(torch.autograd.Function):
         return (None,) + tuple([c if need else None for c, need in zip(full, needs)])
 
     @staticmethod
-    def jvp(ctx: Any, _spec: Any, *tangents: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def jvp(ctx: Any, _spec: None, *tangents: torch.Tensor | None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         spec = ctx.spec
         args = tuple(o if t is None else t for t, o in zip(ctx.saved_tensors, ctx.others))
         active = tuple(t is not None for t in tangents)
@@ -282,7 +283,7 @@ class _RuleFunction(torch.autograd.Function):
         return _Forward.apply(spec, active, len(live), *live, *args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def vmap(info: VmapInfo, in_dims: tuple[Any, ...], spec: _Spec, *args: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
         dims = in_dims[1:]
         if spec.rule.vectorized:
             whole = _whole(info, dims, args)
@@ -308,11 +309,11 @@ class _Pass(torch.autograd.Function):
         ctx.rule = inputs[0].rule
 
     @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         raise ctx.rule.second_order("under torch", "AutoTorch()")
 
     @staticmethod
-    def jvp(ctx: Any, *tangents: Any) -> Any:
+    def jvp(ctx: Any, *tangents: torch.Tensor | None) -> Any:
         raise ctx.rule.second_order("under torch", "AutoTorch()")
 
 
@@ -320,12 +321,14 @@ class _Reverse(_Pass):
     """The cotangents of the active arguments: ``reverse(tape, dy, *args)``."""
 
     @staticmethod
-    def forward(spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:
+    def forward(spec: _Spec, tape: _Held | _Batched, dy: torch.Tensor, *args: Any) -> tuple[Any, ...]:
         # a batch's tapes reaching plain tensors would be another level's: the augmented primal instead
         return _reverse(spec, tape.value if isinstance(tape, _Held) else _NO_TAPE, dy, args)
 
     @staticmethod
-    def vmap(info: Any, in_dims: tuple[Any, ...], spec: _Spec, tape: Any, dy: Any, *args: Any) -> tuple[Any, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def vmap(  # pyright: ignore[reportIncompatibleMethodOverride]
+        info: VmapInfo, in_dims: tuple[Any, ...], spec: _Spec, tape: _Held | _Batched, dy: torch.Tensor, *args: Any
+    ) -> tuple[Any, ...]:
         dims = in_dims[2:]
         n_out = sum(1 for a in spec.active if a)
         # the inputs batched at this level: the forward was vmapped here too, and its tapes follow
@@ -350,7 +353,7 @@ class _Forward(_Pass):
 
     @staticmethod
     def vmap(  # pyright: ignore[reportIncompatibleMethodOverride]
-        info: Any, in_dims: tuple[Any, ...], spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any
+        info: VmapInfo, in_dims: tuple[Any, ...], spec: _Spec, active: tuple[Any, ...], n: int, *rest: Any
     ) -> tuple[Any, ...]:
         dims = in_dims[3:]
         if spec.rule.vectorized:

@@ -51,7 +51,8 @@ The kit, by job:
 - **contexts**: :class:`Cache`, :func:`context_values`, and the types :class:`Context` (``Constant`` and
   ``Cache``'s base) and :data:`Contexts` (the tuple of them a runner receives);
 - **types**: :class:`Array`, an array of any family as code serving every family reads one (its
-  ``shape``, ``dtype`` and ``ndim``);
+  ``shape``, ``dtype`` and ``ndim``); :class:`NumericArray`, an ``Array`` with its family's arithmetic; :data:`DType`, a dtype of the built-in families; :class:`Layout` (``info.layout``: how a prep maps a structured
+  ``x`` and ``f(x)`` onto flat arrays, for an adapter that runs a structure inside its own program);
 - **closures** (captured state duplicated per call, contract section 7): :func:`duplicate`,
   :func:`copy_leaf`, :func:`read_only_alias`, :func:`declare_modules`, the writable stand-in
   :class:`WritableArray` (:func:`unwrap`, :func:`note_conversion`, :func:`take_conversion`,
@@ -139,7 +140,10 @@ from ._core.operators import PULLBACK as PULLBACK
 from ._core.operators import PUSHFORWARD as PUSHFORWARD
 from ._core.operators import SECOND_DERIVATIVE as SECOND_DERIVATIVE
 from ._core.operators import Operator as Operator
+from ._core.structure import Layout as Layout
 from ._core.types import Array as Array
+from ._core.types import DType as DType
+from ._core.types import NumericArray as NumericArray
 from .rules import Active as Active
 from .rules import Rule as Rule
 from .rules import annotate as annotate

@@ -13,11 +13,20 @@ Real floating arrays only (the rules do not conjugate).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .rules import Active, Duplicated, custom_rule
+
+if TYPE_CHECKING:
+    from ._core.types import Array
+    from .rules import Const
+
+    # what each rule receives (diffinterface.rules): NumPy arrays in the primal, annotated ones in the
+    # forward rule (a tangent where Duplicated) and in the augmented primal and reverse pass (Active)
+    Forward = Const | Duplicated
+    Reverse = Const | Active
 
 __all__ = ["expm", "fftconvolve", "solve"]
 
@@ -37,18 +46,18 @@ def _signal() -> Any:
 # -- solve -----------------------------------------------------------------------------------------
 
 
-def _solve_shape(A: Any, b: Any) -> tuple[Any, ...]:
+def _solve_shape(A: Array, b: Array) -> tuple[Any, ...]:
     return tuple(b.shape), np.result_type(A.dtype, b.dtype)
 
 
 @custom_rule(opaque=True, out_shape=_solve_shape)
-def solve(A: Any, b: Any) -> Any:
+def solve(A: np.ndarray, b: np.ndarray) -> Any:
     """``x`` with ``A @ x = b`` (``scipy.linalg.solve``)."""
     return _linalg().solve(A, b)
 
 
 @solve.def_forward
-def _solve_forward(A: Any, b: Any) -> tuple[Any, ...]:
+def _solve_forward(A: Forward, b: Forward) -> tuple[Any, ...]:
     linalg = _linalg()
     lu = linalg.lu_factor(A.val)
     y = linalg.lu_solve(lu, b.val)
@@ -61,7 +70,7 @@ def _solve_forward(A: Any, b: Any) -> tuple[Any, ...]:
 
 
 @solve.def_augmented_primal
-def _solve_augmented(A: Any, b: Any) -> tuple[Any, ...]:
+def _solve_augmented(A: Reverse, b: Reverse) -> tuple[Any, ...]:
     linalg = _linalg()
     lu = linalg.lu_factor(A.val)
     y = linalg.lu_solve(lu, b.val)
@@ -69,7 +78,7 @@ def _solve_augmented(A: Any, b: Any) -> tuple[Any, ...]:
 
 
 @solve.def_reverse
-def _solve_reverse(tape: tuple[Any, ...], dy: Any, A: Any, b: Any) -> tuple[Any, ...]:
+def _solve_reverse(tape: tuple[Any, ...], dy: np.ndarray, A: Reverse, b: Reverse) -> tuple[Any, ...]:
     lu, y = tape
     g = _linalg().lu_solve(lu, dy, trans=1)  # A^T g = dy
     dA = None
@@ -82,25 +91,25 @@ def _solve_reverse(tape: tuple[Any, ...], dy: Any, A: Any, b: Any) -> tuple[Any,
 
 
 @custom_rule(opaque=True, out_shape=lambda A: (tuple(A.shape), A.dtype))
-def expm(A: Any) -> Any:
+def expm(A: np.ndarray) -> Any:
     """The matrix exponential (``scipy.linalg.expm``)."""
     return _linalg().expm(A)
 
 
 @expm.def_forward
-def _expm_forward(A: Any) -> tuple[Any, ...]:
+def _expm_forward(A: Forward) -> tuple[Any, ...]:
     if not isinstance(A, Duplicated):
         return _linalg().expm(A.val), None
     return _linalg().expm_frechet(A.val, A.dval, compute_expm=True)
 
 
 @expm.def_augmented_primal
-def _expm_augmented(A: Any) -> tuple[Any, ...]:
+def _expm_augmented(A: Reverse) -> tuple[Any, ...]:
     return _linalg().expm(A.val), A.val
 
 
 @expm.def_reverse
-def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple[Any, ...]:
+def _expm_reverse(tape: np.ndarray, dy: np.ndarray, A: Reverse) -> tuple[Any, ...]:
     if not isinstance(A, Active):
         return (None,)
     return (_linalg().expm_frechet(tape.T, dy, compute_expm=False),)
@@ -109,7 +118,7 @@ def _expm_reverse(tape: Any, dy: Any, A: Any) -> tuple[Any, ...]:
 # -- fftconvolve -----------------------------------------------------------------------------------
 
 
-def _conv_shape(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
+def _conv_shape(in1: Array, in2: Array, mode: str = "full") -> tuple[Any, ...]:
     s1, s2 = np.array(in1.shape), np.array(in2.shape)
     if mode == "full":
         shape = s1 + s2 - 1
@@ -123,13 +132,13 @@ def _conv_shape(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
 
 
 @custom_rule(opaque=True, out_shape=_conv_shape)
-def fftconvolve(in1: Any, in2: Any, mode: str = "full") -> Any:
+def fftconvolve(in1: np.ndarray, in2: np.ndarray, mode: str = "full") -> Any:
     """The convolution of two N-dimensional arrays (``scipy.signal.fftconvolve``)."""
     return _signal().fftconvolve(in1, in2, mode=mode)
 
 
 @fftconvolve.def_forward
-def _conv_forward(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
+def _conv_forward(in1: Forward, in2: Forward, mode: str = "full") -> tuple[Any, ...]:
     conv = _signal().fftconvolve
     y = conv(in1.val, in2.val, mode=mode)
     dy = np.zeros_like(y)
@@ -141,12 +150,12 @@ def _conv_forward(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
 
 
 @fftconvolve.def_augmented_primal
-def _conv_augmented(in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
+def _conv_augmented(in1: Reverse, in2: Reverse, mode: str = "full") -> tuple[Any, ...]:
     return _signal().fftconvolve(in1.val, in2.val, mode=mode), None
 
 
 @fftconvolve.def_reverse
-def _conv_reverse(tape: Any, dy: Any, in1: Any, in2: Any, mode: str = "full") -> tuple[Any, ...]:
+def _conv_reverse(tape: None, dy: np.ndarray, in1: Reverse, in2: Reverse, mode: str = "full") -> tuple[Any, ...]:
     conv = _signal().fftconvolve
     a, b = in1.val, in2.val
     full = tuple(s1 + s2 - 1 for s1, s2 in zip(a.shape, b.shape))

@@ -236,18 +236,43 @@ def test_the_tree_reads_as_the_architecture():
     assert {"_core", "_closures", "_adapters", "_frontend", "rules", "sparse", "testing", "bench"} <= groups
 
 
-# Issue 37 wants bare ``Any`` below 20% of the parameter annotations of diffinterface/ and backends/;
-# this ceiling is the share reached so far (63% when the issue was filed): lower it as parameters
-# get their types, never raise it.
-BARE_ANY_CEILING = 0.46
+# Issue 37 wants bare ``Any`` below 20% of the parameter annotations of diffinterface/ and backends/
+# (63% when the issue was filed, 19.4% when the target was reached): lower it as parameters get their
+# types, never raise it. An alias of ``Any`` (``Foo = Any``, ``Foo: TypeAlias = "Any"``) counts as
+# the bare ``Any`` it is.
+BARE_ANY_CEILING = 0.20
 
 
-def _is_bare_any(annotation: ast.expr) -> bool:
+def _is_bare_any(annotation: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
+    """``Any`` as written (a name, ``typing.Any``, a string), or a name in ``aliases`` (aliases of Any)."""
+    names = {"Any", "typing.Any"} | aliases
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        return annotation.value.strip() in ("Any", "typing.Any")
-    return (isinstance(annotation, ast.Name) and annotation.id == "Any") or (
+        return annotation.value.strip() in names
+    return (isinstance(annotation, ast.Name) and annotation.id in names) or (
         isinstance(annotation, ast.Attribute) and annotation.attr == "Any"
     )
+
+
+def _any_aliases(source: str) -> set[str]:
+    """The names a module binds to ``Any`` (``Foo = Any``, ``Foo: TypeAlias = Any`` or ``"Any"``), at
+    its top level or under ``if TYPE_CHECKING:``; an annotation naming one is a bare Any too."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            annotation = node.annotation
+            is_alias = (isinstance(annotation, ast.Name) and annotation.id == "TypeAlias") or (
+                isinstance(annotation, ast.Attribute) and annotation.attr == "TypeAlias"
+            )
+            if not is_alias:
+                continue
+            target, value = node.target, node.value
+        else:
+            continue
+        if _is_bare_any(value):
+            found.add(target.id)
+    return found
 
 
 def _parameter_annotations(source: str) -> list[ast.expr]:
@@ -263,8 +288,10 @@ def _parameter_annotations(source: str) -> list[ast.expr]:
 
 
 def _bare_any_share(paths: list[pathlib.Path]) -> tuple[int, int]:
-    annotations = [a for p in paths for a in _parameter_annotations(p.read_text())]
-    return sum(map(_is_bare_any, annotations)), len(annotations)
+    sources = [p.read_text() for p in paths]
+    aliases = frozenset(name for source in sources for name in _any_aliases(source))
+    annotations = [a for source in sources for a in _parameter_annotations(source)]
+    return sum(_is_bare_any(a, aliases) for a in annotations), len(annotations)
 
 
 def test_parameter_annotations_are_mostly_typed():
@@ -282,3 +309,16 @@ def test_the_annotation_count_sees_a_bare_any(tmp_path):
         "async def g(x: float, y) -> None: ...\n"
     )
     assert _bare_any_share([module]) == (3, 6)
+
+
+def test_the_annotation_count_sees_an_alias_of_any(tmp_path):
+    (tmp_path / "aliases.py").write_text(
+        "from typing import TYPE_CHECKING, Any, TypeAlias\n"
+        "Loose = Any\n"
+        "if TYPE_CHECKING:\n    Hidden: TypeAlias = 'Any'\n"
+        "Real: TypeAlias = 'int | None'\n"
+    )
+    (tmp_path / "user.py").write_text(
+        "from aliases import Hidden, Loose, Real\ndef f(a: Loose, b: 'Hidden', c: Real, d: int) -> None: ...\n"
+    )
+    assert _bare_any_share(sorted(tmp_path.glob("*.py"))) == (2, 4)

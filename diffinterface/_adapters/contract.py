@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .._core.configs import Backend
     from .._core.contexts import Contexts
     from .._core.structure import Layout
-    from .._core.types import Array
+    from .._core.types import Array, DType
     from .target import Target
 
 
@@ -74,7 +74,7 @@ class Info:
     layout: Layout | None  # structured x or f(x), given to adapters with ``structures_inside``
 
     def __init__(
-        self, y_shape: tuple[Any, ...], y_dtype: Any, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
+        self, y_shape: tuple[Any, ...], y_dtype: DType, value: Any, x_shape: tuple[Any, ...], oneshot: bool = False
     ) -> None:
         self.y_shape, self.y_dtype, self.value, self.x_shape = y_shape, y_dtype, value, x_shape
         self.oneshot = oneshot  # prepared inside an unprepared call: used once, at the same point
@@ -90,7 +90,7 @@ def _xp(x: Array) -> Any:
     return array_namespace(x)
 
 
-def basis(like: Array, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
+def basis(like: Array, shape: tuple[Any, ...], dtype: DType) -> tuple[Any, ...]:
     """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
     xp = _xp(like)
     n = shape_size(shape)
@@ -98,7 +98,7 @@ def basis(like: Array, shape: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
     return tuple(xp.reshape(eye[i, ...], shape) for i in range(n))
 
 
-def ones(like: Array, shape: tuple[Any, ...], dtype: Any) -> Any:
+def ones(like: Array, shape: tuple[Any, ...], dtype: DType) -> Any:
     xp = _xp(like)
     return xp.ones(shape, dtype=dtype, device=device(like))
 
@@ -118,7 +118,7 @@ def stack_jacobian(
     return xp.reshape(flat, y_shape + x_shape)
 
 
-def contract_all(jac: Any, tangents: tuple[Any, ...], x: Array, forward: bool) -> tuple[Any, ...]:
+def contract_all(jac: Array, tangents: tuple[Any, ...], x: Array, forward: bool) -> tuple[Any, ...]:
     """``J @ t`` (forward, t shaped like x) or ``t @ J`` (reverse, t shaped like f(x)) for each t."""
     xp = _xp(jac)
     x_ndim = len(getattr(x, "shape", ()))
@@ -198,6 +198,10 @@ class _Derived:
 
 class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
+
+    # the engine as messages name it: declared by the adapters whose traced values can leak into
+    # the user's objects (those with a ``traced`` check, read under closure="const")
+    engine_name: str | None
 
     # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend.pipeline): it only
     # evaluates what ``inner`` computes (finite differences: any inner engine), and the results of
@@ -463,7 +467,7 @@ class SecondOrderAdapter(Adapter):
     def outer_inner(self) -> tuple[Any, Any]:
         return self.backend.outer, self.backend.inner
 
-    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)
 
     def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:

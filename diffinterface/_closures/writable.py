@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import operator
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -57,7 +58,7 @@ class WritableArray:
     def _update(value: Any, index: Any, item: Any) -> Any:  # pragma: no cover - every subclass sets it
         raise NotImplementedError
 
-    def __array_namespace__(self, api_version: Any = None) -> Any:
+    def __array_namespace__(self, api_version: str | None = None) -> Any:
         return self._namespace
 
     def __getitem__(self, index: Any) -> Any:
@@ -96,15 +97,15 @@ def unwrap(value: Any) -> Any:
     return value.value if isinstance(value, WritableArray) else value
 
 
-def _binary(op: Any) -> Any:
+def _binary(op: Callable[[Any, Any], Any]) -> Callable[[WritableArray, Any], Any]:
     return lambda self, other: op(self.value, unwrap(other))
 
 
-def _reflected(op: Any) -> Any:
+def _reflected(op: Callable[[Any, Any], Any]) -> Callable[[WritableArray, Any], Any]:
     return lambda self, other: op(unwrap(other), self.value)
 
 
-def _inplace(op: Any) -> Any:
+def _inplace(op: Callable[[Any, Any], Any]) -> Callable[[WritableArray, Any], WritableArray]:
     def update(self: WritableArray, other: Any) -> WritableArray:
         self.value = op(self.value, unwrap(other))
         return self
@@ -136,10 +137,11 @@ for _name, _op in [
     setattr(WritableArray, f"__{_name}__", _binary(_op))
 
 
-def _unary(op: Any) -> Any:
+def _unary(op: Callable[[Any], Any]) -> Callable[[WritableArray], Any]:
     return lambda self: op(self.value)
 
 
-for _name, _op1 in [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]:
+_UNARY: list[tuple[str, Callable[[Any], Any]]] = [("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)]
+for _name, _op1 in _UNARY:
     setattr(WritableArray, f"__{_name}__", _unary(_op1))
 WritableArray.__hash__ = None  # type: ignore[assignment]

@@ -15,9 +15,19 @@ import importlib
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import mlx.core
+    import torch
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from .types import Array, DType
+
+_A = TypeVar("_A", bound="Array")  # an array, given back in its own type
 
 NUMPY, JAX, TORCH, AUTOGRAD, MLX, PYTENSOR, TENSORFLOW = (
     "numpy",
@@ -69,7 +79,7 @@ class ArrayFamily:
     from_numpy: Callable[..., Any]
     convert: Callable[..., Any] | None
     private_copy: Callable[[Any], Any]
-    computing: Callable[[Any], Any]
+    computing: Callable[[Any], AbstractContextManager[Any]]
     copy_into: Callable[[Any, Any], Any] | None
     module_type: str | None
     children: str | None
@@ -78,12 +88,12 @@ class ArrayFamily:
         self,
         name: str,
         array_type: str,
-        to_numpy: Any,
-        from_numpy: Any,
-        convert: Any = None,
-        private_copy: Any = None,
-        computing: Any = None,
-        copy_into: Any = None,
+        to_numpy: Callable[[Any], Any],
+        from_numpy: Callable[..., Any],
+        convert: Callable[..., Any] | None = None,
+        private_copy: Callable[[Any], Any] | None = None,
+        computing: Callable[[Any], AbstractContextManager[Any]] | None = None,
+        copy_into: Callable[[Any, Any], Any] | None = None,
         module_type: str | None = None,
         children: str | None = None,
     ) -> None:
@@ -136,7 +146,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _no_context(dtype: Any) -> Any:
+def _no_context(dtype: DType) -> AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
@@ -158,11 +168,11 @@ def families() -> dict[str, ArrayFamily]:
     return dict(_FAMILIES)
 
 
-def _numpy_from(value: Any, like: Any = None) -> Any:
+def _numpy_from(value: ArrayLike, like: Array | None = None) -> np.ndarray:
     return np.asarray(value)
 
 
-def _torch_to_numpy(value: Any) -> Any:
+def _torch_to_numpy(value: torch.Tensor) -> np.ndarray:
     if value.requires_grad:
         value = value.detach()
     try:
@@ -171,7 +181,7 @@ def _torch_to_numpy(value: Any) -> Any:
         return value.cpu().numpy()
 
 
-def _torch_from_numpy(value: Any, like: Any = None) -> Any:
+def _torch_from_numpy(value: ArrayLike, like: torch.Tensor | None = None) -> torch.Tensor:
     torch = sys.modules["torch"]
     if isinstance(value, np.ndarray):
         out = torch.from_numpy(value if value.flags.c_contiguous and value.flags.writeable else value.copy())
@@ -182,7 +192,7 @@ def _torch_from_numpy(value: Any, like: Any = None) -> Any:
     return out
 
 
-def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
+def _torch_convert(value: Array, source: str, like: torch.Tensor | None = None) -> torch.Tensor | None:
     if source == MLX:  # torch refuses MLX's DLPack capsule of a slice (a byte offset): through numpy
         return None
     out = sys.modules["torch"].from_dlpack(value)
@@ -191,7 +201,7 @@ def _torch_convert(value: Any, source: str, like: Any = None) -> Any:
     return out
 
 
-def _jax_from_numpy(value: Any, like: Any = None) -> Any:
+def _jax_from_numpy(value: ArrayLike, like: Array | None = None) -> Any:
     """A numpy value as a jax array (jax is imported: a jax array is the target); a float64 value
     stays float64 where ``like`` is a float64 jax array, whatever the global x64 setting (a tangent of
     such an x, given as a Python number or a numpy array)."""
@@ -219,22 +229,22 @@ def jax_enable_x64() -> Any:
     return jax.enable_x64 if hasattr(jax, "enable_x64") else importlib.import_module("jax.experimental").enable_x64
 
 
-def _jax_computing(dtype: Any) -> Any:
+def _jax_computing(dtype: DTypeLike) -> AbstractContextManager[Any]:
     """float64 kept float64 inside :func:`jax_enable_x64` when the user's x64 setting is off."""
     if np.dtype(dtype) != np.float64 or sys.modules["jax"].config.read("jax_enable_x64"):
         return contextlib.nullcontext()
     return jax_enable_x64()(True)
 
 
-def _torch_private_copy(value: Any) -> Any:
+def _torch_private_copy(value: torch.Tensor) -> torch.Tensor:
     return value.detach().clone()
 
 
-def _numpy_copy_into(out: Any, result: Any) -> None:
+def _numpy_copy_into(out: np.ndarray, result: ArrayLike) -> None:
     np.copyto(out, result, casting="same_kind")
 
 
-def _torch_copy_into(out: Any, result: Any) -> None:
+def _torch_copy_into(out: torch.Tensor, result: torch.Tensor) -> None:
     out.copy_(result)
 
 
@@ -257,7 +267,7 @@ register_family(
 register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
 
 
-def _mlx_from_numpy(value: Any, like: Any = None) -> Any:
+def _mlx_from_numpy(value: ArrayLike, like: Array | None = None) -> mlx.core.array:
     """A numpy value as an ``mlx.core.array`` of the same dtype (``mx.array`` of a float64 numpy array
     would give float32 without the explicit dtype); float64 is kept (MLX computes it on the CPU)."""
     mx = sys.modules["mlx.core"]
@@ -266,13 +276,13 @@ def _mlx_from_numpy(value: Any, like: Any = None) -> Any:
     return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
 
 
-def _mlx_private_copy(value: Any) -> Any:
+def _mlx_private_copy(value: mlx.core.array) -> mlx.core.array:
     """A new ``mlx.core.array`` over the same data: MLX's item assignment replaces the written array's
     node, so a write into the copy leaves ``value`` as it was."""
     return sys.modules["mlx.core"].array(value)
 
 
-def _mlx_copy_into(out: Any, result: Any) -> None:
+def _mlx_copy_into(out: mlx.core.array, result: mlx.core.array) -> None:
     out[...] = result
 
 
@@ -313,7 +323,7 @@ def _pytensor_to_numpy(value: Any) -> Any:
     )
 
 
-def _pytensor_from_numpy(value: Any, like: Any = None) -> Any:
+def _pytensor_from_numpy(value: ArrayLike, like: Array | None = None) -> Any:
     return importlib.import_module("pytensor.tensor").as_tensor_variable(np.asarray(value))
 
 
@@ -437,7 +447,7 @@ def describe(value: Any) -> str:
     return f"{fam} {dtype_name(value)} {tuple(value.shape)}"
 
 
-def shape(value: Any) -> tuple[Any, ...]:
+def shape(value: Array | complex) -> tuple[Any, ...]:
     if isinstance(value, (float, int, complex)) and not isinstance(value, np.generic):
         return ()
     return tuple(value.shape)
@@ -451,11 +461,11 @@ def shape_size(dims: tuple[Any, ...]) -> int:
     return n
 
 
-def size(value: Any) -> int:
+def size(value: Array | complex) -> int:
     return shape_size(shape(value))
 
 
-def is_real_floating(value: Any) -> bool:
+def is_real_floating(value: Array | complex) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, float):
@@ -463,7 +473,7 @@ def is_real_floating(value: Any) -> bool:
     return real_floating_dtype(getattr(value, "dtype", None))
 
 
-def real_floating_dtype(dtype: Any) -> bool:
+def real_floating_dtype(dtype: DType | None) -> bool:
     """Whether ``dtype`` (numpy's, JAX's or torch's; None: no dtype) is real floating."""
     if dtype is None:
         return False
@@ -474,12 +484,12 @@ def real_floating_dtype(dtype: Any) -> bool:
     if mlx is not None and isinstance(dtype, mlx.Dtype):
         return bool(mlx.issubdtype(dtype, mlx.floating))
     try:
-        return np.issubdtype(np.dtype(dtype), np.floating)
+        return np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.floating)  # torch's and MLX's answered above
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
         return "float" in str(dtype)
 
 
-def complex_dtype(dtype: Any) -> bool:
+def complex_dtype(dtype: DType | None) -> bool:
     """Whether ``dtype`` (numpy's, JAX's or torch's) is complex."""
     flag = getattr(dtype, "is_complex", None)  # torch.dtype
     if isinstance(flag, bool):
@@ -488,7 +498,7 @@ def complex_dtype(dtype: Any) -> bool:
     if mlx is not None and isinstance(dtype, mlx.Dtype):
         return bool(mlx.issubdtype(dtype, mlx.complexfloating))
     try:
-        return bool(np.issubdtype(np.dtype(dtype), np.complexfloating))
+        return bool(np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.complexfloating))
     except TypeError:
         return False
 
@@ -512,16 +522,17 @@ def is_native(value: Any) -> bool:
     return not isinstance(value, np.ndarray) or value.dtype.isnative
 
 
-def private_copy(value: Any) -> Any:
+def private_copy(value: _A) -> _A:
     """A copy of a mutable array (numpy, torch) that ``f`` may write into without touching the user's
     ``value``; an immutable one (jax) as it is."""
     if isinstance(value, np.ndarray):
         return value.copy()
     fam = family(value)
-    return _FAMILIES[fam].private_copy(value) if fam is not None and fam != NUMPY else value
+    copy = _FAMILIES[fam].private_copy(value) if fam is not None and fam != NUMPY else value
+    return cast("_A", copy)  # the family's copy is of value's type
 
 
-def to_family(value: Any, fam: str | None, like: Any = None) -> Any:
+def to_family(value: Array | ArrayLike, fam: str | None, like: Array | None = None) -> Any:
     """``value`` (an engine's array) converted to family ``fam``; zero-copy where the libraries allow it.
 
     ``like``, when given, is an array of the target family whose device the result should share.
@@ -544,12 +555,13 @@ def to_family(value: Any, fam: str | None, like: Any = None) -> Any:
     return target.from_numpy(value, like)
 
 
-def output_like(value: Any, x: Any) -> Any:
+def output_like(value: Array, x: Array | complex) -> Any:
     """A result of an operator, in the family of the user's ``x`` (a Python float ``x`` gives numpy)."""
     if type(value) is type(x):  # the fast path: the engine computed in the user's own array type
         return value
     fam = family(x)
-    value = to_family(value, fam, like=x if fam in (TORCH, JAX, TENSORFLOW) else None)  # JAX: float64 kept with x64 off
+    like = cast("Array", x) if fam in (TORCH, JAX, TENSORFLOW) else None  # x is an engine's array there
+    value = to_family(value, fam, like=like)  # JAX: float64 kept with x64 off
     if isinstance(x, float) and isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]  # np.float64, which is also a float
     return value

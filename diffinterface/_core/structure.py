@@ -59,7 +59,13 @@ from .errors import PreparationMismatchError, StructuredOutputError
 from .operators import Operator
 
 if TYPE_CHECKING:
-    from .types import Array
+    from collections.abc import Hashable
+    from typing import TypeAlias
+
+    from .contexts import Contexts
+    from .types import Array, DType
+
+    Tangent: TypeAlias = "Array | tuple[Array, ...] | None"  # one tangent, a batch of them, or none
 
 LEAF, NONE, DICT, SEQ, JAX_NODE, TORCH_NODE = range(6)
 
@@ -72,7 +78,7 @@ class Mismatch(Exception):
         self.path, self.made, self.got = path, made, got
 
 
-def _key(k: Any) -> str:
+def _key(k: Hashable) -> str:
     return f"[{k!r}]"
 
 
@@ -225,7 +231,7 @@ def _dtype_name(value: Any, kind: Any = None) -> str:
     return dtype_str(dtype)
 
 
-def leaf_repr(kind: type, shape: tuple[Any, ...], dtype: Any) -> str:
+def leaf_repr(kind: type, shape: tuple[Any, ...], dtype: DType | None) -> str:
     """What :func:`describe` says of a leaf of this type, shape and dtype."""
     if issubclass(kind, float) and not issubclass(kind, np.generic):
         return "Python float"
@@ -392,7 +398,7 @@ def _concat(parts: list[Any]) -> Any:
     return array_namespace(*parts).concat(parts)
 
 
-def _cast(value: Any, dtype: Any) -> Any:
+def _cast(value: Any, dtype: DType | None) -> Any:
     if value.dtype == dtype:
         return value
     if family(value) == TORCH:
@@ -514,7 +520,7 @@ class Layout:
         return rows.build([cols.build(leaves[i * n : (i + 1) * n]) for i in range(len(rows.shapes))])
 
 
-def real_dtype_name(dtype: Any) -> str:
+def real_dtype_name(dtype: DType | None) -> str:
     """``float64`` for float64 and complex128, ``float32`` for float32 and complex64 (by name)."""
     name = dtype_str(dtype)
     return {"complex128": "float64", "complex64": "float32"}.get(name, name)
@@ -566,7 +572,7 @@ def _family_of(kind: type) -> Any:
     return family_of_type(kind)
 
 
-def tangent_leaves(tangent: Any, structure: Structure, like: Array) -> tuple[tuple[list[Any], ...], bool]:
+def tangent_leaves(tangent: Tangent, structure: Structure, like: Array) -> tuple[tuple[list[Any], ...], bool]:
     """The leaves of a tangent shaped like ``structure``, or of each of a tuple of them (``batched``),
     in the family of ``like`` (a leaf of x); :class:`Mismatch` with the path (``[i]...`` in a batch)."""
     items: tuple[list[Any], ...]
@@ -581,8 +587,8 @@ def tangent_leaves(tangent: Any, structure: Structure, like: Array) -> tuple[tup
                 items += (structure.checked(t, False),)
             except Mismatch as m:
                 raise Mismatch(f"[{i}]{m.path}", m.made, m.got) from None
-    for k, t in enumerate(items):  # a complex tangent of a real leaf would be cast to its real part
-        for v, is_complex, path in zip(t, structure.complex, structure.paths):
+    for k, leaves in enumerate(items):  # a complex tangent of a real leaf would be cast to its real part
+        for v, is_complex, path in zip(leaves, structure.complex, structure.paths):
             if not is_complex and (type(v) is complex or complex_dtype(getattr(v, "dtype", None))):
                 where = f"[{k}]{path}" if batched else path
                 raise Mismatch(where, "a real tangent (x there is real)", describe(v))
@@ -623,7 +629,7 @@ class StructuredRunners:
             leaves = [as_input(v) for v in leaves]
         return leaves
 
-    def run(self, value: bool, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def run(self, value: bool, x: Array, tangent: Tangent, contexts: Contexts) -> Any:
         layout, operator = self.layout, self.operator
         leaves = self.x_leaves(x)
         like = leaves[0]
@@ -650,8 +656,8 @@ class StructuredRunners:
             out = tuple(v[()] if type(v) is np.ndarray and v.ndim == 0 else v for v in out)
         return out
 
-    def plain(self, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def plain(self, x: Array, tangent: Tangent, contexts: Contexts) -> Any:
         return self.run(False, x, tangent, contexts)
 
-    def value(self, x: Array, tangent: Any, contexts: tuple[Any, ...]) -> Any:
+    def value(self, x: Array, tangent: Tangent, contexts: Contexts) -> Any:
         return self.run(True, x, tangent, contexts)

@@ -9,7 +9,7 @@ its public call through validation, preparation and the runners back to the user
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -48,13 +48,17 @@ from .sparse_results import fill_out, is_sparse
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeAlias
 
-    from .._adapters.contract import Info
+    from .._adapters.contract import Adapter, Info
     from .._core.configs import Backend
     from .._core.types import Array
 
+    Tangent: TypeAlias = "Array | tuple[Array, ...] | None"  # one tangent, a batch of them, or none
+    Out: TypeAlias = "Array | tuple[Array, ...] | None"  # out=: an array, or one per tangent of a batch
 
-def _call(operator: Operator, backend: Backend, y: Any) -> str:
+
+def _call(operator: Operator, backend: Backend, y: Array | None) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
     return call_repr(operator.name, backend, args)
@@ -115,11 +119,11 @@ def _check_x(x: Array, call: str, name: str = "x") -> Any:
 
 
 def _tangents(
-    tangent: Any, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
+    tangent: Tangent, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     batched = isinstance(tangent, tuple)
-    items = tangent if batched else (tangent,)
+    items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
     out = []
     for i, t in enumerate(items):
         label = f"{name}[{i}]" if batched else name
@@ -170,7 +174,7 @@ def _structured_x(x: Array, call: str) -> tuple[Layout, list[Any]]:
 
 
 def _structured_tangents(
-    tangent: Any, structure: Structure, like: Array, call: str, name: str
+    tangent: Tangent, structure: Structure, like: Array, call: str, name: str
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A tangent shaped like ``structure`` (or a tuple of them): ``(flat tangents, leaf lists)``."""
     try:
@@ -186,9 +190,9 @@ def prepare(
     f: Callable[..., Any],
     x: Array,
     *,
-    tangent: Any = None,
+    tangent: Tangent = None,
     contexts: tuple[Any, ...] = (),
-    y: Any = None,
+    y: Array | None = None,
     strict: bool,
     oneshot: bool = False,
     holomorphic: bool = False,
@@ -282,7 +286,7 @@ def prepare(
     return prep
 
 
-def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -> Operator:
+def _complex_x(operator: Operator, adapter: Adapter, holomorphic: bool, call: str) -> Operator:
     """What a complex x allows (its leaves are differentiated as real pairs, see _core.structure): the
     operator the adapter runs (a complex scalar's derivative is its 1-column Jacobian)."""
     if getattr(adapter, "complex_step", False):
@@ -304,16 +308,19 @@ def _complex_x(operator: Operator, adapter: Any, holomorphic: bool, call: str) -
     return JACOBIAN if operator is DERIVATIVE else operator
 
 
-def _output_info(adapter: Any, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
+def _output_info(adapter: Adapter, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
     if target.closure == "const" and traced is not None:
         return const_trace_checked(
-            target, lambda: adapter.output_info(target, x, contexts, oneshot), traced, adapter.engine_name
+            target,
+            lambda: adapter.output_info(target, x, contexts, oneshot),
+            traced,
+            cast("str", adapter.engine_name),  # declared wherever traced is
         )
     return adapter.output_info(target, x, contexts, oneshot)
 
 
-def _check_structured(operator: Operator, adapter: Any, layout: Layout, call: str) -> None:
+def _check_structured(operator: Operator, adapter: Adapter, layout: Layout, call: str) -> None:
     """What a structured x or f(x) cannot do: a scalar operator's structured f(x), AutoSparse."""
     ys = layout.ys
     assert ys is not None
@@ -347,10 +354,10 @@ def resolve(
     f: Callable[..., Any],
     x: Array,
     *,
-    tangent: Any,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
-    y: Any,
-    prep: Any,
+    y: Array | None,
+    prep: Prep | None,
     holomorphic: bool = False,
     has_aux: bool = False,
 ) -> Prep:
@@ -374,9 +381,9 @@ def reused(
     backend: Backend,
     f: Callable[..., Any],
     x: Array,
-    tangent: Any,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
-    y: Any,
+    y: Array | None,
     holomorphic: bool,
     has_aux: bool = False,
 ) -> Prep | None:
@@ -410,16 +417,18 @@ def reused(
     return None
 
 
-def _arguments(operator: Operator, x: Array, tangent: Any, y: Any, contexts: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arguments(
+    operator: Operator, x: Array, tangent: Tangent, y: Array | None, contexts: tuple[Any, ...]
+) -> tuple[Any, ...]:
     """The arguments a prep is checked against, in the order of ``Prep.names``."""
     if operator.tangent is not None:
         return (x, tangent) + ((y,) if y is not None else ()) + contexts
     return (x,) + ((y,) if y is not None else ()) + contexts
 
 
-def tangents_of(tangent: Any, x: Array) -> tuple[Any, ...]:
+def tangents_of(tangent: Tangent, x: Array) -> tuple[Any, ...]:
     """The tangent(s) as the adapter takes them: a tuple, in the family of x."""
-    items = tangent if type(tangent) is tuple else (tangent,)
+    items: tuple[Any, ...] = tangent if type(tangent) is tuple else (tangent,)
     kind = type(x)
     if kind is not float:
         for t in items:
@@ -431,7 +440,7 @@ def tangents_of(tangent: Any, x: Array) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Array, tangent: Any, out: Any, name: str, backend: Backend) -> Any:
+def _convert(kind: str, result: Any, x: Array, tangent: Tangent, out: Out, name: str, backend: Backend) -> Any:
     if kind == "tangents":
         return tangent_result(result, tangent, x)
     if kind == "out":
@@ -445,11 +454,11 @@ def run(
     f: Callable[..., Any],
     x: Array,
     *,
-    tangent: Any = None,
+    tangent: Tangent = None,
     contexts: tuple[Any, ...],
-    y: Any = None,
-    prep: Any,
-    out: Any = None,
+    y: Array | None = None,
+    prep: Prep | None,
+    out: Out = None,
     value: bool = False,
     holomorphic: bool = False,
     has_aux: bool = False,
@@ -488,10 +497,10 @@ def _execute(
     operator: Operator,
     p: Prep,
     backend: Backend,
-    x: Any,
-    tangent: Any,
+    x: Array,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
-    out: Any,
+    out: Out,
     value: bool,
 ) -> Any:
     """A resolved prep's plain or value runner, its results converted back to the user's arrays."""
@@ -513,7 +522,7 @@ def _execute(
     return converted[:-1] + (_into(converted[-1], out, x, name, backend),)
 
 
-def _into(result: Any, out: Any, x: Any, name: str, backend: Backend) -> Any:
+def _into(result: Any, out: Out, x: Array, name: str, backend: Backend) -> Any:
     """``out=`` of an operator whose result is not converted by :func:`finish` (pushforward, pullback,
     derivative, second_derivative, hvp): ``result`` written into ``out``, or a tuple of results (a
     batch of tangents) into a tuple of as many arrays."""
@@ -532,12 +541,12 @@ def _with_aux(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
-    x: Any,
-    tangent: Any,
+    x: Array,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
-    y: Any,
-    prep: Any,
-    out: Any,
+    y: Array | None,
+    prep: Prep | None,
+    out: Out,
     value: bool,
     holomorphic: bool,
 ) -> Any:
@@ -603,7 +612,7 @@ def run_prepared(
     f: Callable[..., Any],
     x: Array,
     contexts: tuple[Any, ...],
-    out: Any = None,
+    out: Out = None,
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
@@ -632,7 +641,7 @@ def run_prepared_tangent(
     backend: Backend,
     f: Callable[..., Any],
     x: Array,
-    tangent: Any,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
@@ -665,9 +674,9 @@ def _structured(
     prep: Prep,
     value: bool,
     x: Array,
-    tangent: Any,
+    tangent: Tangent,
     contexts: tuple[Any, ...],
-    out: Any,
+    out: Out,
     operator: Operator,
     backend: Backend,
 ) -> Any:
@@ -690,7 +699,7 @@ def _structured(
     return tuple(parts) if value else parts[0]
 
 
-def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Backend | None = None) -> Any:
+def finish(result: Any, x: Array, out: Out = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
 
@@ -713,13 +722,14 @@ def finish(result: Any, x: Array, out: Any = None, name: str = "", backend: Back
         raise TypeError(
             f"{call()}: out= is a {fam} array, and {fam} arrays are immutable; drop out= and use the returned array"
         )
-    if shape(out) != shape(result):
-        raise ValueError(f"{call()}: out= has shape {shape(out)}, expected {shape(result)} (got {describe(out)})")
-    record.copy_into(out, to_family(result, fam, like=out))
+    written = cast("Array", out)  # an array of a family with copy_into by now
+    if shape(written) != shape(result):
+        raise ValueError(f"{call()}: out= has shape {shape(written)}, expected {shape(result)} (got {describe(out)})")
+    record.copy_into(written, to_family(result, fam, like=written))
     return out
 
 
-def tangent_result(results: tuple[Any, ...], tangent: Any, x: Array) -> Any:
+def tangent_result(results: tuple[Any, ...], tangent: Tangent, x: Array) -> Any:
     """A batch of results as a tuple (tangent was a tuple), else the single result."""
     if type(tangent) is tuple:
         return tuple(output_like(r, x) for r in results)

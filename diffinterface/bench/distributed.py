@@ -20,9 +20,12 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._timing import Timing
 
 COLUMNS = [
     "f",
@@ -52,7 +55,7 @@ NOTES = (
 )
 
 
-def _value(x: Any) -> Any:
+def _value(x: np.ndarray) -> Any:
     return np.sin(x) * np.sum(x)
 
 
@@ -62,7 +65,7 @@ class _Sleeps:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: np.ndarray) -> Any:
         if self.seconds:
             time.sleep(self.seconds)
         return _value(x)
@@ -81,7 +84,7 @@ class _Computes:
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: np.ndarray) -> Any:
         _spin(self.n)
         return _value(x)
 
@@ -99,11 +102,11 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
 
 
-def distributed(full: bool, timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]]:
+def distributed(full: bool, timing: Timing, progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """The rows of the table; ``timing.slow_f`` is how long the expensive ``f`` takes. The executors
     are started and warmed up first; then each round times the serial call and every executor in
     turn (the machine's speed drifts: a speed-up is the median of the per-round ratios)."""

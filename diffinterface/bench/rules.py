@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -11,19 +11,23 @@ from array_api_compat import array_namespace
 from ._engines import config, engine
 from ._timing import Timing, columns, ratio
 
+if TYPE_CHECKING:
+    from .._core.types import Array
+    from ..rules import Active, Const
 
-def _one_argument_rule(b: Any) -> Any:
+
+def _one_argument_rule(b: np.ndarray) -> Any:
     """``cumsum(x * b**2)`` as a rule of x alone, its bodies closing over ``b``, as a hand-written
     registration does (a rule made here holds a closure: it pickles by value, not by reference). Its
     reverse pass needs no tape, as the hand-written VJP needs only its input: no augmented primal."""
     from ..rules import custom_rule
 
     @custom_rule(opaque=True)
-    def cumsum_scaled(a: Any) -> Any:
+    def cumsum_scaled(a: np.ndarray) -> Any:
         return np.cumsum(a * b**2)
 
     @cumsum_scaled.def_reverse
-    def _reverse(tape: Any, dy: Any, a: Any) -> Any:
+    def _reverse(tape: None, dy: np.ndarray, a: Const | Active) -> Any:
         return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
 
     return cumsum_scaled
@@ -55,21 +59,21 @@ def rules(
         eng, backend = records[name], config(name, closure="const")  # the closures table prices duplicates
         b = np.linspace(0.5, 1.5, n)
 
-        def primal(a: Any) -> Any:  # the rule's arithmetic, written for x alone
+        def primal(a: np.ndarray) -> Any:  # the rule's arithmetic, written for x alone
             return np.cumsum(a * b**2)
 
-        def vjp(a: Any, dy: Any) -> Any:
+        def vjp(a: np.ndarray, dy: np.ndarray) -> Any:
             return np.cumsum(np.asarray(dy)[::-1])[::-1] * b**2
 
         by_hand: Any = eng.rule_by_hand(primal, vjp)
         one = _one_argument_rule(b)
 
-        def with_rule(x: Any) -> Any:
+        def with_rule(x: Array) -> Any:
             if kind.startswith("x alone"):
                 return array_namespace(x).sum(one(x))
             return array_namespace(x).sum(cumsum_weighted(x, b))
 
-        def with_hand(x: Any) -> Any:
+        def with_hand(x: Array) -> Any:
             return array_namespace(x).sum(by_hand(x))
 
         # the engine's own inputs (JAX: float32, its default; a float64 host callback of a large input

@@ -30,9 +30,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    import types
     from collections.abc import Callable
 
+    from .._adapters.bench_engine import BenchEngine
     from .._core.configs import Backend
+    from .._core.types import Array
+    from .._frontend.prep import Prep
+    from ..testing._sparse_problems import SparseProblem
+    from ._timing import Timing
 
 FD_HESSIAN_SIZE = 1_000  # finite-difference Hessians are timed at this size (4n evaluations per color)
 
@@ -87,7 +93,7 @@ def _dense(result: Any) -> np.ndarray:
     return np.asarray(to_family(densify(result) if is_sparse(result) else result, NUMPY))
 
 
-def _ready(eng: Any, result: Any) -> Any:
+def _ready(eng: BenchEngine, result: Any) -> Any:
     """Wait for a sparse result: its stored values (JAX's BCOO, a torch sparse tensor) or itself."""
     data = getattr(result, "data", None)
     if data is not None and not isinstance(data, np.ndarray) and hasattr(data, "block_until_ready"):
@@ -142,7 +148,7 @@ def detection_rows(sizes: tuple[int, ...], progress: Callable[..., Any]) -> list
 
 
 def sparse(
-    engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any
+    engines: list[str], full: bool, timing: Timing, progress: Callable[..., Any], bench: types.ModuleType
 ) -> list[dict[str, Any]]:
     """The sparse table (see the module docstring); ``bench`` is ``diffinterface.bench`` (its engine
     records, configs, ``ratio`` and SciPy's ``approx_derivative``), passed in by its ``run``."""
@@ -235,16 +241,16 @@ def sparse(
 
 def _against_jax_packages(
     row: dict[str, Any],
-    problem: Any,
-    x: Any,
+    problem: SparseProblem,
+    x: Array,
     backend: Backend,
-    op: Any,
-    prep: Any,
+    op: Callable[..., Any],
+    prep: Prep,
     pattern: Any,
     is_jac: bool,
-    timing: Any,
-    eng: Any,
-    ratio: Any,
+    timing: Timing,
+    eng: BenchEngine,
+    ratio: Callable[..., dict[Any, Any]],
 ) -> None:
     import jax
 
@@ -313,7 +319,7 @@ BEYOND_NOTES = (
 )
 
 
-def beyond(full: bool, timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]]:
+def beyond(full: bool, timing: Timing, progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """The issue-42 rows (see ``BEYOND_NOTES``); the 1e6-unknown rows only with ``full``."""
     rows = _order_rows(progress) + _mode_rows(timing, progress)
     if full:
@@ -348,7 +354,7 @@ def _order_rows(progress: Callable[..., Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _mode_rows(timing: Any, progress: Callable[..., Any]) -> list[dict[str, Any]]:
+def _mode_rows(timing: Timing, progress: Callable[..., Any]) -> list[dict[str, Any]]:
     """The arrowhead Jacobian (n = 1e4) on every AD engine; the band Hessian, star against acyclic; the
     Brusselator N = 64 by default; JAX against asdex."""
     from .. import AutoAutograd, AutoJAX, AutoTorch
@@ -420,7 +426,9 @@ def _block(result: Any) -> Any:
     return result
 
 
-def _asdex_row(row: dict[str, Any], f: Callable[..., Any], x: Any, is_jac: bool, ours: Any, timing: Any) -> None:
+def _asdex_row(
+    row: dict[str, Any], f: Callable[..., Any], x: Array, is_jac: bool, ours: Callable[[], Any], timing: Timing
+) -> None:
     import asdex  # pyright: ignore[reportMissingImports]  # optional (the bench extra): absent where lint runs
     import jax
 
@@ -442,7 +450,7 @@ print(json.dumps(_scale_measure(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
 """
 
 
-def _scale_row(name: str, size: int, timing: Any) -> dict[str, Any]:
+def _scale_row(name: str, size: int, timing: Timing) -> dict[str, Any]:
     """One 1e6-unknown problem: ours and asdex each in a fresh process (peak memory apart), then the
     interleaved ratio of the prepared calls here."""
     import json

@@ -22,10 +22,17 @@ from __future__ import annotations
 import importlib.util
 import timeit
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
+
+if TYPE_CHECKING:
+    import types
+    from collections.abc import Mapping
+
+    from .._core.types import NumericArray
+    from ._timing import Timing
 
 COLUMNS = [
     "case",
@@ -53,7 +60,7 @@ NOTES = (
 )
 
 
-def _loss(p: Any) -> Any:
+def _loss(p: Mapping[str, NumericArray]) -> Any:
     total = 0.0
     for v in p.values():
         xp = array_namespace(v)
@@ -62,7 +69,7 @@ def _loss(p: Any) -> Any:
 
 
 def _cutter(keys: list[str], size: int) -> Callable[[Any], Any]:
-    def from_vector(x: Any) -> Any:  # the user's own cutting of one vector into the dict
+    def from_vector(x: NumericArray) -> Any:  # the user's own cutting of one vector into the dict
         return _loss({k: x[i * size : (i + 1) * size] for i, k in enumerate(keys)})
 
     return from_vector
@@ -147,7 +154,7 @@ def flatten_rows() -> list[dict[str, Any]]:
 
 
 def structured(
-    engines: list[str], full: bool, timing: Any, progress: Callable[..., Any], bench: Any
+    engines: list[str], full: bool, timing: Timing, progress: Callable[..., Any], bench: types.ModuleType
 ) -> list[dict[str, Any]]:
     """The rows of the table (``bench`` is ``diffinterface.bench``: its engines, configs and timing)."""
     from .. import gradient, prepare_gradient

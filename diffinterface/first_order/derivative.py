@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_derivative(
@@ -19,7 +20,7 @@ def prepare_derivative(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     strict: bool = True,
     has_aux: bool = False,
     holomorphic: bool = False,
@@ -43,10 +44,10 @@ def value_and_derivative(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
     """``(f(x), df/dx)`` for a scalar ``x`` (a float or a 0-d array).
@@ -77,10 +78,10 @@ def derivative(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
     holomorphic: bool = False,
 ) -> Any:
     """``df/dx`` for a scalar ``x``, shaped like ``f(x)``.

@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_gradient(
@@ -36,7 +37,7 @@ def value_and_gradient(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), grad)``; ``out=`` receives the gradient.
 
@@ -56,7 +57,7 @@ def gradient(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """The gradient of a scalar-valued ``f`` at ``x``, shaped like ``x``; written into ``out=`` when given.
 

@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_jacobian(
@@ -19,7 +20,7 @@ def prepare_jacobian(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     strict: bool = True,
     has_aux: bool = False,
     holomorphic: bool = False,
@@ -44,10 +45,10 @@ def value_and_jacobian(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
     holomorphic: bool = False,
 ) -> tuple[Any, ...]:
     """``(f(x), J)``; ``out=`` receives the Jacobian.
@@ -78,10 +79,10 @@ def jacobian(
     f: Callable[..., Any],
     x: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
     holomorphic: bool = False,
 ) -> Any:
     """The Jacobian of ``f`` at ``x``, of shape ``f(x).shape + x.shape``.

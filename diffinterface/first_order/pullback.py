@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_pullback(
@@ -20,7 +21,7 @@ def prepare_pullback(
     x: Any,
     ty: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     strict: bool = True,
     has_aux: bool = False,
 ) -> Prep:
@@ -42,10 +43,10 @@ def value_and_pullback(
     x: Any,
     ty: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), ty @ J(x))``; a tuple ``ty`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -67,10 +68,10 @@ def pullback(
     x: Any,
     ty: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """``ty @ J(x)`` (VJP), shaped like ``x``; a tuple ``ty`` gives a tuple.
 

@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_pushforward(
@@ -20,7 +21,7 @@ def prepare_pushforward(
     x: Any,
     tx: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     strict: bool = True,
     has_aux: bool = False,
 ) -> Prep:
@@ -43,10 +44,10 @@ def value_and_pushforward(
     x: Any,
     tx: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), J(x) @ tx)``; a tuple ``tx`` gives a tuple of results, computed as one batch where the engine can.
 
@@ -70,10 +71,10 @@ def pushforward(
     x: Any,
     tx: Any,
     *contexts: Contexts,
-    y: Any = None,
+    y: Array | None = None,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """``J(x) @ tx`` (JVP), shaped like ``f(x)``; a tuple ``tx`` gives a tuple.
 

@@ -49,11 +49,16 @@ import importlib
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._closures.writable import unwrap
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    from numpy.typing import ArrayLike
 
 __all__ = ["Active", "Const", "Duplicated", "Rule", "SecondOrderError", "custom_rule", "prefer"]
 
@@ -227,7 +232,7 @@ class Rule:
             module = _MODULES[registrar] = importlib.import_module(registrar)
         return module.call(self, args, kwargs)
 
-    def native(self, key: Any, build: Callable[..., Any]) -> Any:
+    def native(self, key: Hashable, build: Callable[..., Any]) -> Any:
         """The engine registration for ``key``, built once (thread-safe)."""
         try:
             return self._native[key]
@@ -325,7 +330,13 @@ def _lookup(module: str, qualname: str) -> Any:
 
 
 def _rebuild(
-    primal: Any, opaque: Any, vectorized: Any, out_shape: Any, forward: Any, augmented_primal: Any, reverse: Any
+    primal: Callable[..., Any],
+    opaque: bool,
+    vectorized: bool,
+    out_shape: Callable[..., Any] | None,
+    forward: Callable[..., Any] | None,
+    augmented_primal: Callable[..., Any] | None,
+    reverse: Callable[..., Any] | None,
 ) -> Rule:
     return Rule(
         primal,
@@ -374,7 +385,7 @@ def annotate(
     return tuple([kind(v) if a else Const(v) for v, a in zip(values, active)])
 
 
-def _np(value: Any) -> Any:
+def _np(value: ArrayLike) -> Any:
     return value if isinstance(value, (int, float, complex)) else np.asarray(value)
 
 
@@ -385,7 +396,7 @@ def cotangents(result: Any, n: int) -> tuple[Any, ...]:
     return tuple(result)
 
 
-def cotangent_like(value: Any, ref: Any) -> Any:
+def cotangent_like(value: ArrayLike | None, ref: ArrayLike) -> Any:
     """A NumPy (co)tangent with the type, dtype and shape of ``ref``'s: zeros for None, a float
     for a Python number (engines that check (co)tangent types, autograd, need them so)."""
     if isinstance(ref, (float, int)) and not isinstance(ref, bool):

@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_hessian(
@@ -37,7 +38,7 @@ def value_gradient_and_hessian(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), grad, H)``; ``out=`` receives the Hessian.
 
@@ -57,7 +58,7 @@ def hessian(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """The Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
 

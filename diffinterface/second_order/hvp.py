@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_hvp(
@@ -43,7 +44,7 @@ def gradient_and_hvp(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(grad, H @ tx)``; a tuple ``tx`` gives a tuple of products.
 
@@ -65,7 +66,7 @@ def hvp(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """``H(x) @ tx``, shaped like ``x``; a tuple ``tx`` gives a tuple.
 

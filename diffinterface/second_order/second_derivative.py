@@ -12,6 +12,7 @@ from .._frontend.prep import Prep
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.types import Array
 
 
 def prepare_second_derivative(
@@ -36,7 +37,7 @@ def value_derivative_and_second_derivative(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> tuple[Any, ...]:
     """``(f(x), df/dx, d2f/dx2)`` for a scalar ``x``.
 
@@ -56,7 +57,7 @@ def second_derivative(
     *contexts: Contexts,
     prep: Prep | None = None,
     has_aux: bool = False,
-    out: Any = None,
+    out: Array | tuple[Array, ...] | None = None,
 ) -> Any:
     """``d2f/dx2`` for a scalar ``x``, shaped like ``f(x)``.
 

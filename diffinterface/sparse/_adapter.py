@@ -46,9 +46,16 @@ from ._coloring import (
 from ._detectors import Problem
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import jax
+    import torch
+    from scipy.sparse import csr_array
+
     from .._adapters.contract import Info
     from .._adapters.target import Target
     from .._core.contexts import Contexts
+    from .._core.types import Array
     from ._config import AutoSparse
 
 CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth building for a coloring
@@ -65,7 +72,7 @@ class Plan(SparsePlan):
 
     __slots__ = ("substitution",)
 
-    def __init__(self, sparsity: Any, colors: Any, mode: str) -> None:
+    def __init__(self, sparsity: csr_array, colors: Any, mode: str) -> None:  # colors: see the class docstring
         super().__init__(sparsity, colors, mode)
         self.substitution: Substitution | None = None
 
@@ -93,10 +100,10 @@ class SparseAdapter(Adapter):
         self.traced = getattr(self.dense, "traced", None)
         self.engine_name = getattr(self.dense, "engine_name", None)
 
-    def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         return self.dense.output_info(target, x, contexts, oneshot)
 
-    def evaluate(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
+    def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         return self.dense.evaluate(target, x, contexts)
 
     def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
@@ -106,9 +113,9 @@ class SparseAdapter(Adapter):
         self,
         operator: Operator,
         target: Target,
-        x: Any,
-        tangents: tuple[Any, ...],
-        contexts: tuple[Any, ...],
+        x: Array,
+        tangents: tuple[Array, ...],
+        contexts: Contexts,
         info: Info,
     ) -> Any:
         if operator is JACOBIAN:
@@ -122,7 +129,7 @@ class SparseAdapter(Adapter):
     def _problem(self, target: Target, info: Info) -> Problem:
         return Problem(target.f, target.y, math.prod(info.y_shape), target.instance(), target)
 
-    def _jacobian(self, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
+    def _jacobian(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Runners:
         backend = self.backend
         m, n = math.prod(info.y_shape), math.prod(info.x_shape)
         pattern = csr_pattern(
@@ -137,7 +144,7 @@ class SparseAdapter(Adapter):
         plan.seeds = _seeds(plan.colors, plan.n_colors, info.x_shape if forward else info.y_shape, x)
         return self._runners(plan, PUSHFORWARD if forward else PULLBACK, target, x, contexts, info)
 
-    def _hessian(self, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
+    def _hessian(self, target: Target, x: Array, contexts: Contexts, info: Info) -> Runners:
         backend = self.backend
         n = math.prod(info.x_shape)
         detected = backend.sparsity_detector.hessian_sparsity(self._problem(target, info), x, contexts, backend.dense)
@@ -158,7 +165,7 @@ class SparseAdapter(Adapter):
         return self._runners(plan, HVP, target, x, contexts, info)
 
     def _runners(
-        self, plan: Plan, operator: Operator, target: Target, x: Any, contexts: tuple[Any, ...], info: Info
+        self, plan: Plan, operator: Operator, target: Target, x: Array, contexts: Contexts, info: Info
     ) -> Runners:
         """The runners of one sparse derivative: the dense adapter's compressed program where it has
         one (``prepare_compressed``: JAX compiles products, gather and all into one program), else
@@ -168,6 +175,7 @@ class SparseAdapter(Adapter):
         # data -> sparse matrix: the substitution first for an acyclic coloring
         build = _builder(plan.sparsity, x)
         if plan.mode == "acyclic":
+            assert plan.substitution is not None  # made with an acyclic coloring's plan
             solve, make = _solver(plan.substitution, x), build
 
             def build(data: Any) -> Any:
@@ -191,10 +199,10 @@ class SparseAdapter(Adapter):
             if own:
                 return Runners(inner.plain, inner.value, plan)
 
-            def plain_whole(x: Any, tangents: Any, cs: Contexts) -> Any:
+            def plain_whole(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
                 return build(to_family(inner.plain(x, (), cs), fam, like=x))
 
-            def value_whole(x: Any, tangents: Any, cs: Contexts) -> Any:
+            def value_whole(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
                 *front, data = inner.value(x, (), cs)
                 return (*front, build(to_family(data, fam, like=x)))
 
@@ -204,10 +212,10 @@ class SparseAdapter(Adapter):
         inner = self.dense.prepare(operator, target, x, plan.seeds, contexts, info) if plan.seeds else None
         grads = self.dense.prepare(GRADIENT, target, x, (), contexts, info) if star else None
 
-        def plain(x: Any, tangents: Any, cs: Contexts) -> Any:
+        def plain(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
             return build(gather(inner.plain(x, plan.seeds, cs) if inner is not None else ()))
 
-        def value(x: Any, tangents: Any, cs: Contexts) -> Any:
+        def value(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
             if grads is not None:  # a Hessian: the value and gradient from the dense gradient
                 y, grad = grads.value(x, (), cs)
                 return y, grad, plain(x, tangents, cs)
@@ -218,7 +226,7 @@ class SparseAdapter(Adapter):
 
         return Runners(plain, value, plan)
 
-    def _jacobian_plan(self, pattern: Any) -> Plan:
+    def _jacobian_plan(self, pattern: Any) -> Plan:  # a csr_array (scipy's shape reads as optional)
         coloring = self.backend.coloring
         mode = getattr(self.backend.dense, "mode", None)
         if mode == "forward" or (mode is None and pattern.shape[0] == 0):
@@ -251,7 +259,7 @@ class SparseAdapter(Adapter):
                 return bicolored
         return Plan(pattern, getattr(coloring, side)(pattern), side)
 
-    def _bidirectional(self, plan: Plan, target: Target, x: Any, contexts: tuple[Any, ...], info: Info) -> Runners:
+    def _bidirectional(self, plan: Plan, target: Target, x: Array, contexts: Contexts, info: Info) -> Runners:
         """A bicoloring's runners: the dense backend's batched pushforward along the column seeds and
         pullback along the row seeds, the results gathered from both."""
         column_colors, row_colors = plan.colors
@@ -264,7 +272,7 @@ class SparseAdapter(Adapter):
         forward = self.dense.prepare(PUSHFORWARD, target, x, forward_seeds, contexts, info) if kf else None
         reverse = self.dense.prepare(PULLBACK, target, x, reverse_seeds, contexts, info) if kr else None
 
-        def products(x: Any, cs: Contexts, value: bool) -> tuple[Any, tuple[Any, ...]]:
+        def products(x: Array, cs: Contexts, value: bool) -> tuple[Any, tuple[Any, ...]]:
             y, parts = None, ()
             if forward is not None:
                 y, parts = forward.value(x, forward_seeds, cs) if value else (None, forward.plain(x, forward_seeds, cs))
@@ -278,10 +286,10 @@ class SparseAdapter(Adapter):
                 y = self.dense.evaluate(target, x, cs)
             return y, parts
 
-        def plain(x: Any, tangents: Any, cs: Contexts) -> Any:
+        def plain(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
             return build(gather(products(x, cs, False)[1]))
 
-        def value(x: Any, tangents: Any, cs: Contexts) -> Any:
+        def value(x: Array, tangents: tuple[Array, ...], cs: Contexts) -> Any:
             y, parts = products(x, cs, True)
             return y, build(gather(parts))
 
@@ -291,13 +299,13 @@ class SparseAdapter(Adapter):
 # -- seeds and decompression -------------------------------------------------------------------------
 
 
-def _single(x: Any) -> bool:
+def _single(x: Array) -> bool:
     """Whether ``x`` holds floats of at most single precision (float32, complex64 and smaller)."""
     dtype = np.dtype(dtype_name(x))
     return dtype.itemsize < (16 if dtype.kind == "c" else 8)
 
 
-def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) -> tuple[Any, ...]:
+def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Array) -> tuple[Any, ...]:
     """One seed per color: the sum of the basis vectors of that color, shaped ``shape``, in ``x``'s
     family, dtype and device."""
     dtype = np.dtype(dtype_name(x))
@@ -308,7 +316,7 @@ def _seeds(colors: np.ndarray, n_colors: int, shape: tuple[int, ...], x: Any) ->
         return tuple(to_family((colors == c).astype(dtype).reshape(shape), fam, like=x) for c in range(n_colors))
 
 
-def _gatherer(index: np.ndarray, x: Any) -> Any:
+def _gatherer(index: np.ndarray, x: Any) -> Callable[[tuple[Any, ...]], Any]:
     """``parts -> nonzeros``: the compressed results (in any family) concatenated flat
     and gathered at ``index`` in ``x``'s family (the index made once, on x's device)."""
     fam = family(x)
@@ -364,7 +372,7 @@ def _gatherer(index: np.ndarray, x: Any) -> Any:
     return gather_numpy
 
 
-def _solver(sub: Any, x: Any) -> Any:
+def _solver(sub: Substitution, x: Any) -> Callable[[Any], Any]:
     """``gathered -> nonzeros`` for an acyclic coloring (:class:`._coloring.Substitution`), in ``x``'s
     family: signs, one cumulative sum and the differences at each entry's range."""
     fam = family(x)
@@ -375,7 +383,7 @@ def _solver(sub: Any, x: Any) -> Any:
         signs, entry = (torch.as_tensor(a, dtype=x.dtype, device=dev) for a in (sub.signs, sub.entry_signs))
         lo, hi = (torch.as_tensor(a, device=dev) for a in (sub.lo, sub.hi))  # int64: torch's index type
 
-        def solve_torch(data: Any) -> Any:
+        def solve_torch(data: torch.Tensor) -> torch.Tensor:
             s = torch.nn.functional.pad(torch.cumsum(signs * data, 0), (1, 0))
             return entry * (s[hi] - s[lo])
 
@@ -385,27 +393,27 @@ def _solver(sub: Any, x: Any) -> Any:
         import jax.numpy as jnp
 
         dtype = np.dtype(str(x.dtype))
-        lo, hi = sub.lo.astype(np.int32), sub.hi.astype(np.int32)
+        lo32, hi32 = sub.lo.astype(np.int32), sub.hi.astype(np.int32)
 
         @jax.jit
-        def run(data: Any) -> Any:
+        def run(data: jax.Array) -> jax.Array:
             t = jnp.asarray(sub.signs, dtype) * data
             s = jnp.concatenate([jnp.zeros(1, dtype), jnp.cumsum(t)])
-            return jnp.asarray(sub.entry_signs, dtype) * (s[hi] - s[lo])
+            return jnp.asarray(sub.entry_signs, dtype) * (s[hi32] - s[lo32])
 
-        def solve_jax(data: Any) -> Any:
+        def solve_jax(data: jax.Array) -> jax.Array:
             with families()[JAX].computing(dtype):
                 return run(data)
 
         return solve_jax
 
-    def solve_numpy(data: Any) -> Any:
+    def solve_numpy(data: np.ndarray) -> np.ndarray:
         return sub.solve(sub.signs * np.asarray(data))
 
     return solve_numpy
 
 
-def _builder(pattern: Any, x: Any) -> Any:
+def _builder(pattern: Any, x: Any) -> Any:  # pattern: a csr_array; returns data -> sparse matrix
     """``data -> sparse matrix`` with ``pattern``'s structure, in ``x``'s family."""
     fam = family(x)
     shape = pattern.shape
@@ -413,7 +421,7 @@ def _builder(pattern: Any, x: Any) -> Any:
     if fam == NUMPY or fam is None:
         import scipy.sparse as sp
 
-        def build(data: Any) -> Any:
+        def build(data: np.ndarray) -> csr_array:
             return sp.csr_array((data, indices.copy(), indptr.copy()), shape=shape)
 
         return build
@@ -423,7 +431,7 @@ def _builder(pattern: Any, x: Any) -> Any:
         crow = torch.as_tensor(indptr, device=x.device)
         col = torch.as_tensor(indices, device=x.device)
 
-        def build_torch(data: Any) -> Any:
+        def build_torch(data: torch.Tensor) -> torch.Tensor:
             with warnings.catch_warnings():  # torch's one-time notice that sparse CSR tensors are in beta
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
                 return torch.sparse_csr_tensor(
@@ -438,7 +446,7 @@ def _builder(pattern: Any, x: Any) -> Any:
         rows = np.repeat(np.arange(shape[0]), np.diff(indptr))
         coo = jnp.asarray(np.stack([rows, indices], axis=1).astype(np.int32))
 
-        def build_jax(data: Any) -> Any:
+        def build_jax(data: jax.Array) -> Any:
             with families()[JAX].computing(np.dtype(str(data.dtype))):
                 return jsparse.BCOO((data, coo), shape=shape, indices_sorted=True, unique_indices=True)
 

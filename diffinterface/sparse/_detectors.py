@@ -20,13 +20,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ._coloring import csr_pattern
 
 if TYPE_CHECKING:
+    from scipy.sparse import csr_array
+
     from .._core.types import Array
 
 
@@ -84,7 +86,7 @@ class TracerSparsityDetector:
         shape = _shape(x)
         n = math.prod(shape)
         trace = Trace(n, hessian)
-        tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, _dtype(x))
+        tracer = Tracer(cast("csr_array", sp.eye_array(n, dtype=bool, format="csr")), shape, trace, _dtype(x))
         try:
             y = problem.function(tracer, *context_values(contexts, lambda v: v))
         except TracerError as error:

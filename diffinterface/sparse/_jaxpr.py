@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from ._detectors import Problem, _call
 from ._tracer import Trace, Tracer, TracerError, _broadcast, _lift, _or_none, _union
 
 if TYPE_CHECKING:
+    from scipy.sparse import csr_array
+
+    from .._core.configs import Backend
     from .._core.types import Array
 
 _STRUCTURAL = {
@@ -116,7 +119,9 @@ class JaxprSparsityDetector:
          [0 0 1 1]]
     """
 
-    def _run(self, problem: Problem, x: Array, contexts: tuple[Any, ...], dense: Any, hessian: bool) -> tuple[Any, Any]:
+    def _run(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...], dense: Backend | None, hessian: bool
+    ) -> tuple[Any, Any]:
         import scipy.sparse as sp
 
         from .._core.arrays import dtype_name, families
@@ -131,7 +136,7 @@ class JaxprSparsityDetector:
         shape = tuple(np.shape(x))
         n = math.prod(shape)
         trace = Trace(n, hessian)
-        tracer = Tracer(sp.eye_array(n, dtype=bool, format="csr"), shape, trace, dtype)
+        tracer = Tracer(cast("csr_array", sp.eye_array(n, dtype=bool, format="csr")), shape, trace, dtype)
         try:
             with families()["jax"].computing(dtype):  # known values evaluated in x's precision
                 (y,) = _interpret(closed.jaxpr, closed.consts, [tracer], trace)
@@ -139,13 +144,17 @@ class JaxprSparsityDetector:
             raise TracerError(f"{_call(problem)}{error}") from error
         return y, trace
 
-    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def jacobian_sparsity(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Backend | None = None
+    ) -> Any:
         y, trace = self._run(problem, x, contexts, dense, hessian=False)
         if not isinstance(y, Tracer):
             return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
         return csr_pattern(y.rows())
 
-    def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+    def hessian_sparsity(
+        self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Backend | None = None
+    ) -> Any:
         _, trace = self._run(problem, x, contexts, dense, hessian=True)
         return csr_pattern(trace.hessian)
 

@@ -30,16 +30,30 @@ rule for index sets is a method of the tracer.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from .._core.arrays import NUMPY, family, to_family
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection, Sequence
+    from types import EllipsisType
+    from typing import TypeAlias
+
+    from numpy.typing import ArrayLike, DTypeLike
+    from scipy.sparse import csr_array, sparray, spmatrix
 
     from .._core.types import Array
+
+    # boolean (csr once computed), one row per element of an array, one column per element of x
+    Rows: TypeAlias = csr_array
+    # what an operation takes: a tracer, or a constant: an array of any family (torch's and JAX's
+    # convert through ``__array__``), a Python number, a list of them (or a SciPy sparse matrix, a ``matmul`` operand)
+    Operand: TypeAlias = "Tracer | ArrayLike"
+    Axis: TypeAlias = "int | tuple[int, ...] | None"
+    ShapeLike: TypeAlias = "int | Sequence[int]"
+    Key: TypeAlias = "int | slice | EllipsisType | None | Tracer | ArrayLike | tuple[Key, ...]"
 
 
 def _sp() -> Any:
@@ -61,7 +75,7 @@ class Trace:
         self.hessian = _sp().csr_array((n, n), dtype=bool)
         self.namespace = Namespace(self)  # one per trace: array_namespace() of two tracers is one namespace
 
-    def nonlinear(self, a: Any, b: Any | None = None) -> None:
+    def nonlinear(self, a: Rows | None, b: Rows | None = None) -> None:
         """Record the second-order pattern of a nonlinear operation on rows ``a`` (and ``b``):
         ``a.T @ a`` (one operand), ``a.T @ b + b.T @ a`` (a product)."""
         if not self.track_hessian or a is None:
@@ -75,11 +89,11 @@ class Trace:
             self.hessian = _as_bool(self.hessian + outer)
 
 
-def _as_bool(m: Any) -> Any:
+def _as_bool(m: sparray | spmatrix) -> Rows:
     return _sp().csr_array(m, dtype=bool)
 
 
-def _bool_product(a: Any, b: Any) -> Any:
+def _bool_product(a: Rows, b: Rows) -> Rows:
     sp = _sp()
     ai = sp.csr_array(a, dtype=np.int32)
     bi = sp.csr_array(b, dtype=np.int32)
@@ -93,7 +107,12 @@ class Tracer:
     __array_priority__ = 1000  # NumPy arrays defer to the tracer's reflected operators
 
     def __init__(
-        self, deps: Any, shape: tuple[int, ...], trace: Trace, dtype: Any = np.float64, value: Any = None
+        self,
+        deps: Rows | None,
+        shape: tuple[int, ...],
+        trace: Trace,
+        dtype: DTypeLike = np.float64,
+        value: np.ndarray | None = None,
     ) -> None:
         self.deps = deps  # csr (size x n) or None (a constant: no dependence)
         self.shape = tuple(int(s) for s in shape)
@@ -105,7 +124,7 @@ class Tracer:
 
     # -- the array API's attributes -----------------------------------------------------------------
 
-    def __array_namespace__(self, api_version: Any = None) -> Any:
+    def __array_namespace__(self, api_version: str | None = None) -> Namespace:
         return self.trace.namespace
 
     @property
@@ -129,7 +148,7 @@ class Tracer:
         axes = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
         return self.trace.namespace.permute_dims(self, axes)
 
-    def rows(self) -> Any:
+    def rows(self) -> Rows:
         """The dependency rows, a zero matrix for a constant."""
         if self.deps is None:
             return _sp().csr_array((self.size, self.trace.n), dtype=bool)
@@ -166,7 +185,7 @@ class Tracer:
     def __index__(self) -> int:
         raise self._opaque("a traced value used as an index")
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         if self.deps is None and self.value is not None:
             return np.asarray(self.value, dtype=dtype)
         raise self._opaque("its conversion to a NumPy array (np.asarray, a SciPy call or a write into a NumPy buffer)")
@@ -180,7 +199,9 @@ class Tracer:
             raise self._opaque(f"numpy.{ufunc.__name__}.{method}")
         return fn(*inputs)
 
-    def __array_function__(self, func: Callable[..., Any], types: Any, args: Any, kwargs: Any) -> Any:
+    def __array_function__(
+        self, func: Callable[..., Any], types: Collection[type], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if func.__name__ in ("ndim", "shape", "size") and len(args) == 1 and not kwargs:  # np.shape(x), ...
             return getattr(args[0], func.__name__)
         name = _FUNCTION_NAMES.get(func.__name__, func.__name__)
@@ -191,11 +212,11 @@ class Tracer:
 
     # -- operators ----------------------------------------------------------------------------------
 
-    def __getitem__(self, key: Any) -> Tracer:
+    def __getitem__(self, key: Key) -> Tracer:
         index = _positions(self.shape)[_key(key)]
         return _select(self, index)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Key, value: Operand) -> None:
         index = _positions(self.shape)[_key(key)]
         value = _lift(value, self.trace)
         rows = np.broadcast_to(_positions(value.shape), index.shape).ravel()
@@ -220,8 +241,8 @@ class Tracer:
         return self.trace.namespace.abs(self)
 
 
-def _binary_method(name: str, reflected: bool = False) -> Any:
-    def method(self: Tracer, other: Any) -> Any:
+def _binary_method(name: str, reflected: bool = False) -> Callable[[Tracer, Operand], Tracer]:
+    def method(self: Tracer, other: Operand) -> Tracer:
         fn = getattr(self.trace.namespace, name)
         other = _numpy_constant(other)  # a captured torch or JAX constant
         return fn(other, self) if reflected else fn(self, other)
@@ -271,7 +292,7 @@ def _positions(shape: tuple[int, ...]) -> np.ndarray:
     return np.arange(math.prod(shape)).reshape(shape)
 
 
-def _key(key: Any) -> Any:
+def _key(key: Key) -> Any:  # an index NumPy takes
     if isinstance(key, Tracer) and key.deps is None and key.value is not None:
         return key.value  # indices given as xp.asarray(idx): a known constant
     if isinstance(key, Tracer):
@@ -281,7 +302,7 @@ def _key(key: Any) -> Any:
     return key
 
 
-def _or_none(deps: Any) -> Any:
+def _or_none(deps: Rows) -> Rows | None:
     return deps if deps.nnz else None
 
 
@@ -294,7 +315,7 @@ def _select(t: Tracer, index: np.ndarray) -> Tracer:
     return Tracer(_or_none(t.deps[index.ravel()]), index.shape, t.trace, t.dtype)
 
 
-def _numpy_constant(value: Any) -> Any:
+def _numpy_constant(value: Operand) -> Operand:
     """A constant of another array family (a captured torch or JAX matrix) as NumPy; others as they are."""
     if isinstance(value, (np.ndarray, np.generic, int, float, bool, complex, list, tuple)):
         return value
@@ -302,7 +323,7 @@ def _numpy_constant(value: Any) -> Any:
     return value if fam is None or fam == NUMPY else to_family(value, NUMPY)
 
 
-def _lift(value: Any, trace: Trace) -> Tracer:
+def _lift(value: Operand, trace: Trace) -> Tracer:
     """A tracer for ``value``: itself, or a constant (no dependence) of its shape."""
     if isinstance(value, Tracer):
         return value
@@ -312,10 +333,10 @@ def _lift(value: Any, trace: Trace) -> Tracer:
     return Tracer(None, shape, trace, dtype)
 
 
-def _broadcast(*ts: Tracer) -> tuple[tuple[int, ...], list[Any]]:
+def _broadcast(*ts: Tracer) -> tuple[tuple[int, ...], list[Rows | None]]:
     """The broadcast shape and each operand's rows broadcast to it (None for constants)."""
     shape = np.broadcast_shapes(*(t.shape for t in ts))
-    out: list[Any] = []
+    out: list[Rows | None] = []
     for t in ts:
         if t.deps is None:
             out.append(None)
@@ -327,7 +348,7 @@ def _broadcast(*ts: Tracer) -> tuple[tuple[int, ...], list[Any]]:
     return shape, out
 
 
-def _union(rows: list[Any]) -> Any:
+def _union(rows: list[Rows | None]) -> Rows | None:
     live = [r for r in rows if r is not None]
     if not live:
         return None
@@ -337,7 +358,7 @@ def _union(rows: list[Any]) -> Any:
     return _or_none(_as_bool(total))
 
 
-def _dtype(*values: Any) -> Any:
+def _dtype(*values: Operand) -> DTypeLike:
     dts = [
         v.dtype if isinstance(v, Tracer) else np.result_type(_numpy_constant(v))
         for v in values
@@ -402,7 +423,9 @@ class Namespace:
         self.newaxis = None
 
     # creation: constants
-    def asarray(self, obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+    def asarray(
+        self, obj: Operand, dtype: DTypeLike | None = None, device: str | None = None, copy: bool | None = None
+    ) -> Tracer:
         if isinstance(obj, Tracer):
             return obj if dtype is None else Tracer(obj.deps, obj.shape, obj.trace, dtype)
         if isinstance(obj, (list, tuple)) and any(isinstance(o, Tracer) for o in obj):
@@ -410,41 +433,45 @@ class Namespace:
         value = np.asarray(_numpy_constant(obj), dtype=dtype)
         return Tracer(None, value.shape, self.trace, value.dtype, value)
 
-    def _const(self, shape: Any, dtype: Any = None) -> Tracer:
+    def _const(self, shape: ShapeLike, dtype: DTypeLike | None = None) -> Tracer:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         return Tracer(None, shape, self.trace, dtype or np.float64)
 
-    def zeros(self, shape: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def zeros(self, shape: ShapeLike, dtype: DTypeLike | None = None, device: str | None = None) -> Tracer:
         return self._const(shape, dtype)
 
     ones = empty = zeros
 
-    def full(self, shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def full(
+        self, shape: ShapeLike, fill_value: complex, dtype: DTypeLike | None = None, device: str | None = None
+    ) -> Tracer:
         return self._const(shape, dtype)
 
-    def zeros_like(self, x: Array, dtype: Any = None, device: Any = None) -> Tracer:
+    def zeros_like(self, x: Array, dtype: DTypeLike | None = None, device: str | None = None) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
     ones_like = empty_like = zeros_like
 
-    def full_like(self, x: Array, fill_value: Any, dtype: Any = None, device: Any = None) -> Tracer:
+    def full_like(
+        self, x: Array, fill_value: complex, dtype: DTypeLike | None = None, device: str | None = None
+    ) -> Tracer:
         return self._const(x.shape, dtype or x.dtype)
 
-    def arange(self, *args: Any, **kwargs: Any) -> Tracer:
+    def arange(self, *args: float, **kwargs: Any) -> Tracer:
         return self._const(np.arange(*args).shape, kwargs.get("dtype"))
 
-    def linspace(self, start: Any, stop: Any, num: int, **kwargs: Any) -> Tracer:
+    def linspace(self, start: float, stop: float, num: int, **kwargs: Any) -> Tracer:
         return self._const((num,), kwargs.get("dtype"))
 
     def eye(self, n_rows: int, n_cols: int | None = None, **kwargs: Any) -> Tracer:
         return self._const((n_rows, n_cols if n_cols is not None else n_rows), kwargs.get("dtype"))
 
-    def astype(self, x: Array, dtype: Any, copy: Any = True, device: Any = None) -> Tracer:
+    def astype(self, x: Operand, dtype: DTypeLike, copy: bool = True, device: str | None = None) -> Tracer:
         x = _lift(x, self.trace)
         return Tracer(x.deps, x.shape, self.trace, dtype)
 
     # elementwise
-    def _unary(self, x: Array, kind: str) -> Tracer:
+    def _unary(self, x: Operand, kind: str) -> Tracer:
         x = _lift(x, self.trace)
         if kind == "constant":
             return Tracer(None, x.shape, self.trace, x.dtype)
@@ -452,7 +479,7 @@ class Namespace:
             self.trace.nonlinear(x.deps)
         return Tracer(x.deps, x.shape, self.trace, x.dtype)
 
-    def _binary(self, a: Any, b: Any, kind: str) -> Tracer:
+    def _binary(self, a: Operand, b: Operand, kind: str) -> Tracer:
         ta, tb = _lift(a, self.trace), _lift(b, self.trace)
         shape, (ra, rb) = _broadcast(ta, tb)
         dtype = _dtype(a, b)
@@ -465,20 +492,20 @@ class Namespace:
             self.trace.nonlinear(deps)
         return Tracer(deps, shape, self.trace, dtype)
 
-    def add(self, a: Any, b: Any) -> Tracer:
+    def add(self, a: Operand, b: Operand) -> Tracer:
         return self._binary(a, b, "linear")
 
     subtract = add
 
-    def multiply(self, a: Any, b: Any) -> Tracer:
+    def multiply(self, a: Operand, b: Operand) -> Tracer:
         return self._binary(a, b, "product")
 
-    def divide(self, a: Any, b: Any) -> Tracer:
+    def divide(self, a: Operand, b: Operand) -> Tracer:
         if not isinstance(b, Tracer) or b.deps is None:  # by a constant: linear in a
             return self._binary(a, b, "linear")
         return self._binary(a, b, "nonlinear")
 
-    def pow(self, a: Any, b: Any) -> Tracer:
+    def pow(self, a: Operand, b: Operand) -> Tracer:
         if not isinstance(b, Tracer):  # a constant exponent: linear for 1, constant for 0
             exponent = np.asarray(b)
             if np.all(exponent == 1):
@@ -488,17 +515,17 @@ class Namespace:
                 return Tracer(None, np.broadcast_shapes(ta.shape, exponent.shape), self.trace, _dtype(a, b))
         return self._binary(a, b, "nonlinear")
 
-    def where(self, condition: Any, a: Any, b: Any) -> Tracer:
+    def where(self, condition: Operand, a: Operand, b: Operand) -> Tracer:
         """Both branches count (a global pattern); the condition carries no dependence."""
         cond, ta, tb = _lift(condition, self.trace), _lift(a, self.trace), _lift(b, self.trace)
         shape, (_, ra, rb) = _broadcast(cond, ta, tb)
         return Tracer(_union([ra, rb]), shape, self.trace, _dtype(a, b))
 
-    def clip(self, x: Array, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - the array API's names
+    def clip(self, x: Operand, min: Operand | None = None, max: Operand | None = None) -> Tracer:  # noqa: A002 - the array API's names
         return self._unary(x, "piecewise")
 
     # reductions
-    def _reduce(self, x: Array, axis: Any, keepdims: bool, nonlinear: bool) -> Tracer:
+    def _reduce(self, x: Operand, axis: Axis, keepdims: bool, nonlinear: bool) -> Tracer:
         x = _lift(x, self.trace)
         axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(a % x.ndim for a in axes) if x.ndim else ()
@@ -519,26 +546,28 @@ class Namespace:
             self.trace.nonlinear(deps)
         return Tracer(_or_none(deps), final_shape, self.trace, x.dtype)
 
-    def sum(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def sum(self, x: Operand, axis: Axis = None, dtype: DTypeLike | None = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def mean(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def mean(self, x: Operand, axis: Axis = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
-    def prod(self, x: Array, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tracer:
+    def prod(self, x: Operand, axis: Axis = None, dtype: DTypeLike | None = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
-    def max(self, x: Array, axis: Any = None, keepdims: bool = False) -> Tracer:
+    def max(self, x: Operand, axis: Axis = None, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=False)
 
     min = max
 
-    def std(self, x: Array, axis: Any = None, correction: Any = 0.0, keepdims: bool = False) -> Tracer:
+    def std(self, x: Operand, axis: Axis = None, correction: float = 0.0, keepdims: bool = False) -> Tracer:
         return self._reduce(x, axis, keepdims, nonlinear=True)
 
     var = std
 
-    def cumulative_sum(self, x: Array, axis: Any = None, dtype: Any = None, include_initial: bool = False) -> Tracer:
+    def cumulative_sum(
+        self, x: Operand, axis: int | None = None, dtype: DTypeLike | None = None, include_initial: bool = False
+    ) -> Tracer:
         x = _lift(x, self.trace)
         if include_initial:
             raise TracerError("the sparsity tracer does not follow cumulative_sum(include_initial=True)")
@@ -563,7 +592,7 @@ class Namespace:
     cumsum = cumulative_sum
 
     # linear algebra
-    def matmul(self, a: Any, b: Any) -> Tracer:
+    def matmul(self, a: Operand, b: Operand) -> Tracer:
         a, b = _numpy_constant(a), _numpy_constant(b)
         ta, tb = _lift(a, self.trace), _lift(b, self.trace)
         if ta.deps is not None and tb.deps is not None:
@@ -590,7 +619,7 @@ class Namespace:
             # nonzero, a pattern that holds at every value (denser than need be, never missing one)
             pattern = _sp().csr_array(np.ones(const.shape or (1,), dtype=bool))
         elif _sp().issparse(const):
-            pattern = _as_bool(const)
+            pattern = _as_bool(cast("sparray | spmatrix", const))
         else:
             pattern = _sp().csr_array(np.asarray(const) != 0)
         k, m2 = sa[-1], sb[-1]
@@ -605,61 +634,61 @@ class Namespace:
             agg = _sp().kron(_sp().eye_array(p_rows, dtype=bool), const2.T, format="csr")  # (p*m2) x (p*k)
         return Tracer(_or_none(_bool_product(agg, d)), final, self.trace, _dtype(a, b))
 
-    def vecdot(self, a: Any, b: Any, axis: int = -1) -> Tracer:
+    def vecdot(self, a: Operand, b: Operand, axis: int = -1) -> Tracer:
         return self.sum(self.multiply(a, b), axis=axis)
 
-    def tensordot(self, a: Any, b: Any, axes: Any = 2) -> Tracer:
+    def tensordot(self, a: Operand, b: Operand, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tracer:
         if isinstance(axes, int) and axes == 1 and np.ndim(a) <= 2 and np.ndim(b) <= 2:
             return self.matmul(a, b)
         raise TracerError("the sparsity tracer follows tensordot as a matrix product only (axes=1)")
 
     # shapes and joins
-    def reshape(self, x: Array, shape: Any, copy: Any = None) -> Tracer:
+    def reshape(self, x: Operand, shape: ShapeLike, copy: bool | None = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, _positions(x.shape).reshape(shape))
 
-    def permute_dims(self, x: Array, axes: Any) -> Tracer:
+    def permute_dims(self, x: Operand, axes: Sequence[int]) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.transpose(_positions(x.shape), axes))
 
-    def matrix_transpose(self, x: Array) -> Tracer:
+    def matrix_transpose(self, x: Operand) -> Tracer:
         return _lift(x, self.trace).mT
 
-    def expand_dims(self, x: Array, axis: int = 0) -> Tracer:
+    def expand_dims(self, x: Operand, axis: int = 0) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.expand_dims(_positions(x.shape), axis))
 
-    def squeeze(self, x: Array, axis: Any) -> Tracer:
+    def squeeze(self, x: Operand, axis: int | tuple[int, ...]) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.squeeze(_positions(x.shape), axis))
 
-    def flip(self, x: Array, axis: Any = None) -> Tracer:
+    def flip(self, x: Operand, axis: Axis = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.flip(_positions(x.shape), axis))
 
-    def roll(self, x: Array, shift: Any, axis: Any = None) -> Tracer:
+    def roll(self, x: Operand, shift: int | tuple[int, ...], axis: Axis = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.roll(_positions(x.shape), shift, axis))
 
-    def moveaxis(self, x: Array, source: Any, destination: Any) -> Tracer:
+    def moveaxis(self, x: Operand, source: int | Sequence[int], destination: int | Sequence[int]) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.moveaxis(_positions(x.shape), source, destination))
 
-    def broadcast_to(self, x: Array, shape: Any) -> Tracer:
+    def broadcast_to(self, x: Operand, shape: ShapeLike) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.broadcast_to(_positions(x.shape), shape))
 
-    def take(self, x: Array, indices: Any, axis: Any = None) -> Tracer:
+    def take(self, x: Operand, indices: Key, axis: int | None = None) -> Tracer:
         x = _lift(x, self.trace)
         return _select(x, np.take(_positions(x.shape), np.asarray(_key(indices)), axis=axis))
 
-    def concat(self, arrays: Any, axis: Any = 0) -> Tracer:
+    def concat(self, arrays: Sequence[Operand], axis: int | None = 0) -> Tracer:
         ts = [_lift(a, self.trace) for a in arrays]
         offsets = np.cumsum([0] + [t.size for t in ts])
         joined = np.concatenate([_positions(t.shape) + o for t, o in zip(ts, offsets)], axis=axis)
         return self._gather(ts, joined)
 
-    def stack(self, arrays: Any, axis: int = 0) -> Tracer:
+    def stack(self, arrays: Sequence[Operand], axis: int = 0) -> Tracer:
         ts = [_lift(a, self.trace) for a in arrays]
         offsets = np.cumsum([0] + [t.size for t in ts])
         joined = np.stack([_positions(t.shape) + o for t, o in zip(ts, offsets)], axis=axis)

@@ -18,7 +18,7 @@ derivatives through a rule raise ``SecondOrderError`` on the AD engines (``tests
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -27,17 +27,26 @@ from .._closures.namespaces import declare_modules
 from ..rules import Active, Duplicated, custom_rule
 from ._reference import Reference
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._core.types import Array, NumericArray
+    from ..rules import Const, Rule
+
+    # a closed form of the references: (a, b) -> value or Jacobian block, on NumPy arrays
+    Form = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
 declare_modules(__name__, walk=True)
 
 
 @custom_rule(opaque=True)
-def cumsum_weighted(a: Any, b: Any) -> Any:
+def cumsum_weighted(a: np.ndarray, b: np.ndarray) -> Any:
     """``cumsum(a * b**2)`` on NumPy arrays (opaque to the engines)."""
     return np.cumsum(a * b**2)
 
 
 @cumsum_weighted.def_forward
-def _cumsum_weighted_forward(a: Any, b: Any) -> tuple[Any, Any]:
+def _cumsum_weighted_forward(a: Const | Duplicated, b: Const | Duplicated) -> tuple[Any, Any]:
     y = np.cumsum(a.val * b.val**2)
     dy = np.zeros_like(y)
     if isinstance(a, Duplicated):
@@ -48,7 +57,7 @@ def _cumsum_weighted_forward(a: Any, b: Any) -> tuple[Any, Any]:
 
 
 @cumsum_weighted.def_reverse  # no augmented primal: the reverse pass needs the arguments only
-def _cumsum_weighted_reverse(tape: Any, dy: Any, a: Any, b: Any) -> tuple[Any, Any]:
+def _cumsum_weighted_reverse(tape: None, dy: np.ndarray, a: Const | Active, b: Const | Active) -> tuple[Any, Any]:
     av, bv = a.val, b.val  # tape is None
     back = np.cumsum(np.asarray(dy)[::-1])[::-1]  # the transpose of cumsum
     da = back * bv**2 if isinstance(a, Active) else None
@@ -57,13 +66,13 @@ def _cumsum_weighted_reverse(tape: Any, dy: Any, a: Any, b: Any) -> tuple[Any, A
 
 
 @custom_rule
-def sin_product(a: Any, b: Any) -> Any:
+def sin_product(a: NumericArray, b: NumericArray) -> Any:
     """``a * sin(b)`` in the array API (not opaque: runs on each engine's arrays)."""
     return a * array_namespace(a, b).sin(b)
 
 
 @sin_product.def_forward
-def _sin_product_forward(a: Any, b: Any) -> tuple[Any, Any]:
+def _sin_product_forward(a: Const | Duplicated, b: Const | Duplicated) -> tuple[Any, Any]:
     xp = array_namespace(a.val, b.val)
     y = a.val * xp.sin(b.val)
     dy = None
@@ -76,13 +85,15 @@ def _sin_product_forward(a: Any, b: Any) -> tuple[Any, Any]:
 
 
 @sin_product.def_augmented_primal
-def _sin_product_augmented(a: Any, b: Any) -> tuple[Any, Any]:
+def _sin_product_augmented(a: Const | Active, b: Const | Active) -> tuple[Any, Any]:
     xp = array_namespace(a.val, b.val)
     return a.val * xp.sin(b.val), (a.val, b.val)
 
 
 @sin_product.def_reverse
-def _sin_product_reverse(tape: Any, dy: Any, a: Any, b: Any) -> tuple[Any, Any]:
+def _sin_product_reverse(
+    tape: tuple[NumericArray, NumericArray], dy: NumericArray, a: Const | Active, b: Const | Active
+) -> tuple[Any, Any]:
     av, bv = tape
     xp = array_namespace(av, bv)
     da = dy * xp.sin(bv) if isinstance(a, Active) else None
@@ -97,10 +108,10 @@ def _sin_product_reverse(tape: Any, dy: Any, a: Any, b: Any) -> tuple[Any, Any]:
 class _Captured:
     """A function of x calling ``rule`` with x and a captured array in the places ``where`` says."""
 
-    def __init__(self, rule: Any, where: str, captured: Any, name: str) -> None:
+    def __init__(self, rule: Rule, where: str, captured: np.ndarray, name: str) -> None:
         self.rule, self.where, self.captured, self.__name__ = rule, where, captured, name
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: Array) -> Any:
         # in x's family and dtype (the closure policy may hand f the captured array as the engine's)
         c = array_namespace(x).asarray(self.captured, dtype=x.dtype)
         if self.where == "x,c":
@@ -115,10 +126,10 @@ class _Weighted:
 
     __name__ = "rule_opaque_sum"
 
-    def __init__(self, w: Any, b: Any) -> None:
+    def __init__(self, w: np.ndarray, b: np.ndarray) -> None:
         self.w, self.b = w, b
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: Array) -> Any:
         xp = array_namespace(x)
         y = cumsum_weighted(x, xp.asarray(self.b, dtype=x.dtype))
         return xp.sum(y * xp.asarray(self.w, dtype=x.dtype))
@@ -132,7 +143,7 @@ def rule_references() -> list[Reference]:
     W = np.array([0.3, -0.7, 1.1, 0.5, -0.2])
     L = np.tril(np.ones((x.size, x.size)))
 
-    def refs_for(rule: Any, name: str, value: Any, jac_a: Any, jac_b: Any) -> list[Reference]:
+    def refs_for(rule: Rule, name: str, value: Form, jac_a: Form, jac_b: Form) -> list[Reference]:
         return [
             Reference(f"{name}_active_const", _Captured(rule, "x,c", B, name), x, lambda z: value(z, B),
                       lambda z: jac_a(z, B)),

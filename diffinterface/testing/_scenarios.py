@@ -27,13 +27,17 @@ from ._structured_scenarios import complex_scenarios, structured_scenarios
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from .._core.types import Array, NumericArray
+
 # The closure walker leaves the diffinterface namespace alone; these functions are user code.
 declare_modules(__name__, walk=True)
 
 # -- reference functions ----------------------------------------------------------------------
 
 
-def _const(x: Any, value: Any) -> Any:
+def _const(x: Array, value: np.ndarray) -> Any:
     """A constant array in the family, dtype and device of ``x`` (``value`` is a captured global)."""
     xp = array_namespace(x)
     return xp.asarray(value, dtype=x.dtype, device=device(x))
@@ -43,52 +47,52 @@ _MULT_VEC = np.array([1.0, 2.0])
 _MULT_MAT = np.array([[1.0, 3.0], [2.0, 4.0]])
 
 
-def num_to_num(x: Any) -> Any:
+def num_to_num(x: NumericArray) -> Any:
     return array_namespace(x).sin(x)
 
 
-def num_to_vec(x: Any) -> Any:
+def num_to_vec(x: NumericArray) -> Any:
     return array_namespace(x).sin(_const(x, _MULT_VEC) * x)
 
 
-def num_to_mat(x: Any) -> Any:
+def num_to_mat(x: NumericArray) -> Any:
     return array_namespace(x).sin(_const(x, _MULT_MAT) * x)
 
 
-def arr_to_num(x: Any) -> Any:
+def arr_to_num(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.sum(x**4) * xp.sum(x**6)
 
 
-def vec_to_vec(x: Any) -> Any:
+def vec_to_vec(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.concat([xp.sin(x), xp.cos(x)])
 
 
-def vec_to_mat(x: Any) -> Any:
+def vec_to_mat(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.stack([xp.sin(x), xp.cos(x)], axis=1)
 
 
-def mat_to_vec(x: Any) -> Any:
+def mat_to_vec(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.concat([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))])
 
 
-def mat_to_mat(x: Any) -> Any:
+def mat_to_mat(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.stack([xp.reshape(xp.sin(x), (-1,)), xp.reshape(xp.cos(x), (-1,))], axis=1)
 
 
-def diff_square(x: Any) -> Any:
+def diff_square(x: NumericArray) -> Any:
     return (x[1:] - x[:-1]) ** 2
 
 
-def diff_cube(x: Any) -> Any:
+def diff_cube(x: NumericArray) -> Any:
     return (x[1:] - x[:-1]) ** 3
 
 
-def sum_diff_cube(x: Any) -> Any:
+def sum_diff_cube(x: NumericArray) -> Any:
     return array_namespace(x).sum((x[1:] - x[:-1]) ** 3)
 
 
@@ -100,11 +104,11 @@ _BANDED = (
 )
 
 
-def banded_times_square(x: Any) -> Any:
+def banded_times_square(x: NumericArray) -> Any:
     return _const(x, _BANDED) @ (x * x)
 
 
-def quadratic_form(x: Any) -> Any:
+def quadratic_form(x: NumericArray) -> Any:
     u = x * x
     return array_namespace(x).sum(u * (_const(x, _BANDED) @ u))
 
@@ -114,14 +118,14 @@ def _references() -> list[Reference]:
     xv = np.array([0.6, 1.1, -0.4, 0.9, 1.3, -0.8])
     xm = np.array([[0.6, 1.1, -0.4], [0.9, 1.3, -0.8]])
 
-    def diffs(x: Any, k: Any) -> Any:
+    def diffs(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         d = np.diff(x)
         jac = np.zeros((d.size, x.size))
         i = np.arange(d.size)
         jac[i, i], jac[i, i + 1] = -k * d ** (k - 1), k * d ** (k - 1)
         return d, jac
 
-    def sincos_jac(x: Any, interleave: Any) -> Any:
+    def sincos_jac(x: np.ndarray, interleave: bool) -> np.ndarray:
         xf = np.ravel(x)
         n = xf.size
         jac = np.zeros((2 * n, n))
@@ -130,12 +134,12 @@ def _references() -> list[Reference]:
         jac[rows_sin, i], jac[rows_cos, i] = np.cos(xf), -np.sin(xf)
         return jac
 
-    def arr_hess(x: Any) -> Any:
+    def arr_hess(x: np.ndarray) -> np.ndarray:
         xf = np.ravel(x)
         s4, s6 = np.sum(xf**4), np.sum(xf**6)
         return np.diag(12 * xf**2 * s6 + 30 * xf**4 * s4) + 24 * np.outer(xf**3, xf**5) + 24 * np.outer(xf**5, xf**3)
 
-    def arr_grad(x: Any) -> Any:
+    def arr_grad(x: np.ndarray) -> np.ndarray:
         xf = np.ravel(x)
         return (4 * xf**3 * np.sum(xf**6) + 6 * xf**5 * np.sum(xf**4))[None, :]
 
@@ -224,15 +228,15 @@ def _references() -> list[Reference]:
 # -- variants: contexts, caches, closures, two-argument functions ------------------------------
 
 
-def _with_constant(f: Callable[..., Any]) -> Any:
-    def with_constant(x: Any, c: Any) -> Any:
+def _with_constant(f: Callable[..., Any]) -> Callable[..., Any]:
+    def with_constant(x: NumericArray, c: NumericArray) -> Any:
         return c[0] * f(x) + c[1]
 
     return with_constant
 
 
-def _with_cache(f: Callable[..., Any]) -> Any:
-    def with_cache(x: Any, cache: Any) -> Any:
+def _with_cache(f: Callable[..., Any]) -> Callable[..., Any]:
+    def with_cache(x: NumericArray, cache: Any) -> Any:
         xp = array_namespace(x)
         cache[...] = x
         return f(xp.asarray(cache))
@@ -240,8 +244,8 @@ def _with_cache(f: Callable[..., Any]) -> Any:
     return with_cache
 
 
-def _closure_over_buffer(f: Callable[..., Any], buffer: Any) -> Any:
-    def over_buffer(x: Any) -> Any:
+def _closure_over_buffer(f: Callable[..., Any], buffer: Any) -> Callable[..., Any]:
+    def over_buffer(x: NumericArray) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
@@ -249,9 +253,9 @@ def _closure_over_buffer(f: Callable[..., Any], buffer: Any) -> Any:
     return over_buffer
 
 
-def _closure_scalar(buffer: Any) -> Any:
+def _closure_scalar(buffer: Any) -> Callable[..., Any]:
     # The example of contract section 7: derivative 2 (1 + x) on every call, with the buffer unchanged.
-    def accumulate(x: Any) -> Any:
+    def accumulate(x: NumericArray) -> Any:
         buffer[0] = 1.0
         buffer[0] += x
         return buffer[0] ** 2
@@ -259,8 +263,8 @@ def _closure_scalar(buffer: Any) -> Any:
     return accumulate
 
 
-def _write_then(f: Callable[..., Any]) -> Any:
-    def write_then(x: Any, buffer: Any) -> Any:
+def _write_then(f: Callable[..., Any]) -> Callable[..., Any]:
+    def write_then(x: NumericArray, buffer: Any) -> Any:
         xp = array_namespace(x)
         buffer[...] = x
         return f(xp.asarray(buffer))
@@ -274,30 +278,30 @@ class _Buffered:
     def __init__(self, f: Callable[..., Any], buffer: Any) -> None:
         self.f, self.buffer = f, buffer
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: NumericArray) -> Any:
         xp = array_namespace(x)
         self.buffer[...] = x
         return self.f(xp.asarray(self.buffer))
 
 
-def _nested(f: Callable[..., Any], buffer: Any) -> Any:
+def _nested(f: Callable[..., Any], buffer: Any) -> Callable[..., Any]:
     inner = _closure_over_buffer(f, buffer)
 
-    def nested(x: Any) -> Any:  # captures a function that captures the buffer
+    def nested(x: NumericArray) -> Any:  # captures a function that captures the buffer
         return inner(x)
 
     return nested
 
 
-def _reads_captured(f: Callable[..., Any], weights: Any) -> Any:
-    def reads(x: Any) -> Any:  # only reads its captured array: 3 f(x) + 0.5
+def _reads_captured(f: Callable[..., Any], weights: NumericArray) -> Callable[..., Any]:
+    def reads(x: NumericArray) -> Any:  # only reads its captured array: 3 f(x) + 0.5
         return weights[0] * f(x) + weights[1]
 
     return reads
 
 
-def _in_place(f: Callable[..., Any]) -> Any:
-    def in_place(y: Any, x: Any) -> Any:
+def _in_place(f: Callable[..., Any]) -> Callable[..., Any]:
+    def in_place(y: Any, x: NumericArray) -> Any:
         y[...] = f(x)
 
     return in_place
@@ -307,7 +311,7 @@ def _in_place(f: Callable[..., Any]) -> Any:
 
 
 def default_scenarios(
-    family: str = "numpy", dtype: Any = np.float64, *, include: tuple[Any, ...] = OPERATORS
+    family: str = "numpy", dtype: DTypeLike = np.float64, *, include: tuple[Any, ...] = OPERATORS
 ) -> list[Scenario]:
     """The reference catalogue: every applicable operator on every reference function, with variants.
 
@@ -347,7 +351,9 @@ def default_scenarios(
     return [s for group in scenarios for s in (group if isinstance(group, list) else [group])]
 
 
-def sparse_scenarios(family: str = "numpy", dtype: Any = np.float64, include: tuple[Any, ...] = OPERATORS) -> list:
+def sparse_scenarios(
+    family: str = "numpy", dtype: DTypeLike = np.float64, include: tuple[Any, ...] = OPERATORS
+) -> list:
     """The sparse problems of issue 16 (``_sparse_problems``) at small sizes, run through
     ``AutoSparse(backend)`` with the closed forms as references (densified by the harness): a
     tridiagonal and a Brusselator Jacobian, an arrowhead and a banded Hessian."""
@@ -402,7 +408,7 @@ def _gradient_of(f: Callable[..., Any], x: np.ndarray) -> np.ndarray:
 
 
 def _scenarios_of(
-    ref: Reference, family: str, dtype: Any, include: tuple[Any, ...], closure_variants: set
+    ref: Reference, family: str, dtype: DTypeLike, include: tuple[Any, ...], closure_variants: set
 ) -> list[Scenario]:
     x = np.asarray(ref.x, dtype=np.float64)
     y_value = np.asarray(ref.value(x))
@@ -410,10 +416,10 @@ def _scenarios_of(
     scalar_in, scalar_out = x.shape == (), y_value.shape == ()
     out: list[Scenario] = []
 
-    def conv(v: Any) -> Any:
+    def conv(v: ArrayLike) -> Any:
         return convert(v, family, dtype)
 
-    def refs(op: Any, scale: Any = 1.0, shift: Any = 0.0, tangent: Any = None) -> Any:
+    def refs(op: str, scale: float = 1.0, shift: float = 0.0, tangent: tuple[np.ndarray, ...] = ()) -> Any:
         """References for ``op`` at x, for ``scale * f + shift``."""
         value = scale * y_value + shift
         jac_full = scale * np.reshape(jac, y_value.shape + x.shape)
@@ -460,7 +466,7 @@ def _scenarios_of(
                 else (tuple(conv(np.ones(tshape)) for _ in ts) if batched else conv(np.ones(tshape)))
             )
 
-            def unbatch(res: Any) -> Any:
+            def unbatch(res: Array | tuple[Array, ...] | None) -> Any:
                 return res if batched or not isinstance(res, tuple) else res[0]
 
             value, first, second = refs(op, tangent=ts)
@@ -528,11 +534,12 @@ def _scenarios_of(
             }.get(op, not scalar_in and not scalar_out)  # arrays where they can be
             if op not in closure_variants and wanted:
                 closure_variants.add(op)
-                for name, make in [
+                makers: list[tuple[str, Callable[[np.ndarray], Callable[..., Any]]]] = [
                     ("partial", lambda b: functools.partial(_write_then(ref.f), buffer=b)),
                     ("object", lambda b: _Buffered(ref.f, b)),
                     ("nested", lambda b: _nested(ref.f, b)),
-                ]:
+                ]
+                for name, make in makers:
                     buffer = np.full(x.shape, 5.0, dtype=dtype)
                     out.append(
                         Scenario(
@@ -575,7 +582,7 @@ def _scenarios_of(
     return out
 
 
-def _closure_scalar_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list[Scenario]:
+def _closure_scalar_scenarios(family: str, dtype: DTypeLike, include: tuple[Any, ...]) -> list[Scenario]:
     x = 0.3
     value, der = (1 + x) ** 2, 2 * (1 + x)
     out = []

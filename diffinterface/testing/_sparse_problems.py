@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from array_api_compat import array_namespace
+
+if TYPE_CHECKING:
+    from .._core.types import NumericArray
 
 
 def _sp() -> Any:
@@ -36,7 +39,7 @@ def _sp() -> Any:
 # -- 1-D diffusion -----------------------------------------------------------------------------------
 
 
-def diffusion(x: Any) -> Any:
+def diffusion(x: NumericArray) -> Any:
     xp = array_namespace(x)
     zero = xp.zeros_like(x[:1])
     left = xp.concat([zero, x[:-1]])
@@ -44,7 +47,7 @@ def diffusion(x: Any) -> Any:
     return left - 2 * x + right - x**3
 
 
-def diffusion_jacobian(x: Any) -> Any:
+def diffusion_jacobian(x: np.ndarray) -> Any:
     x = np.asarray(x)
     n = x.size
     return _sp().diags_array([np.ones(n - 1), -2 - 3 * x**2, np.ones(n - 1)], offsets=[-1, 0, 1], format="csr")
@@ -53,7 +56,7 @@ def diffusion_jacobian(x: Any) -> Any:
 # -- 3-D diffusion -----------------------------------------------------------------------------------
 
 
-def diffusion3d(x: Any) -> Any:
+def diffusion3d(x: NumericArray) -> Any:
     """``y = L x - x**3`` with ``L`` the seven-point Laplacian on a periodic ``N x N x N`` grid
     (``x.size = N**3``): a Jacobian with 7 nonzeros per row."""
     xp = array_namespace(x)
@@ -65,7 +68,7 @@ def diffusion3d(x: Any) -> Any:
     return xp.reshape(lap - u**3, (-1,))
 
 
-def diffusion3d_jacobian(x: Any) -> Any:
+def diffusion3d_jacobian(x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     size = int(round(x.size ** (1 / 3)))
@@ -81,11 +84,11 @@ def diffusion3d_jacobian(x: Any) -> Any:
 BRUSSELATOR_A, BRUSSELATOR_B, BRUSSELATOR_ALPHA = 3.4, 1.0, 10.0
 
 
-def _laplacian(u: Any, xp: Any) -> Any:
+def _laplacian(u: NumericArray, xp: Any) -> Any:
     return xp.roll(u, 1, axis=0) + xp.roll(u, -1, axis=0) + xp.roll(u, 1, axis=1) + xp.roll(u, -1, axis=1) - 4 * u
 
 
-def brusselator(x: Any) -> Any:
+def brusselator(x: NumericArray) -> Any:
     """The 2-D Brusselator right-hand side; ``x`` holds u then v, each ``N x N`` (row-major)."""
     xp = array_namespace(x)
     n2 = x.shape[0] // 2
@@ -98,7 +101,7 @@ def brusselator(x: Any) -> Any:
     return xp.concat([xp.reshape(du, (-1,)), xp.reshape(dv, (-1,))])
 
 
-def brusselator_jacobian(x: Any) -> Any:
+def brusselator_jacobian(x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     n2 = x.size // 2
@@ -128,14 +131,14 @@ def brusselator_x0(size: int) -> np.ndarray:
 # -- an arrowhead Jacobian -------------------------------------------------------------------------
 
 
-def arrowhead_map(x: Any) -> Any:
+def arrowhead_map(x: NumericArray) -> Any:
     """``y_0 = sum(sin(x))``, ``y_i = x_i**2 + x_0 x_i``: a Jacobian with a full first row, a full
     first column and a diagonal (n colors in either direction alone, 3 products as a bicoloring)."""
     xp = array_namespace(x)
     return xp.concat([xp.reshape(xp.sum(xp.sin(x)), (1,)), x[1:] * x[1:] + x[0] * x[1:]])
 
 
-def arrowhead_map_jacobian(x: Any) -> Any:
+def arrowhead_map_jacobian(x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     n = x.size
@@ -149,12 +152,12 @@ def arrowhead_map_jacobian(x: Any) -> Any:
 # -- Hessians ----------------------------------------------------------------------------------------
 
 
-def arrowhead(x: Any) -> Any:
+def arrowhead(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return xp.sum(xp.cos(x[0] + x[1:])) + xp.sum(x * x) / 2
 
 
-def arrowhead_hessian(x: Any) -> Any:
+def arrowhead_hessian(x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     n = x.size
@@ -168,18 +171,18 @@ def arrowhead_hessian(x: Any) -> Any:
 WEIGHTS = (1.0, 2.0, 3.0)
 
 
-def banded(x: Any) -> Any:
+def banded(x: NumericArray) -> Any:
     xp = array_namespace(x)
     a, b, c = WEIGHTS
     return xp.sum(xp.sin(a * x[:-2] + b * x[1:-1] + c * x[2:])) + xp.sum(x**4) / 12
 
 
-def pairs(edges: np.ndarray) -> Callable[[Any], Any]:
+def pairs(edges: np.ndarray) -> Callable[[NumericArray], Any]:
     """``f(x) = sum(sin(x_i x_j) for (i, j) in edges) + sum(x**4) / 12``: a Hessian with the
     pattern of the graph ``edges`` (an ``(E, 2)`` integer array, i != j) and the diagonal."""
     first, second = np.ascontiguousarray(edges[:, 0]), np.ascontiguousarray(edges[:, 1])
 
-    def f(x: Any) -> Any:
+    def f(x: NumericArray) -> Any:
         xp = array_namespace(x)
         i, j = xp.asarray(first), xp.asarray(second)  # index arrays of x's own library (MLX takes no numpy ones)
         return xp.sum(xp.sin(x[i] * x[j])) + xp.sum(x**4) / 12
@@ -187,7 +190,7 @@ def pairs(edges: np.ndarray) -> Callable[[Any], Any]:
     return f
 
 
-def pairs_hessian(edges: np.ndarray, x: Any) -> Any:
+def pairs_hessian(edges: np.ndarray, x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     i, j = edges[:, 0], edges[:, 1]
@@ -200,7 +203,7 @@ def pairs_hessian(edges: np.ndarray, x: Any) -> Any:
     return sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(x.size, x.size)))
 
 
-def banded_hessian(x: Any) -> Any:
+def banded_hessian(x: np.ndarray) -> Any:
     sp = _sp()
     x = np.asarray(x)
     n = x.size

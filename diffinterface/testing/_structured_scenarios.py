@@ -26,14 +26,22 @@ from .._core.contexts import Constant
 from ._reference import OPERATORS, SECOND_ORDER, Scenario, _mutable_family, _tangent, convert
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from typing import TypeAlias
+
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from .._core.types import Array, NumericArray
+
+    # a structured x or f(x): arrays (or numbers) in dicts, lists, tuples and named tuples
+    Tree: TypeAlias = "NumericArray | complex | Mapping[str, Tree] | Sequence[Tree]"
 
 declare_modules(__name__, walk=True)
 
 Layer = collections.namedtuple("Layer", ["A", "c"])
 
 
-def _leaves(s: Any) -> list[Any]:
+def _leaves(s: Tree) -> list[Any]:
     if isinstance(s, dict):
         return [leaf for v in s.values() for leaf in _leaves(v)]
     if isinstance(s, (list, tuple)):
@@ -41,7 +49,7 @@ def _leaves(s: Any) -> list[Any]:
     return [s]
 
 
-def _rebuild(template: Any, leaves: Any) -> Any:
+def _rebuild(template: Tree, leaves: Iterator[Any]) -> Any:
     """``template``'s structure around the next leaves of the iterator ``leaves``."""
     if isinstance(template, dict):
         return {k: _rebuild(v, leaves) for k, v in template.items()}
@@ -52,11 +60,11 @@ def _rebuild(template: Any, leaves: Any) -> Any:
     return next(leaves)
 
 
-def _map(template: Any, fn: Callable[[Any], Any]) -> Any:
+def _map(template: Tree, fn: Callable[[Any], Any]) -> Any:
     return _rebuild(template, iter([fn(v) for v in _leaves(template)]))
 
 
-def _blocks(matrix: np.ndarray, rows: Any, cols: Any) -> Any:
+def _blocks(matrix: np.ndarray, rows: Tree, cols: Tree) -> Any:
     """A flat ``(rows size, cols size)`` matrix as ``rows``' structure of ``cols``' structures."""
     row_leaves, col_leaves = [np.asarray(v) for v in _leaves(rows)], [np.asarray(v) for v in _leaves(cols)]
     out, r = [], 0
@@ -70,7 +78,7 @@ def _blocks(matrix: np.ndarray, rows: Any, cols: Any) -> Any:
     return _rebuild(rows, iter(out))
 
 
-def _flat(s: Any) -> np.ndarray:
+def _flat(s: Tree) -> np.ndarray:
     return np.concatenate([np.ravel(np.asarray(v, dtype=np.float64)) for v in _leaves(s)])
 
 
@@ -92,49 +100,49 @@ class StructuredReference:
 # -- reference functions (array API, on the leaves) ----------------------------------------------
 
 
-def dict_to_num(p: Any) -> Any:
+def dict_to_num(p: Mapping[str, NumericArray]) -> Any:
     xp = array_namespace(p["w"])
     return xp.sum(xp.sin(p["w"]) * p["b"]) + p["b"] ** 3 / 3
 
 
-def tuple_to_dict(p: Any) -> Any:
+def tuple_to_dict(p: tuple[NumericArray, NumericArray]) -> Any:
     a, M = p
     xp = array_namespace(a)
     return {"u": M @ a, "n": xp.sum(M * M) + a[0]}
 
 
-def nested_to_tuple(p: Any) -> Any:
+def nested_to_tuple(p: Mapping[str, Any]) -> Any:  # {"layer": Layer(A, c), "s": s}
     layer, s = p["layer"], p["s"]
     xp = array_namespace(layer.A)
     return (xp.tanh(layer.A @ layer.c) * s, layer.A * s)
 
 
-def nested_to_num(p: Any) -> Any:
+def nested_to_num(p: Sequence[Any]) -> Any:  # [a, (b, c)]
     a, (b, c) = p
     xp = array_namespace(a)
     return xp.sum(a * a) * c + xp.sum(xp.exp(b)) * c**2
 
 
-def vec_to_dict(x: Any) -> Any:
+def vec_to_dict(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return {"sin": xp.sin(x), "sq": xp.sum(x * x)}
 
 
-def num_to_tuple(x: Any) -> Any:
+def num_to_tuple(x: NumericArray) -> Any:
     xp = array_namespace(x)
     return (xp.sin(xp.asarray([1.0, 2.0], dtype=x.dtype, device=device(x)) * x), x**3)
 
 
 def _dict_to_num_refs() -> StructuredReference:
-    def value(p: Any) -> Any:
+    def value(p: Mapping[str, np.ndarray]) -> Any:
         w, b = p["w"], p["b"]
         return np.asarray(np.sum(np.sin(w) * b) + b**3 / 3)
 
-    def jac(p: Any) -> Any:
+    def jac(p: Mapping[str, np.ndarray]) -> Any:
         w, b = p["w"], p["b"]
         return np.concatenate([np.cos(w) * b, [np.sum(np.sin(w)) + b**2]])[None, :]
 
-    def hess(p: Any) -> Any:
+    def hess(p: Mapping[str, np.ndarray]) -> Any:
         w, b = p["w"], p["b"]
         h = np.zeros((4, 4))
         h[:3, :3] = np.diag(-np.sin(w) * b)
@@ -147,11 +155,11 @@ def _dict_to_num_refs() -> StructuredReference:
 
 
 def _tuple_to_dict_refs() -> StructuredReference:
-    def value(p: Any) -> Any:
+    def value(p: tuple[np.ndarray, np.ndarray]) -> Any:
         a, M = p
         return {"u": M @ a, "n": np.asarray(np.sum(M * M) + a[0])}
 
-    def jac(p: Any) -> Any:
+    def jac(p: tuple[np.ndarray, np.ndarray]) -> Any:
         a, M = p
         j = np.zeros((3, 6))
         j[:2, :2] = M
@@ -166,11 +174,11 @@ def _tuple_to_dict_refs() -> StructuredReference:
 
 
 def _nested_to_tuple_refs() -> StructuredReference:
-    def value(p: Any) -> Any:
+    def value(p: Mapping[str, Any]) -> Any:
         A, c, s = p["layer"].A, p["layer"].c, p["s"]
         return (np.tanh(A @ c) * s, A * s)
 
-    def jac(p: Any) -> Any:
+    def jac(p: Mapping[str, Any]) -> Any:
         A, c, s = p["layer"].A, p["layer"].c, float(p["s"])
         z = A @ c
         d = 1 - np.tanh(z) ** 2
@@ -188,15 +196,15 @@ def _nested_to_tuple_refs() -> StructuredReference:
 
 
 def _nested_to_num_refs() -> StructuredReference:
-    def value(p: Any) -> Any:
+    def value(p: Sequence[Any]) -> Any:
         a, (b, c) = p
         return np.asarray(np.sum(a * a) * c + np.sum(np.exp(b)) * c**2)
 
-    def jac(p: Any) -> Any:
+    def jac(p: Sequence[Any]) -> Any:
         a, (b, c) = p
         return np.concatenate([2 * a * c, np.exp(b) * c**2, [np.sum(a * a) + 2 * np.sum(np.exp(b)) * c]])[None, :]
 
-    def hess(p: Any) -> Any:
+    def hess(p: Sequence[Any]) -> Any:
         a, (b, c) = p
         h = np.zeros((6, 6))  # a (2), b (3), c
         h[:2, :2] = 2 * c * np.eye(2)
@@ -211,10 +219,10 @@ def _nested_to_num_refs() -> StructuredReference:
 
 
 def _vec_to_dict_refs() -> StructuredReference:
-    def value(x: Any) -> Any:
+    def value(x: np.ndarray) -> Any:
         return {"sin": np.sin(x), "sq": np.asarray(np.sum(x * x))}
 
-    def jac(x: Any) -> Any:
+    def jac(x: np.ndarray) -> Any:
         return np.vstack([np.diag(np.cos(x)), 2 * x[None, :]])
 
     return StructuredReference("vec_to_dict", vec_to_dict, np.array([0.2, -0.7, 1.1]), value, jac)
@@ -223,13 +231,13 @@ def _vec_to_dict_refs() -> StructuredReference:
 def _num_to_tuple_refs() -> StructuredReference:
     k = np.array([1.0, 2.0])
 
-    def value(x: Any) -> Any:
+    def value(x: np.ndarray) -> Any:
         return (np.sin(k * x), np.asarray(x**3))
 
-    def jac(x: Any) -> Any:
+    def jac(x: np.ndarray) -> Any:
         return np.concatenate([np.cos(k * x) * k, [3 * x**2]])[:, None]
 
-    def der2(x: Any) -> Any:
+    def der2(x: np.ndarray) -> Any:
         return (-np.sin(k * x) * k**2, np.asarray(6 * x))
 
     return StructuredReference("num_to_tuple", num_to_tuple, np.asarray(0.4), value, jac, der2=der2)
@@ -249,15 +257,15 @@ def structured_references() -> list[StructuredReference]:
 # -- scenarios -----------------------------------------------------------------------------------
 
 
-def _with_constant(f: Callable[..., Any]) -> Any:
-    def with_constant(x: Any, c: Any) -> Any:
+def _with_constant(f: Callable[..., Any]) -> Callable[..., Any]:
+    def with_constant(x: Tree, c: Mapping[str, Any]) -> Any:
         return _map(f(x), lambda v: v * c["scale"] + c["shift"][0])
 
     return with_constant
 
 
-def _over_buffer(f: Callable[..., Any], buffers: dict[str, Any]) -> Any:
-    def over_buffer(p: Any) -> Any:  # writes a leaf of x into a captured buffer, then reads it back
+def _over_buffer(f: Callable[..., Any], buffers: dict[str, Any]) -> Callable[..., Any]:
+    def over_buffer(p: Tree) -> Any:  # writes a leaf of x into a captured buffer, then reads it back
         key = next(iter(buffers))
         buffers[key][...] = _leaves(p)[0]
         return f(_rebuild(p, iter([buffers[key] * 1.0] + _leaves(p)[1:])))
@@ -265,7 +273,7 @@ def _over_buffer(f: Callable[..., Any], buffers: dict[str, Any]) -> Any:
     return over_buffer
 
 
-def structured_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list[Any]:
+def structured_scenarios(family: str, dtype: DTypeLike, include: tuple[Any, ...]) -> list[Any]:
     """The structured catalogue: every applicable operator on each reference above, a batch of two
     tangents for the tangent operators and, once per operator, a structured ``Constant`` context
     (``3 f(x) + 0.5``) and a closure that writes a leaf of ``x`` into a captured buffer."""
@@ -282,10 +290,10 @@ def structured_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> l
         applicable += ["derivative", "second_derivative"] if scalar_in else []
         applicable += ["gradient", "hvp", "hessian"] if scalar_out else []
 
-        def conv(s: Any) -> Any:
+        def conv(s: Tree) -> Any:
             return _map(s, lambda v: convert(np.asarray(v, dtype=np.float64), family, dtype))
 
-        def tangent_like(s: Any, k: int) -> Any:
+        def tangent_like(s: Tree, k: int) -> Any:
             return _map(s, lambda v: _tangent(np.shape(v), k))
 
         for op in [o for o in OPERATORS if o in applicable and o in include]:
@@ -297,7 +305,7 @@ def structured_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> l
                         continue
                     seen.add((op, variant))  # each variant once per operator (the suite's time)
 
-                    def ys(v: Any, scale: float = scale) -> Any:  # a flat vector like f(x), scaled
+                    def ys(v: np.ndarray, scale: float = scale) -> Any:  # a flat vector like f(x), scaled
                         return _rebuild(y, iter(_split(scale * v, y)))
 
                     results = _results(op, ref, x, y, jac, ts, scale, ys)
@@ -344,7 +352,14 @@ def structured_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> l
 
 
 def _results(
-    op: str, ref: StructuredReference, x: Any, y: Any, jac: np.ndarray, ts: list[Any], scale: float, ys: Any
+    op: str,
+    ref: StructuredReference,
+    x: Tree,
+    y: Tree,
+    jac: np.ndarray,
+    ts: list[Any],
+    scale: float,
+    ys: Callable[[np.ndarray], Any],
 ) -> tuple[Any, Any, Any]:
     """``(value, first, second)`` for ``op``: ``first`` the first-order result (the gradient for
     hvp and hessian), ``second`` the second-order one; tangent results a tuple for a batch."""
@@ -374,7 +389,7 @@ def _results(
     return y, grad, one([_rebuild(x, iter(_split(hess @ _flat(t), x))) for t in ts])  # hvp
 
 
-def _split(v: np.ndarray, template: Any) -> list[np.ndarray]:
+def _split(v: np.ndarray, template: Tree) -> list[np.ndarray]:
     leaves = [np.asarray(u) for u in _leaves(template)]
     parts = np.split(v, np.cumsum([u.size for u in leaves])[:-1])
     return [np.reshape(p, u.shape) for p, u in zip(parts, leaves)]
@@ -390,30 +405,30 @@ def _split(v: np.ndarray, template: Any) -> list[np.ndarray]:
 _W = np.array([1.0, 2.0, 0.5])
 
 
-def abs2(z: Any) -> Any:
+def abs2(z: NumericArray) -> Any:
     xp = array_namespace(z)
     return xp.sum(_const_like(z, _W) * (xp.real(z) ** 2 + xp.imag(z) ** 2))
 
 
-def square(z: Any) -> Any:
+def square(z: NumericArray) -> Any:
     return z * z
 
 
-def exp(z: Any) -> Any:
+def exp(z: NumericArray) -> Any:
     return array_namespace(z).exp(z)
 
 
-def cube(z: Any) -> Any:
+def cube(z: NumericArray) -> Any:
     return z**3
 
 
-def abs2_weighted(p: Any) -> Any:
+def abs2_weighted(p: Mapping[str, NumericArray]) -> Any:
     xp = array_namespace(p["r"])
     z = p["z"]
     return xp.sum((xp.real(z) ** 2 + xp.imag(z) ** 2) * p["r"])
 
 
-def _const_like(z: Any, value: np.ndarray) -> Any:
+def _const_like(z: Array, value: np.ndarray) -> Any:
     """A real constant in the family, real precision and device of the complex ``z``."""
     xp = array_namespace(z)
     return xp.asarray(value, dtype=xp.real(z).dtype, device=device(z))
@@ -490,14 +505,14 @@ def _complex_cases() -> list[tuple[str, Callable[..., Any], Any, dict[str, Any]]
     ]
 
 
-def complex_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list[Any]:
+def complex_scenarios(family: str, dtype: DTypeLike, include: tuple[Any, ...]) -> list[Any]:
     """Complex x, each operator its closed form above (holomorphic=True for jacobian and derivative),
     one tangent and a batch of two, prepared at another point."""
 
     cdtype = np.complex64 if np.dtype(dtype) == np.float32 else np.complex128
 
-    def conv(s: Any) -> Any:
-        def leaf(v: Any) -> Any:
+    def conv(s: Tree) -> Any:
+        def leaf(v: ArrayLike) -> Any:
             arr = np.asarray(v, dtype=cdtype if np.iscomplexobj(v) else dtype)
             if family == "torch":
                 import torch
@@ -515,8 +530,8 @@ def complex_scenarios(family: str, dtype: Any, include: tuple[Any, ...]) -> list
 
         return _map(s, leaf)
 
-    def tangent(like: Any, k: int) -> Any:
-        def leaf(v: Any) -> Any:
+    def tangent(like: Tree, k: int) -> Any:
+        def leaf(v: ArrayLike) -> Any:
             t = _tangent(np.shape(v), k)
             return t + 0.5j * np.flip(t) if np.iscomplexobj(v) else t
 
