@@ -287,6 +287,12 @@ class _Scope:
         return out
 
 
+def computing(dtype: Any = None) -> _Scope:
+    """The adapter's call scope, where diffinterface runs ``f`` on TensorFlow tensors outside AutoTensorFlow
+    (finite differences, ``DifferentiateWith``'s primal): the array API on TensorFlow's tensors."""
+    return _Scope()
+
+
 def _reduction(name: str) -> Any:
     function = getattr(tnp, name)
 

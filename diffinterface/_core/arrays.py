@@ -355,6 +355,13 @@ def _tf_private_copy(value: Any) -> Any:
     return read() if read is not None else value
 
 
+def _tf_computing(dtype: Any) -> Any:
+    """The TensorFlow adapter's call scope (the array API on TensorFlow's tensors), wherever
+    diffinterface runs ``f`` on tensors outside AutoTensorFlow (``backends/tensorflow.py``, imported at
+    first use: TensorFlow itself is, as its tensors exist)."""
+    return importlib.import_module("diffinterface.backends.tensorflow").computing(dtype)
+
+
 # tf.Tensor (eager and symbolic) and tf.Variable share TensorFlow's base class of tensor-like values;
 # tf.Module is the stateful callable whose variables the closure walker duplicates
 register_family(
@@ -365,6 +372,7 @@ register_family(
         _tf_from_numpy,
         private_copy=_tf_private_copy,
         module_type="tensorflow.python.module.module.Module",
+        computing=_tf_computing,
     )
 )
 
