@@ -23,8 +23,9 @@ plots of time against size:
 - ``catalogue``: :func:`diffinterface.testing.benchmark_differentiation` over the scenario
   catalogue (prepared, unprepared and preparation times, and ``f``-evaluation counts).
 
-The quick default (a subset of sizes and fewer rounds) takes about ``QUICK_MINUTES`` (3) minutes
-on a 2-core x86_64 VM with every engine installed; ``--full`` runs every size with 21 rounds of
+The quick default (a subset of sizes and fewer rounds) took about ``QUICK_MINUTES`` (3) minutes
+on a 2-core x86_64 VM with the four engines of 2026-11-24 (finite differences, JAX, torch,
+autograd); TensorFlow, MLX and PyTensor add their rows (not yet timed); ``--full`` runs every size with 21 rounds of
 about 30 ms per call kind (about half an hour).
 """
 
