@@ -50,7 +50,14 @@ class Bench(BenchEngine):
         return value.numpy() if hasattr(value, "numpy") else value
 
     def compiled(self, f: Callable[..., Any]) -> Any:
-        return tf.function(f, autograph=False, reduce_retracing=True)
+        """``f`` (array-API code) as a ``tf.function``, traced inside the adapter's call scope, which lends
+        TensorFlow's tensors the array API (``python -m diffinterface bench``'s cheap-gradient table)."""
+
+        def in_scope(*args: Any) -> Any:
+            with _SCOPE:
+                return f(*args)
+
+        return tf.function(in_scope, autograph=False, reduce_retracing=True)
 
     def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
         """A ``tf.custom_gradient`` over ``tf.numpy_function``."""
