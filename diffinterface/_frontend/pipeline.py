@@ -200,10 +200,7 @@ def prepare(
 ) -> Prep:
     call = _call(operator, backend, y)
     if has_aux and y is not None:
-        raise TypeError(
-            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
-            f"nothing to carry aux: return (y, aux) from f(x) instead"
-        )
+        raise _aux_with_y(call)
     adapter = _adapter(operator, backend, call)
     if not callable(f):
         raise TypeError(f"{call}: f must be callable, got {type(f).__name__}")
@@ -284,6 +281,13 @@ def prepare(
         prep.aux_signature, prep.aux_description = signature(aux), describe_arg(aux)
         prep.aux_first = (aux,) if oneshot else None
     return prep
+
+
+def _aux_with_y(call: str) -> TypeError:
+    return TypeError(
+        f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
+        f"nothing to carry aux: return (y, aux) from f(x) instead"
+    )
 
 
 def _complex_x(operator: Operator, adapter: Adapter, holomorphic: bool, call: str) -> Operator:
@@ -469,28 +473,57 @@ def run(
     the value form, in JAX's order (:func:`_with_aux`)."""
     if has_aux:
         return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
-    if prep is None:
-        p = reused(operator, backend, f, x, tangent, contexts, y, holomorphic)
-        if p is None:  # no kept preparation: a one-shot one
-            p = prepare(
-                operator,
-                backend,
-                f,
-                x,
-                tangent=tangent,
-                contexts=contexts,
-                y=y,
-                strict=False,
-                oneshot=True,
-                holomorphic=holomorphic,
-            )
-        elif not value and y is None and not p.structured and (out is None or operator.tangent is None):
-            return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
-    else:
-        p = resolve(
-            operator, backend, f, x, tangent=tangent, contexts=contexts, y=y, prep=prep, holomorphic=holomorphic
-        )
+    p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False)
+    if kept and not value and y is None and not p.structured and (out is None or operator.tangent is None):
+        return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
+
+
+def _prep_for(
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Tangent,
+    contexts: tuple[Any, ...],
+    y: Array | None,
+    prep: Prep | None,
+    holomorphic: bool,
+    has_aux: bool,
+) -> tuple[Prep, bool]:
+    """The call's prep and whether it is a kept one: the given prep checked (:func:`resolve`), else
+    the one :data:`prep_cache` keeps (:func:`reused`), else a one-shot preparation."""
+    if prep is not None:
+        p = resolve(
+            operator,
+            backend,
+            f,
+            x,
+            tangent=tangent,
+            contexts=contexts,
+            y=y,
+            prep=prep,
+            holomorphic=holomorphic,
+            has_aux=has_aux,
+        )
+        return p, False
+    kept = reused(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux=has_aux)
+    if kept is not None:
+        return kept, True
+    p = prepare(
+        operator,
+        backend,
+        f,
+        x,
+        tangent=tangent,
+        contexts=contexts,
+        y=y,
+        strict=False,
+        oneshot=True,
+        holomorphic=holomorphic,
+        has_aux=has_aux,
+    )
+    return p, False
 
 
 def _execute(
@@ -556,38 +589,8 @@ def _with_aux(
     strict prep compares aux's structure (types, shapes, dtypes) with the one it was made with."""
     call = _call(operator, backend, y)
     if y is not None:
-        raise TypeError(
-            f"{call}: has_aux=True takes f(x) -> (y, aux); an f(y, x) writes its output into y and returns "
-            f"nothing to carry aux: return (y, aux) from f(x) instead"
-        )
-    if prep is None:
-        p = reused(operator, backend, f, x, tangent, contexts, None, holomorphic, has_aux=True)
-        if p is None:
-            p = prepare(
-                operator,
-                backend,
-                f,
-                x,
-                tangent=tangent,
-                contexts=contexts,
-                strict=False,
-                oneshot=True,
-                holomorphic=holomorphic,
-                has_aux=True,
-            )
-    else:
-        p = resolve(
-            operator,
-            backend,
-            f,
-            x,
-            tangent=tangent,
-            contexts=contexts,
-            y=None,
-            prep=prep,
-            holomorphic=holomorphic,
-            has_aux=True,
-        )
+        raise _aux_with_y(call)
+    p, _ = _prep_for(operator, backend, f, x, tangent, contexts, None, prep, holomorphic, True)
     results = _execute(operator, p, backend, x, tangent, contexts, out, value)
     first, p.aux_first = p.aux_first, None
     if first is not None:  # a one-shot prep's evaluation at this very x
