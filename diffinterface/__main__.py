@@ -157,14 +157,15 @@ def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend",
         action="append",
         metavar="NAME",
-        help="backend to check (finitediff, jax, torch, autograd, or one a package registers); repeatable; "
+        help=f"backend to check ({', '.join(registered_backends())}, or one a package registers); repeatable; "
         "default: all installed",
     )
     parser.add_argument(
         "--family",
         action="append",
         metavar="NAME",
-        help="array family of the inputs (numpy, jax, torch); repeatable; default: all installed",
+        help="array family of the inputs (numpy, jax, torch: those whose library is installed); repeatable; "
+        "default: all installed",
     )
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument(
