@@ -58,7 +58,11 @@ def _immutable(value: Any) -> bool:
 # and the engines' own mechanisms (``jax.tree_util``, ``torch.func.functional_call``) see arrays
 # in pytrees and modules, not Python cells and globals. The instructions are the compiler's own
 # record of the writes, read through ``dis``, the standard library's documented interface to them
-# (these six opnames exist under the same names from Python 3.10 on). Without the scan, either
+# (these six opnames exist under the same names from Python 3.10 on; their numbers come from
+# ``dis.opmap``, and the code units of ``co_code`` are two bytes, the opcode first, so the opcodes
+# are ``co_code[::2]``: a set test in C, 0.8 us where iterating ``dis.get_instructions`` took 250 us
+# a function, measured 2026-11-25 on a 2-core x86_64 VM under load, and the same answer on 1,719
+# code objects of the standard library and numpy). Without the scan, either
 # every function capturing a number would be duplicated at every call (measured 2026-11-24 on a
 # 2-core x86_64 VM, no GPU: a prepared gradient, n = 10, of an f capturing one float costs 1.95x
 # on finite differences and 1.77x on torch), or a function that rebinds
@@ -70,10 +74,11 @@ def _immutable(value: Any) -> bool:
 # over the user's own state and the derivative of a finite difference through it is wrong (each
 # point sees another ``n``); ``closure="duplicated"`` promises nothing for state reached that way.
 _STORES = frozenset({"STORE_DEREF", "DELETE_DEREF", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR"})
+_STORE_OPCODES = frozenset(dis.opmap[name] for name in _STORES)
 
 
 def _stores(code: types.CodeType) -> bool:
-    if any(ins.opname in _STORES for ins in dis.get_instructions(code)):
+    if not _STORE_OPCODES.isdisjoint(code.co_code[::2]):
         return True
     return any(_stores(c) for c in code.co_consts if isinstance(c, types.CodeType))
 
