@@ -84,7 +84,7 @@ from diffinterface.extend import (
     WritableArray as _Writable,
 )
 
-from .pytensor_rules import RulesNotSupported
+from . import pytensor_rules
 
 # -- the array API over pytensor.tensor ------------------------------------------------------------
 
@@ -352,6 +352,7 @@ def _graph(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any,
         fn = target.f
     else:
         fn = target.instance(_template, values=state) if state is not None else target.instance(_template)
+    token = pytensor_rules.WRT.set(xs)  # custom rules: their arguments that depend on x are active
     try:
         with _TRACES:
             y = fn(xs, *values)
@@ -360,13 +361,13 @@ def _graph(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any,
             f"{target.call}: {error}. Compute with pytensor.tensor (or the array API) on captured arrays and "
             f"caches, not numpy: under AutoPyTensor they are inputs of the compiled function"
         ) from error
-    except RulesNotSupported as error:
-        raise TypeError(f"{target.call}: {error}") from error
     except (TypeError, AttributeError) as error:
         mended = _value_error(target, error)
         if mended is None:
             raise
         raise mended from error
+    finally:
+        pytensor_rules.WRT.reset(token)
     return xs, _output(y, target), leaves.symbols
 
 
@@ -561,6 +562,10 @@ class _Prepared:
             _check_connected(error, y, xs, target.call)
             outs, lead = _outputs(operator, self.forward, _Derivatives(xs, y, "ignore"), t_syms)
         except ptg.NullTypeGradError as error:
+            rule = pytensor_rules.opaque_rule_between(xs, y) if operator.order == 2 else None
+            if rule is not None:  # its derivatives are first order (pytensor_rules)
+                refusal = rule.second_order("under PyTensor", "AutoPyTensor()")
+                raise type(refusal)(f"{target.call}: {refusal}") from error
             raise NotImplementedError(
                 f"{target.call}: PyTensor has no derivative for an operation of f: {error}"
             ) from error

@@ -53,11 +53,9 @@ def _tol(backend):
 
 
 # Engines that do not support custom rules yet: each call through a rule is the call's TypeError, asserted
-# (config class name -> the message's pattern). PyTensor: no OpFromGraph / Op registration yet
-# (backends/pytensor_rules.py).
-RULES_UNSUPPORTED = {
-    "AutoPyTensor": r"has custom rules \(diffinterface\.rules\), which are not supported inside PyTensor yet",
-}
+# (config class name -> the message's pattern). None today: every AD engine registers rules natively
+# (backends/*_rules.py).
+RULES_UNSUPPORTED: dict[str, str] = {}
 
 
 def _rules_unsupported(backend, call) -> bool:
