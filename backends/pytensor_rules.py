@@ -1,15 +1,12 @@
 """A :class:`diffinterface.rules.Rule` inside a PyTensor graph: an ``Op`` whose derivatives are the rule's.
 
-- **Opaque rules** (NumPy/SciPy bodies, ``DifferentiateWith``): three small ``pytensor.graph.op.Op``\\ s
-  whose ``perform`` runs the bodies on NumPy arrays. The primal's ``pullback`` is the reverse Op (the
-  augmented primal run again for its tape, then the reverse pass: a tape of Python data cannot be a
-  graph variable), its ``pushforward`` the forward Op. The reverse Op is linear in its cotangent, and
-  its pullback in the cotangent is the forward Op (and the forward Op's pullback in its tangents the
-  reverse Op): PyTensor's ``pushforward`` and ``Rop`` (a pullback of a pullback by default) run the
-  forward rule, ``grad``/``Lop``/``jacobian`` the reverse pass. A rule with one direction only builds
-  the other direction's Op, whose ``perform`` raises the rule's "needs a ... rule" error, so it runs
-  where its value is used and nowhere else (a pushforward through pullbacks never computes the
-  transposed Op's value).
+- **Opaque rules** (NumPy/SciPy bodies, ``DifferentiateWith``): three small Ops running the
+  bodies on NumPy in ``perform``: the primal, whose ``pullback`` is the reverse Op (the augmented
+  primal run again for its tape, which as Python data cannot be a graph variable) and ``pushforward``
+  the forward Op; each of those two is linear in its (co)tangents and the other's transpose, so
+  PyTensor's ``pushforward``/``Rop`` (a pullback of a pullback by default) run the forward rule and
+  ``grad``/``Lop``/``jacobian`` the reverse pass. A rule with one direction only still builds the
+  other Op, whose ``perform`` raises the rule's "needs a ... rule" error where its value is used.
 - **Array-API rules** (not opaque): an ``OpFromGraph`` of the primal with ``pullback`` and
   ``pushforward`` overrides built from the rule's bodies, traced on PyTensor variables; a missing
   direction is PyTensor's transpose of the other (the bodies are linear in the (co)tangents), as JAX
@@ -21,38 +18,38 @@ their primal arguments whose explanation is :meth:`Rule.second_order`'s message,
 PyTensor's ``NullTypeGradError`` there (and the adapter the rule's ``SecondOrderError``); a first-order
 pushforward through pullbacks never reaches it.
 
-Which arguments are active: inside the adapter's graph builds (:data:`WRT`), those that depend on
+Which arguments are active: inside the adapter's graph builds (``WRT``), those that depend on
 ``x``; elsewhere (the user's own PyTensor graph), every floating argument that is not a constant.
 An inactive argument is disconnected (``connection_pattern``), and the rules receive it as ``Const``.
 
 The output's type: static shapes, from ``out_shape`` or one run of the primal on random inputs of the
 arguments' shapes (constants as they are), per signature; an argument of unknown shape (``pt.vector()``)
-needs ``out_shape``. Batches (``jacobian(vectorize=True)``) wrap the Ops in PyTensor's ``Blockwise``,
-which loops over the batch.
+needs ``out_shape``. Batches (``jacobian(vectorize=True)``) loop over the Ops (PyTensor's ``Blockwise``).
 """
 
 from __future__ import annotations
 
-import contextvars
 import importlib.util
 import warnings
+from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
 import pytensor.tensor as pt
+from numpy.typing import ArrayLike
 from pytensor.compile.builders import OpFromGraph
 from pytensor.gradient import DisconnectedType, disconnected_type
 from pytensor.gradient import pullback as _pullback
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.null_type import NullType
 from pytensor.graph.op import Op
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.tensor.type import TensorType
 
 from diffinterface.extend import Active, Rule, annotate, cotangent_like, cotangents
 
-# The symbolic x of the adapter's graph build in progress (None outside one): the rule's arguments
-# that depend on it are the active ones.
-WRT: contextvars.ContextVar[Any] = contextvars.ContextVar("diffinterface_pytensor_wrt", default=None)
+from .pytensor import WRT, building  # x of the adapter's graph build; the array API lent to PyTensor's variables
 
 _PROBE = np.random.default_rng(20)
 _WHERE = "under PyTensor"
@@ -86,19 +83,19 @@ def _register_numba() -> None:
     from pytensor.link.numba.dispatch.basic import generate_fallback_impl, numba_funcify
 
     @numba_funcify.register(_RuleOp)
-    def _object_mode(op: Any, node: Any = None, storage_map: Any = None, **kwargs: Any) -> Any:
+    def _object_mode(op: Op, node: Apply | None = None, storage_map: object = None, **kwargs: object) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             return generate_fallback_impl(op, node, storage_map, **kwargs)
 
 
-def _tensor(value: Any) -> Any:
+def _tensor(value: object) -> Variable:
     if isinstance(value, Variable):
         return value
     return pt.as_tensor_variable(np.asarray(value))
 
 
-def _floating(value: Any) -> bool:
+def _floating(value: Variable) -> bool:
     dtype = getattr(value.type, "dtype", None)
     return dtype is not None and np.dtype(dtype).kind in "fc"
 
@@ -122,18 +119,11 @@ def _second_order(rule: Rule) -> Any:
     return NullType(str(rule.second_order(_WHERE, _BACKEND)))()
 
 
-def _disconnected(g: Any) -> bool:
+def _disconnected(g: Variable) -> bool:
     return isinstance(g.type, DisconnectedType)
 
 
 # -- the output's type ------------------------------------------------------------------------------
-
-
-class _Struct:
-    """An argument's shape and dtype, as ``out_shape`` receives it."""
-
-    def __init__(self, shape: Any, dtype: Any) -> None:
-        self.shape, self.dtype = shape, dtype
 
 
 def _out_type(rule: Rule, values: tuple[Any, ...], kwargs: dict[Any, Any]) -> Any:
@@ -144,7 +134,8 @@ def _out_type(rule: Rule, values: tuple[Any, ...], kwargs: dict[Any, Any]) -> An
 
     def build() -> Any:
         if rule.out_shape is not None:
-            shape, dtype = rule.out_shape(*(_Struct(s, d) for s, d in zip(shapes, dtypes)), **kwargs)
+            structs = (SimpleNamespace(shape=s, dtype=d) for s, d in zip(shapes, dtypes))  # what out_shape reads
+            shape, dtype = rule.out_shape(*structs, **kwargs)
         else:
             if any(None in s for s, v in zip(shapes, values) if not isinstance(v, Constant)):
                 raise TypeError(
@@ -182,7 +173,7 @@ class _RuleOp(Op):
     def n(self) -> int:
         return len(self.active)
 
-    def _marked(self, arrays: Any) -> tuple[Any, ...]:
+    def _marked(self, arrays: Sequence[np.ndarray]) -> tuple[Any, ...]:
         return annotate(tuple(arrays[: self.n]), self.active, Active)
 
     def __str__(self) -> str:
@@ -194,18 +185,18 @@ class _Primal(_RuleOp):
 
     __props__ = ("rule", "kwargs", "active", "y_type")
 
-    def __init__(self, rule: Rule, kwargs: tuple[Any, ...], active: tuple[bool, ...], y_type: Any) -> None:
+    def __init__(self, rule: Rule, kwargs: tuple[Any, ...], active: tuple[bool, ...], y_type: TensorType) -> None:
         super().__init__(rule, kwargs, active)
         self.y_type = y_type
 
-    def make_node(self, *args: Any) -> Apply:
+    def make_node(self, *args: Variable) -> Apply:
         return Apply(self, [pt.as_tensor_variable(a) for a in args], [self.y_type()])
 
-    def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
         y = self.rule.primal(*inputs, **dict(self.kwargs))
         outputs[0][0] = np.asarray(y, dtype=self.y_type.dtype).reshape(_shape(y, self.y_type))
 
-    def infer_shape(self, fgraph: Any, node: Apply, shapes: Any) -> Any:
+    def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         if None in self.y_type.shape:
             raise NotImplementedError  # PyTensor then reads the output's shape
         return [tuple(self.y_type.shape)]
@@ -213,14 +204,18 @@ class _Primal(_RuleOp):
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
         return [[a] for a in self.active]
 
-    def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> list[Any]:
+    def pullback(
+        self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
+    ) -> list[Any]:
         (u,) = cotangents
         if _disconnected(u):
             return [disconnected_type() for _ in inputs]
         cts = iter(cast(list, _Reverse(self.rule, self.kwargs, self.active)(*inputs, u, return_list=True)))
         return [next(cts) if a else disconnected_type() for a in self.active]
 
-    def pushforward(self, inputs: Any, outputs: Any, tangents: Any) -> list[Any]:
+    def pushforward(
+        self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]
+    ) -> list[Any]:
         live = tuple(a and not _disconnected(t) for a, t in zip(self.active, tangents))
         if not any(live):
             return [disconnected_type()]
@@ -231,12 +226,12 @@ class _Primal(_RuleOp):
 class _Reverse(_RuleOp):
     """The cotangents of the active arguments: ``(*args, dy) -> (ct_i for active i)``."""
 
-    def make_node(self, *args: Any) -> Apply:
+    def make_node(self, *args: Variable) -> Apply:
         inputs = [pt.as_tensor_variable(v) for v in args]
         outs = [inputs[i].type() for i, a in enumerate(self.active) if a]
         return Apply(self, inputs, outs)
 
-    def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
         rule, kwargs = self.rule, dict(self.kwargs)
         if not rule.has_reverse:
             raise rule.missing("reverse", _WHERE)
@@ -246,14 +241,16 @@ class _Reverse(_RuleOp):
         for out, i in zip(outputs, live):
             out[0] = cotangent_like(cts[i], inputs[i])
 
-    def infer_shape(self, fgraph: Any, node: Apply, shapes: Any) -> Any:
+    def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         return [shapes[i] for i, a in enumerate(self.active) if a]
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
         k = sum(self.active)
         return [[True] * k for _ in self.active] + [[True] * k]
 
-    def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> list[Any]:
+    def pullback(
+        self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
+    ) -> list[Any]:
         # linear in dy: its transpose is the forward rule along the cotangents of the outputs
         live = [not _disconnected(w) for w in cotangents]
         if not any(live):
@@ -273,14 +270,14 @@ class _Forward(_RuleOp):
 
     __props__ = ("rule", "kwargs", "active", "y_type")
 
-    def __init__(self, rule: Rule, kwargs: tuple[Any, ...], active: tuple[bool, ...], y_type: Any) -> None:
+    def __init__(self, rule: Rule, kwargs: tuple[Any, ...], active: tuple[bool, ...], y_type: TensorType) -> None:
         super().__init__(rule, kwargs, active)
         self.y_type = y_type
 
-    def make_node(self, *inputs: Any) -> Apply:
+    def make_node(self, *inputs: Variable) -> Apply:
         return Apply(self, [pt.as_tensor_variable(v) for v in inputs], [self.y_type()])
 
-    def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
         rule = self.rule
         if not rule.has_forward:
             raise rule.missing("forward", _WHERE)
@@ -289,12 +286,14 @@ class _Forward(_RuleOp):
         _, dy = rule.forward(*annotate(tuple(inputs[: self.n]), self.active, Active, tangents), **dict(self.kwargs))
         outputs[0][0] = cotangent_like(dy, np.zeros(_shape(dy, self.y_type), self.y_type.dtype))
 
-    def infer_shape(self, fgraph: Any, node: Apply, shapes: Any) -> Any:
+    def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         if None in self.y_type.shape:
             raise NotImplementedError
         return [tuple(self.y_type.shape)]
 
-    def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> list[Any]:
+    def pullback(
+        self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
+    ) -> list[Any]:
         # linear in the tangents: their transpose is the reverse pass of the cotangent
         (w,) = cotangents
         if _disconnected(w):
@@ -307,7 +306,7 @@ for _cls in (_Primal, _Reverse, _Forward):
     _cls.__str__ = _RuleOp.__str__  # type: ignore[method-assign]  # not the __props__' long form
 
 
-def _shape(y: Any, y_type: Any) -> tuple[Any, ...]:
+def _shape(y: ArrayLike, y_type: TensorType) -> tuple[Any, ...]:
     return tuple(y_type.shape) if None not in y_type.shape else np.shape(y)
 
 
@@ -315,8 +314,6 @@ def _shape(y: Any, y_type: Any) -> tuple[Any, ...]:
 
 
 def _graph_op(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], types: tuple[Any, ...]) -> Any:
-    from .pytensor import building  # the array API lent to PyTensor's variables while the bodies trace
-
     n = len(types)
 
     def primal(args: list[Any]) -> Any:
@@ -334,7 +331,7 @@ def _graph_op(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], type
         _, dy = rule.forward(*annotate(tuple(args), live, Active, ts), **kwargs)
         return pt.zeros_like(y) if dy is None else pt.cast(pt.as_tensor_variable(dy), y.dtype)
 
-    def reverse(args: list[Any], dy: Any) -> list[Any]:
+    def reverse(args: list[Any], dy: Variable) -> list[Any]:
         marked = annotate(tuple(args), active, Active)
         cts = cotangents(rule.reverse(rule.tape(*marked, **kwargs), dy, *marked, **kwargs), n)
         return [
@@ -382,7 +379,7 @@ def _graph_op(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], type
     )
 
 
-def opaque_rule_between(x: Any, y: Any) -> Rule | None:
+def opaque_rule_between(x: Variable, y: Variable) -> Rule | None:
     """The first opaque rule on a path from ``x`` to ``y`` (None where there is none): a second
     derivative of ``y`` in ``x`` needs its rules' derivatives, which PyTensor cannot take."""
     for node in _nodes_between(x, y):
@@ -392,9 +389,7 @@ def opaque_rule_between(x: Any, y: Any) -> Rule | None:
     return None
 
 
-def _nodes_between(x: Any, y: Any) -> list[Apply]:
-    from pytensor.graph.traversal import io_toposort
-
+def _nodes_between(x: Variable, y: Variable) -> list[Apply]:
     depends = {x}
     out = []
     for node in io_toposort([x], [y]):
