@@ -553,3 +553,17 @@ def test_differentiate_with_jax_inside_native_pytensor():
     J = np.diag(np.cos(X3) * X3.sum()) + np.sin(X3)[:, None]  # closed form
     _close(g, J.T @ W, atol=1e-12)
     _close(p, J @ W, atol=1e-12)
+
+
+@_needs("pytensor")
+def test_pytensor_bench_rule_by_hand_is_the_same_gradient():
+    # the rules table's hand-written PyTensor registration (an Op with a pullback Op), against the rule
+    from diffinterface.backends.pytensor_bench import Bench
+    from diffinterface.testing._rule_scenarios import cumsum_weighted
+
+    b = np.linspace(0.5, 1.5, 3)
+    by_hand = Bench().rule_by_hand(lambda a: np.cumsum(a * b**2), lambda a, dy: np.cumsum(dy[::-1])[::-1] * b**2)
+    expected = np.cumsum(W[::-1])[::-1] * b**2  # closed form of sum(w * cumsum(x * b**2))
+    backend = di.AutoPyTensor(closure="const")
+    _close(di.gradient(backend, lambda z: _xp_sum(by_hand(z) * W), X3), expected, atol=1e-12)
+    _close(di.gradient(backend, lambda z: _xp_sum(cumsum_weighted(z, b) * W), X3), expected, atol=1e-12)
