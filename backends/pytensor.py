@@ -29,6 +29,10 @@ jax inputs are converted to numpy and the results back); float32 stays float32.
   through writes; the user's arrays are never written). PyTensor shared variables that ``f``
   captures stay in the graph as they are: the compiled function reads their current value at every
   call, and ``f`` cannot write into them.
+- Custom rules (``diffinterface.rules``) in ``f`` are Ops with the rule's derivatives
+  (``pytensor_rules``); while ``f``'s graph is built, :data:`WRT` holds x, so that a
+  rule's arguments that depend on x are its active ones. A second-order operator through an opaque
+  rule raises its ``SecondOrderError`` (PyTensor's null gradient, found as the rule's Op on the path).
 
 Size: over 400 lines in one module, because an adapter is the registry's unit (``AutoPyTensor.adapter``
 names one module, imported at first use).
@@ -36,6 +40,8 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
+import contextvars
+import sys
 import threading
 import warnings
 from typing import Any, cast
@@ -83,8 +89,6 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     WritableArray as _Writable,
 )
-
-from .pytensor_rules import RulesNotSupported
 
 # -- the array API over pytensor.tensor ------------------------------------------------------------
 
@@ -243,6 +247,9 @@ _LENT = {
     "size": property(_static_size),
 }
 _TRACES = _Traces()
+# The symbolic x of the graph build in progress (None outside one): the arguments of a custom rule
+# (pytensor_rules) that depend on it are its active ones.
+WRT: contextvars.ContextVar[Any] = contextvars.ContextVar("diffinterface_pytensor_wrt", default=None)
 building = _TRACES  # the context in which array-API code builds a PyTensor graph (the bench record's too)
 
 # -- the inputs of a compiled function: x, tangents, contexts, captured state ------------------------
@@ -352,6 +359,7 @@ def _graph(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any,
         fn = target.f
     else:
         fn = target.instance(_template, values=state) if state is not None else target.instance(_template)
+    token = WRT.set(xs)  # custom rules: their arguments that depend on x are active
     try:
         with _TRACES:
             y = fn(xs, *values)
@@ -360,13 +368,13 @@ def _graph(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any,
             f"{target.call}: {error}. Compute with pytensor.tensor (or the array API) on captured arrays and "
             f"caches, not numpy: under AutoPyTensor they are inputs of the compiled function"
         ) from error
-    except RulesNotSupported as error:
-        raise TypeError(f"{target.call}: {error}") from error
     except (TypeError, AttributeError) as error:
         mended = _value_error(target, error)
         if mended is None:
             raise
         raise mended from error
+    finally:
+        WRT.reset(token)
     return xs, _output(y, target), leaves.symbols
 
 
@@ -561,6 +569,11 @@ class _Prepared:
             _check_connected(error, y, xs, target.call)
             outs, lead = _outputs(operator, self.forward, _Derivatives(xs, y, "ignore"), t_syms)
         except ptg.NullTypeGradError as error:
+            rules = sys.modules.get(f"{__name__}_rules")  # loaded wherever a rule's Op is in a graph
+            rule = rules.opaque_rule_between(xs, y) if rules is not None and operator.order == 2 else None
+            if rule is not None:  # its derivatives are first order (pytensor_rules)
+                refusal = rule.second_order("under PyTensor", "AutoPyTensor()")
+                raise type(refusal)(f"{target.call}: {refusal}") from error
             raise NotImplementedError(
                 f"{target.call}: PyTensor has no derivative for an operation of f: {error}"
             ) from error

@@ -15,6 +15,8 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor import gradient as ptg
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
 
 from diffinterface.backends.pytensor import building
 from diffinterface.extend import BenchEngine
@@ -54,6 +56,39 @@ class Bench(BenchEngine):
             fn = _compile(lambda z: ptg.jacobian(f(z, A), z, vectorize=True), x)
             return lambda: fn(x)
         return None
+
+    def rule_by_hand(self, primal: Any, vjp: Any) -> Any:
+        """An ``Op`` whose ``perform`` runs ``primal`` and whose ``pullback`` is an ``Op`` running ``vjp``."""
+
+        class ByHandVJP(Op):
+            __props__ = ("fn",)
+
+            def __init__(self) -> None:
+                self.fn = vjp
+
+            def make_node(self, *inputs: Any) -> Apply:  # (a, dy)
+                return Apply(self, list(inputs), [inputs[0].type()])
+
+            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+                outputs[0][0] = np.asarray(vjp(*inputs), dtype=inputs[0].dtype)
+
+        class ByHand(Op):
+            __props__ = ("fn",)
+
+            def __init__(self) -> None:
+                self.fn = primal
+
+            def make_node(self, *inputs: Any) -> Apply:  # (a,)
+                a = pt.as_tensor_variable(inputs[0])
+                return Apply(self, [a], [a.type()])
+
+            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+                outputs[0][0] = np.asarray(primal(inputs[0]), dtype=inputs[0].dtype)
+
+            def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> Any:
+                return [ByHandVJP()(inputs[0], cotangents[0])]
+
+        return ByHand()
 
     def native_numpy(self, operator: Any, f: Any, x: Any, t: Any, A: Any) -> Any:
         """The same compiled function: PyTensor's arrays are numpy's."""

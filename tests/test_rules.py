@@ -52,32 +52,11 @@ def _tol(backend):
     return 1e-6
 
 
-# Engines that do not support custom rules yet: each call through a rule is the call's TypeError, asserted
-# (config class name -> the message's pattern). PyTensor: no OpFromGraph / Op registration yet
-# (backends/pytensor_rules.py).
-RULES_UNSUPPORTED = {
-    "AutoPyTensor": r"has custom rules \(diffinterface\.rules\), which are not supported inside PyTensor yet",
-}
-
-
-def _rules_unsupported(backend, call) -> bool:
-    """Where ``backend`` does not support rules: asserts that ``call()`` raises the call's TypeError, and
-    returns True (the test ends there); False otherwise."""
-    pattern = RULES_UNSUPPORTED.get(type(backend).__name__)
-    if pattern is None:
-        return False
-    with pytest.raises(TypeError, match=rf"^\w+\({type(backend).__name__}\(.*\), f, x(, t[xy])?\): .*{pattern}"):
-        call()
-    return True
-
-
 # -- an opaque SciPy rule with two arguments, through every backend and mode ------------------------
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_opaque_two_argument_rule_through_every_backend(backend):
-    if _rules_unsupported(backend, lambda: di.jacobian(backend, lambda A: ex.propagate(A, B0), A0)):
-        return
     # b constant (captured), A active; then A constant, b active; jacobians and gradients
     jac_A = di.jacobian(backend, lambda A: ex.propagate(A, B0), A0)
     np.testing.assert_allclose(jac_A, _fd(lambda A: _plain_propagate(A, B0), A0), atol=1e-6)
@@ -257,9 +236,6 @@ ENGINES = [pytest.param(getattr(di, name), marks=engine_marks(e, extra), id=name
 def test_forward_only_and_reverse_only_rules(cls):
     x = np.array([1.0, 2.0, 3.0])
     fwd, rev = cls(mode="forward"), cls(mode="reverse")
-    if _rules_unsupported(fwd, lambda: di.pushforward(fwd, ex.cube_forward_only, x, np.ones(3))):
-        assert _rules_unsupported(rev, lambda: di.pullback(rev, ex.cube_reverse_only, x, np.ones(3)))
-        return
     np.testing.assert_allclose(di.pushforward(fwd, ex.cube_forward_only, x, np.ones(3)), 3 * x**2)
     np.testing.assert_allclose(di.pullback(rev, ex.cube_reverse_only, x, np.ones(3)), 3 * x**2)
     np.testing.assert_allclose(di.jacobian(rev, ex.cube_reverse_only, x), np.diag(3 * x**2))
@@ -280,8 +256,6 @@ def test_forward_only_and_reverse_only_rules(cls):
 def test_non_opaque_rule(backend):
     x = np.array([-1.0, 0.5, 2.0])
     sig = 1 / (1 + np.exp(-x))
-    if _rules_unsupported(backend, lambda: di.jacobian(backend, ex.softplus, x)):
-        return
     np.testing.assert_allclose(di.jacobian(backend, ex.softplus, x), np.diag(sig), atol=1e-7)
     np.testing.assert_allclose(di.gradient(backend, lambda z: _xp(z).sum(ex.softplus(z)), x), sig, atol=1e-7)
 
@@ -476,8 +450,6 @@ SCIPY_CASES = _scipy_cases()
 @pytest.mark.parametrize("case", SCIPY_CASES, ids=[c[0] for c in SCIPY_CASES])
 def test_scipy_functions_match_finite_differences(backend, case):
     _, f, plain, x = case
-    if _rules_unsupported(backend, lambda: di.jacobian(backend, f, x)):
-        return
     np.testing.assert_allclose(di.jacobian(backend, f, x), _fd(plain, x), atol=2e-6)
 
 

@@ -22,12 +22,7 @@ ENGINES = {"AutoFiniteDiff": None, **{name: module for name, module, _ in AD_ENG
 # Pairs that raise an error today (never a wrong number: the test below checks the number wherever
 # the call returns). None today: issue 38 item 11 mended the last two (torch forward mode nested in
 # torch forward mode, JAX probing an opaque output shape inside a JAX trace).
-KNOWN_ERRORS: dict[tuple[str, str], str] = {
-    # DifferentiateWith is a custom rule, which PyTensor does not support yet (backends/pytensor_rules.py):
-    # the call's TypeError naming it, for every inner engine
-    (inner, "AutoPyTensor"): "custom rules are not supported inside PyTensor yet"
-    for inner in ENGINES
-}
+KNOWN_ERRORS: dict[tuple[str, str], str] = {}
 
 
 def _outers() -> list:

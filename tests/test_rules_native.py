@@ -14,7 +14,7 @@ import scipy.linalg
 
 import diffinterface as di
 from conftest import installed
-from diffinterface.rules import SecondOrderError
+from diffinterface.rules import SecondOrderError, custom_rule
 
 RNG = np.random.default_rng(15)
 A0 = 0.3 * RNG.standard_normal((3, 3))
@@ -244,7 +244,12 @@ def test_native_second_derivatives_through_an_opaque_rule_raise(hessian, engine)
 def _engines():
     return [
         pytest.param(cls, marks=_needs(engine), id=cls.__name__)
-        for cls, engine in [(di.AutoJAX, "jax"), (di.AutoTorch, "torch"), (di.AutoAutograd, "autograd")]
+        for cls, engine in [
+            (di.AutoJAX, "jax"),
+            (di.AutoTorch, "torch"),
+            (di.AutoAutograd, "autograd"),
+            (di.AutoPyTensor, "pytensor"),
+        ]
     ]
 
 
@@ -405,3 +410,160 @@ def test_operators_through_a_rule_without_a_tape(cls):
         _close(di.gradient(backend, lambda z, r=rule: _xp_sum(r(z)), X3), CUBE_GRAD)
         _close(di.jacobian(backend, rule, X3), CUBE_JAC)
         _close(di.pullback(backend, rule, X3, np.ones(3)), CUBE_GRAD)
+
+
+# -- PyTensor: the rule as Ops whose derivatives are its rules (backends/pytensor_rules.py) ------------
+
+
+def _pt():
+    pytest.importorskip("pytensor")
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor import gradient as ptg
+
+    return pytensor, pt, ptg
+
+
+@_needs("pytensor")
+@pytest.mark.filterwarnings("ignore:(Lop|Rop) is deprecated:FutureWarning")  # the names the issue asks for
+@pytest.mark.parametrize("mode", [None, "FAST_COMPILE"], ids=["default-mode", "fast-compile"])
+def test_pytensor_transforms(mode):
+    pytensor, pt, ptg = _pt()
+    A, b = pt.tensor("A", shape=(3, 3), dtype="float64"), pt.tensor("b", shape=(3,), dtype="float64")
+    dA, db = pt.tensor("dA", shape=(3, 3), dtype="float64"), pt.tensor("db", shape=(3,), dtype="float64")
+    y = ex.propagate(A, b)
+    loss = (y * W).sum()
+    gA, gb = ptg.grad(loss, [A, b])
+    outs = [
+        y,
+        gA,
+        gb,
+        ptg.Lop(y, b, pt.as_tensor(W)),
+        ptg.Rop(y, [A, b], [dA, db]),
+        ptg.Rop(y, [A, b], [dA, db], use_op_rop_implementation=True),
+        ptg.pushforward(y, A, dA),
+        ptg.jacobian(y, A, vectorize=True),
+        ptg.jacobian(y, b, vectorize=False),
+    ]
+    fn = pytensor.function([A, b, dA, db], outs, mode=mode)
+    got = fn(A0, B0, A0, np.zeros(3))
+    _close(got[0], E0 @ B0, atol=1e-12)
+    _close(got[1], GRAD_A)
+    _close(got[2], GRAD_B, atol=1e-12)
+    _close(got[3], GRAD_B, atol=1e-12)
+    for push in got[4:7]:
+        _close(push, PUSH_A)
+    _close(got[7], JAC_A)
+    _close(got[8], E0, atol=1e-12)
+
+
+@_needs("pytensor")
+def test_pytensor_runs_the_forward_rule_forward_and_the_reverse_rules_in_reverse():
+    pytensor, pt, ptg = _pt()
+    b, db = pt.tensor("b", shape=(3,), dtype="float64"), pt.tensor("db", shape=(3,), dtype="float64")
+    y = ex.propagate(A0, b)  # A a constant: the rules see it as Const
+    push = pytensor.function([b, db], ptg.pushforward(y, b, db), mode="FAST_COMPILE")
+    pull = pytensor.function([b], ptg.grad((y * W).sum(), b), mode="FAST_COMPILE")
+    for key in ex.CALLS:
+        ex.CALLS[key] = 0
+    _close(push(B0, B0), E0 @ B0, atol=1e-12)
+    assert ex.CALLS == {"primal": 0, "forward": 1, "augmented": 0, "reverse": 0}, ex.CALLS
+    _close(pull(B0), GRAD_B, atol=1e-12)
+    # the gradient alone: the augmented primal (for its tape, in the reverse Op) and the reverse pass
+    assert ex.CALLS == {"primal": 0, "forward": 1, "augmented": 1, "reverse": 1}, ex.CALLS
+
+
+@_needs("pytensor")
+def test_pytensor_native_hessian_through_an_opaque_rule_is_pytensors_null_gradient_error():
+    _, pt, ptg = _pt()
+    b = pt.tensor("b", shape=(3,), dtype="float64")
+    loss = pt.sin(ex.propagate(A0, b)).sum()
+    with pytest.raises(ptg.NullTypeGradError, match=r"propagate \(under PyTensor\).*SecondOrder\(AutoFiniteDiff"):
+        ptg.hessian(loss, b)
+
+
+@_needs("pytensor")
+def test_pytensor_differentiates_an_array_api_rule_twice():
+    pytensor, pt, ptg = _pt()
+    x = np.array([-1.0, 0.5, 2.0])
+    s = 1 / (1 + np.exp(-x))
+    z = pt.tensor("z", shape=(3,), dtype="float64")
+    H = pytensor.function([z], ptg.hessian(ex.softplus(z).sum(), z), mode="FAST_COMPILE")(x)
+    _close(H, np.diag(s * (1 - s)), atol=1e-12)
+    for mode in (None, "forward", "reverse"):
+        backend = di.AutoPyTensor(mode=mode)
+        _close(di.hessian(backend, lambda v: _xp_sum(ex.softplus(v)), x), np.diag(s * (1 - s)), atol=1e-12)
+        _close(di.hvp(backend, lambda v: _xp_sum(ex.softplus(v)), x, W), s * (1 - s) * W, atol=1e-12)
+
+
+@custom_rule
+def _cube_forward_traced(x):  # an array-API rule with a forward rule only
+    return x**3
+
+
+@_cube_forward_traced.def_forward
+def _(x):
+    return x.val**3, 3 * x.val**2 * x.dval
+
+
+@_needs("pytensor")
+def test_pytensor_transposes_an_array_api_rule_of_one_direction():
+    pytensor, pt, ptg = _pt()
+    z, t = pt.tensor("z", shape=(3,), dtype="float64"), pt.tensor("t", shape=(3,), dtype="float64")
+    for rule in (_cube_forward_traced, ex.cube_tapeless_traced):
+        y = rule(z)
+        outs = [
+            ptg.grad(y.sum(), z),
+            ptg.pushforward(y, z, t),
+            ptg.pushforward(y, z, t, use_op_pushforward=True),
+            ptg.hessian(y.sum(), z),  # the rule's graph differentiated again
+        ]
+        g, p1, p2, h = pytensor.function([z, t], outs, mode="FAST_COMPILE")(X3, W)
+        _close(g, CUBE_GRAD, atol=1e-12)
+        _close(p1, CUBE_GRAD * W, atol=1e-12)
+        _close(p2, CUBE_GRAD * W, atol=1e-12)
+        _close(h, np.diag(6 * X3), atol=1e-12)
+        for mode in ("forward", "reverse"):
+            _close(di.jacobian(di.AutoPyTensor(mode=mode), rule, X3), CUBE_JAC, atol=1e-12)
+
+
+@_needs("pytensor")
+def test_pytensor_unknown_shapes_need_out_shape():
+    pytensor, pt, ptg = _pt()
+    v = pt.vector("v", dtype="float64")  # shape (None,)
+    with pytest.raises(TypeError, match=r"cube_tapeless \(under PyTensor\).*custom_rule\(opaque=True, out_shape=fn\)"):
+        ex.cube_tapeless(v)
+    shaped = custom_rule(opaque=True, out_shape=lambda x: (x.shape, x.dtype))(ex.cube_tapeless.primal)
+    shaped.def_reverse(ex.cube_tapeless.reverse)
+    g = pytensor.function([v], ptg.grad(shaped(v).sum(), v), mode="FAST_COMPILE")
+    _close(g(X3), CUBE_GRAD, atol=1e-12)
+    _close(g(np.arange(5.0)), 3 * np.arange(5.0) ** 2, atol=1e-12)
+
+
+@_needs("pytensor")
+@_needs("jax")
+def test_differentiate_with_jax_inside_native_pytensor():
+    import jax.numpy as jnp
+
+    pytensor, pt, ptg = _pt()
+    F = di.DifferentiateWith(lambda u: jnp.sin(u) * jnp.sum(u), di.AutoJAX())
+    z, t = pt.tensor("z", shape=(3,), dtype="float64"), pt.tensor("t", shape=(3,), dtype="float64")
+    y = F(z)
+    g, p = pytensor.function([z, t], [ptg.grad((y * W).sum(), z), ptg.pushforward(y, z, t)])(X3, W)
+    J = np.diag(np.cos(X3) * X3.sum()) + np.sin(X3)[:, None]  # closed form
+    _close(g, J.T @ W, atol=1e-12)
+    _close(p, J @ W, atol=1e-12)
+
+
+@_needs("pytensor")
+def test_pytensor_bench_rule_by_hand_is_the_same_gradient():
+    # the rules table's hand-written PyTensor registration (an Op with a pullback Op), against the rule
+    from diffinterface.backends.pytensor_bench import Bench
+    from diffinterface.testing._rule_scenarios import cumsum_weighted
+
+    b = np.linspace(0.5, 1.5, 3)
+    by_hand = Bench().rule_by_hand(lambda a: np.cumsum(a * b**2), lambda a, dy: np.cumsum(dy[::-1])[::-1] * b**2)
+    expected = np.cumsum(W[::-1])[::-1] * b**2  # closed form of sum(w * cumsum(x * b**2))
+    backend = di.AutoPyTensor(closure="const")
+    _close(di.gradient(backend, lambda z: _xp_sum(by_hand(z) * W), X3), expected, atol=1e-12)
+    _close(di.gradient(backend, lambda z: _xp_sum(cumsum_weighted(z, b) * W), X3), expected, atol=1e-12)

@@ -151,7 +151,8 @@ def _notes(table: str, timing: Timing) -> str:
         "alone whose bodies close over b (like for like), and `diffinterface.testing`'s two-argument "
         "`cumsum_weighted(x, b)`, b a `Const` argument; by hand: the same NumPy primal and VJP of x alone (b closed "
         "over) as a `jax.custom_vjp` over "
-        "`jax.pure_callback`, a `torch.autograd.Function`, an autograd `primitive` with `defvjp`. Both are "
+        "`jax.pure_callback`, a `torch.autograd.Function`, an autograd `primitive` with `defvjp`, a PyTensor "
+        "`Op` whose `pullback` is an `Op` running the VJP. Both are "
         "`prepare_gradient` calls of the engine's backend with closure='const' (the closures table prices the "
         "duplicates); both results are checked before timing. Budget "
         "(issue 15): at most 1.1 at n = 1e4.",

@@ -25,8 +25,9 @@ under JAX, whose tape cannot be a residual) then skip it: such a rule costs what
 ``f`` stays an ordinary callable. Called on plain arrays it runs the primal; called on an engine's
 arrays it goes through that engine's native registration of the rules (``backends/*_rules.py``):
 ``jax.custom_jvp`` / ``jax.custom_vjp`` (with ``jax.pure_callback`` for opaque bodies),
-``torch.autograd.Function`` (with ``jvp`` and ``vmap``), an autograd primitive with its VJP and JVP.
-So it works through diffinterface's operators and inside the user's own JAX, torch and autograd code.
+``torch.autograd.Function`` (with ``jvp`` and ``vmap``), an autograd primitive with its VJP and JVP,
+``mx.custom_function``, ``tf.custom_gradient``, PyTensor Ops and ``OpFromGraph`` with overridden
+derivatives. So it works through diffinterface's operators and inside the user's own engine code.
 Finite differences see ``f`` as the black box it is.
 
 Positional arguments are arrays (or numbers); keyword arguments are static (a ``mode`` string): they
