@@ -139,7 +139,9 @@ class _Namespace:
     def __getattr__(self, name: str) -> Any:  # looked up once: later reads find the instance attribute
         function = getattr(tnp, self._RENAMED.get(name, name))
 
-        def call(*args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, device: object = None, **kwargs: Any) -> Any:
+            # the array API's device= (arange, zeros, ... in array-API code such as AutoFiniteDiff's):
+            # tf.experimental.numpy has none; TensorFlow places a tensor by its device scope
             return function(*[_unwrap_all(a) for a in args], **{k: _unwrap_all(v) for k, v in kwargs.items()})
 
         value = call if callable(function) and not isinstance(function, type) else function
