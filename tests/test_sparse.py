@@ -112,7 +112,12 @@ def test_brusselator_colors_and_mode(backend):
 def _families():
     """(family, engine): each family's sparse type (MLX has none: scipy.sparse, as for NumPy)."""
     out = []
-    for fam, config in [("jax", "AutoJAX"), ("torch", "AutoTorch"), ("tensorflow", "AutoTensorFlow"), ("mlx", "AutoMLX")]:
+    for fam, config in [
+        ("jax", "AutoJAX"),
+        ("torch", "AutoTorch"),
+        ("tensorflow", "AutoTensorFlow"),
+        ("mlx", "AutoMLX"),
+    ]:
         if installed(fam):
             out.append(pytest.param(fam, getattr(di, config)(), id=fam))
     return out
