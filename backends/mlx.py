@@ -606,6 +606,7 @@ class Adapter(_Base):
     engine_name = "MLX"
     array_family = "mlx"
     traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
+    local_sparsity_fallback = True  # AutoSparse's default detector on mx.* code: the pattern at and around x
 
     def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once, over fresh MLX duplicates of its state, caches and buffer."""

@@ -1063,6 +1063,7 @@ class Adapter(_Base):
     """TensorFlow; see the module docstring."""
 
     engine_name = "TensorFlow"
+    local_sparsity_fallback = True  # AutoSparse's default detector on tf.* code: the pattern at and around x
 
     @staticmethod
     def traced(value: Any) -> bool:

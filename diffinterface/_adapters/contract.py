@@ -223,6 +223,12 @@ class Adapter:
     # function: where diffinterface needs ``f(x)``'s value outside an operator (DifferentiateWith's primal),
     # it asks :meth:`evaluate` with a numpy ``x``, instead of running ``f`` on the engine's arrays itself.
     builds_graph: bool = False
+    # ``f`` is written in the engine's own operations (``tf.*``, ``mx.*``, ``pytensor.tensor``), which the
+    # engine-free sparsity tracer cannot run: where it cannot, ``AutoSparse(dense=<this engine>)``'s default
+    # detector detects the pattern locally (``LocalSparsityDetector``: the nonzeros of this engine's
+    # dense derivatives at x and around it) with a ``LocalSparsityWarning``, instead of raising. False
+    # (JAX: ``JaxprSparsityDetector`` reads its jaxpr): the tracer's ``TracerError`` names the detectors.
+    local_sparsity_fallback: bool = False
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config
