@@ -230,6 +230,14 @@ class Adapter:
     # (JAX: ``JaxprSparsityDetector`` reads its jaxpr): the tracer's ``TracerError`` names the detectors.
     local_sparsity_fallback: bool = False
 
+    def accuracy(self, dtype: Any) -> float | None:
+        """The relative accuracy of this engine's results for an ``x`` of ``dtype``, where it is coarser
+        than ``dtype``'s epsilon (None: it is not). ``SecondOrder(outer, inner)`` with an ``outer`` that
+        only evaluates (finite differences) asks ``inner`` and, where there is an answer, uses
+        ``outer.for_accuracy(eps)``: steps made for that accuracy (MLX's float64 ``sin``, ``cos``,
+        ``exp`` are float32-accurate: finite differences over them with float64 steps lost 5 digits)."""
+        return None
+
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config
 
