@@ -138,19 +138,25 @@ def _step_along(xp: Any, x: Array, t: Array, r: float) -> float | None:
     return 0.0 if top == 0.0 else r / top
 
 
+def _eps(dtype_eps: float, accuracy: float | None) -> float:
+    """The relative accuracy the steps are made for: the dtype's, or the coarser accuracy of the
+    function's values where it has one (:meth:`Adapter.for_accuracy`)."""
+    return dtype_eps if accuracy is None else max(dtype_eps, accuracy)
+
+
 class _Along:
     """The preparation of a pushforward: the output's :class:`Info`, and the namespace and relative
     step of ``x``'s type and dtype, reused while calls bring the same (a call with another, under
     ``strict=False``, looks them up)."""
 
-    __slots__ = ("info", "exponent", "kind", "dtype", "xp", "r")
+    __slots__ = ("info", "exponent", "eps", "kind", "dtype", "xp", "r")
     kind: Any
     dtype: Any
     xp: Any
     r: float
 
-    def __init__(self, info: Info, x: Array, exponent: float) -> None:
-        self.info, self.exponent = info, exponent
+    def __init__(self, info: Info, x: Array, exponent: float, eps: float | None = None) -> None:
+        self.info, self.exponent, self.eps = info, exponent, eps
         self.kind = None
         self.namespace(x)
 
@@ -158,7 +164,7 @@ class _Along:
         """``x``'s array namespace and relative step ``eps ** exponent``."""
         if type(x) is not self.kind or x.dtype != self.dtype:
             self.kind, self.dtype, self.xp = type(x), x.dtype, array_namespace(x)
-            self.r = float(np.finfo(np.dtype(dtype_name(x))).eps) ** self.exponent
+            self.r = _eps(float(np.finfo(np.dtype(dtype_name(x))).eps), self.eps) ** self.exponent
         return self.xp, self.r
 
 
@@ -167,13 +173,13 @@ class _Points:
 
     __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev", "finite")
 
-    def __init__(self, x: Array, exponent: float, rel_step: float | None) -> None:
+    def __init__(self, x: Array, exponent: float, rel_step: float | None, eps: float | None = None) -> None:
         xp = self.xp = array_namespace(x)
         self.x, self.shape, self.dev = x, tuple(x.shape), device(x)
         flat = self.flat = xp.reshape(x, (-1,))
         self.n = flat.shape[0]
         self.idx = xp.arange(self.n, device=self.dev)
-        r = float(xp.finfo(x.dtype).eps) ** exponent
+        r = _eps(float(xp.finfo(x.dtype).eps), eps) ** exponent
         sign = xp.where(
             flat >= 0, xp.asarray(1.0, dtype=x.dtype, device=self.dev), xp.asarray(-1.0, dtype=x.dtype, device=self.dev)
         )
@@ -428,6 +434,17 @@ class Adapter(_Base):
         self.executor: Any = backend.executor
         self.batch_size: int | None = backend.batch_size
         self.vectorized: bool = backend.vectorized
+        self.eps: float | None = None  # see for_accuracy
+
+    def for_accuracy(self, eps: float) -> Adapter:
+        """This adapter with steps for a function whose values are accurate to ``eps`` relative (coarser
+        than its dtype's): ``SecondOrder(AutoFiniteDiff(), inner)`` differentiates ``inner``'s results,
+        float32-accurate where ``inner`` is (``Adapter.accuracy``: MLX's float64). The steps are
+        ``eps ** (1/3)`` (central) instead of ``finfo(x.dtype).eps ** (1/3)``, balancing the noise over
+        the step against the truncation error; ``rel_step``, when given, is kept."""
+        adapter = type(self)(self.backend)
+        adapter.eps = eps
+        return adapter
 
     # -- evaluations ---------------------------------------------------------------------------
 
@@ -505,7 +522,7 @@ class Adapter(_Base):
     def _jacobian(self, data: Info, target: Target, x: Array, contexts: Contexts, want_value: bool) -> tuple[Any, ...]:
         """``(f(x) or None, J)`` by per-coordinate differences, J of shape ``y_shape + x_shape``."""
         method = self.method
-        p = _Points(x, self._exponent("first"), self.rel_step)
+        p = _Points(x, self._exponent("first"), self.rel_step, self.eps)
         xp, n = p.xp, p.n
         y0 = data.take_value()
         cols = []
@@ -567,7 +584,7 @@ class Adapter(_Base):
         want_value: bool,
     ) -> Any:
         if type(data) is not _Along:  # an Info from another adapter's preparation (one that delegates here)
-            data = _Along(cast("Info", data), x, self._exponent("first"))
+            data = _Along(cast("Info", data), x, self._exponent("first"), self.eps)
         xp, r = data.namespace(x)
         y0 = data.info.take_value()
         method = self.method
@@ -584,7 +601,7 @@ class Adapter(_Base):
             k = _step_along(xp, x, t, r) if self.rel_step is None else None
             if k is None:  # rel_step, or a NaN coordinate: every step as _Points takes it
                 if abs_h is None:
-                    abs_h = xp.abs(_Points(x, self._exponent("first"), self.rel_step).h)
+                    abs_h = xp.abs(_Points(x, self._exponent("first"), self.rel_step, self.eps).h)
                 k = _along(xp, abs_h, t)
             steps.append(k)
             if k == 0.0:
@@ -620,7 +637,7 @@ class Adapter(_Base):
     def prepare_pushforward(
         self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
     ) -> Any:
-        return _Along(info, x, self._exponent("first"))
+        return _Along(info, x, self._exponent("first"), self.eps)
 
     def value_and_pushforward(
         self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
@@ -646,7 +663,7 @@ class Adapter(_Base):
 
     def _hessian(self, data: Info, target: Target, x: Array, contexts: Contexts, y0: Any) -> Any:
         """The Hessian; ``f(x)``, which its diagonal needs, joins the points where ``y0`` is None."""
-        p = _Points(x, self._exponent("second"), self.rel_step)
+        p = _Points(x, self._exponent("second"), self.rel_step, self.eps)
         xp, n, h = p.xp, p.n, p.h
         first = y0 is None
         recipes: list[Recipe] = [("x", None, ())] if first else []
@@ -672,7 +689,7 @@ class Adapter(_Base):
         return xp.reshape(xp.stack([xp.stack(r) for r in rows]), p.shape + p.shape)
 
     def _hvp(self, data: Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts) -> Any:
-        p = _Points(x, self._exponent("second"), self.rel_step)
+        p = _Points(x, self._exponent("second"), self.rel_step, self.eps)
         xp, n, h = p.xp, p.n, p.h
         vectors = {"x": p.flat, "h": h}
         recipes: list[Recipe] = []
@@ -718,7 +735,7 @@ class Adapter(_Base):
         return grad, self._hvp(data, target, x, tangents, contexts)
 
     def _second_derivative(self, data: Info, target: Target, x: Array, contexts: Contexts, y0: Any) -> Any:
-        p = _Points(x, self._exponent("second"), self.rel_step)
+        p = _Points(x, self._exponent("second"), self.rel_step, self.eps)
         xp = p.xp
         first = y0 is None
         recipes: list[Recipe] = [("x", None, ())] if first else []

@@ -658,6 +658,7 @@ class Adapter(_Base):
         return _evaluated(super().aux(target, x, contexts))
 
     builds_graph = True  # DifferentiateWith(f, AutoPyTensor())'s primal runs f through evaluate
+    local_sparsity_fallback = True  # AutoSparse's default detector on pytensor.tensor code: the pattern at and around x
 
     @staticmethod
     def traced(value: Any) -> bool:

@@ -139,7 +139,9 @@ class _Namespace:
     def __getattr__(self, name: str) -> Any:  # looked up once: later reads find the instance attribute
         function = getattr(tnp, self._RENAMED.get(name, name))
 
-        def call(*args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, device: object = None, **kwargs: Any) -> Any:
+            # the array API's device= (arange, zeros, ... in array-API code such as AutoFiniteDiff's):
+            # tf.experimental.numpy has none; TensorFlow places a tensor by its device scope
             return function(*[_unwrap_all(a) for a in args], **{k: _unwrap_all(v) for k, v in kwargs.items()})
 
         value = call if callable(function) and not isinstance(function, type) else function
@@ -1061,6 +1063,7 @@ class Adapter(_Base):
     """TensorFlow; see the module docstring."""
 
     engine_name = "TensorFlow"
+    local_sparsity_fallback = True  # AutoSparse's default detector on tf.* code: the pattern at and around x
 
     @staticmethod
     def traced(value: Any) -> bool:

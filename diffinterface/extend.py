@@ -15,7 +15,12 @@ A backend is two classes in one module of its own, and no change to diffinterfac
   class, and the adapter overrides what its engine does better natively. Two class flags say how
   it serves as ``outer`` in ``SecondOrder(outer, inner)``: ``evaluates_only`` (it only evaluates
   what ``inner`` computes, as finite differences do: any ``inner``) and ``traceable_results`` (its
-  results stay differentiable by an outer call of the same engine, as JAX's do).
+  results stay differentiable by an outer call of the same engine, as JAX's do). An engine whose
+  ``f`` is written in its own operations, which the engine-free sparsity tracer cannot run, sets
+  ``local_sparsity_fallback`` (TensorFlow, MLX, PyTensor): ``AutoSparse``'s default detector then
+  detects such an ``f``'s pattern locally, with a warning, instead of raising. An engine whose
+  results are coarser than x's dtype says so with ``accuracy(dtype)`` (MLX's float64), and an
+  ``evaluates_only`` outer offers ``for_accuracy(eps)`` (finite differences: steps for that accuracy).
 
 Register the config with :func:`register_backend` (or a ``diffinterface.backends`` entry point, so
 that ``python -m diffinterface check`` finds it without an import), and check it on the whole

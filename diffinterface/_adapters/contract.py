@@ -223,6 +223,20 @@ class Adapter:
     # function: where diffinterface needs ``f(x)``'s value outside an operator (DifferentiateWith's primal),
     # it asks :meth:`evaluate` with a numpy ``x``, instead of running ``f`` on the engine's arrays itself.
     builds_graph: bool = False
+    # ``f`` is written in the engine's own operations (``tf.*``, ``mx.*``, ``pytensor.tensor``), which the
+    # engine-free sparsity tracer cannot run: where it cannot, ``AutoSparse(dense=<this engine>)``'s default
+    # detector detects the pattern locally (``LocalSparsityDetector``: the nonzeros of this engine's
+    # dense derivatives at x and around it) with a ``LocalSparsityWarning``, instead of raising. False
+    # (JAX: ``JaxprSparsityDetector`` reads its jaxpr): the tracer's ``TracerError`` names the detectors.
+    local_sparsity_fallback: bool = False
+
+    def accuracy(self, dtype: Any) -> float | None:
+        """The relative accuracy of this engine's results for an ``x`` of ``dtype``, where it is coarser
+        than ``dtype``'s epsilon (None: it is not). ``SecondOrder(outer, inner)`` with an ``outer`` that
+        only evaluates (finite differences) asks ``inner`` and, where there is an answer, uses
+        ``outer.for_accuracy(eps)``: steps made for that accuracy (MLX's float64 ``sin``, ``cos``,
+        ``exp`` are float32-accurate: finite differences over them with float64 steps lost 5 digits)."""
+        return None
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._core.arrays import output_like, private_copy
+from .._core.arrays import dtype_name, output_like, private_copy
 from .._core.configs import adapter_for
 from .._core.operators import PUSHFORWARD, Operator
 from .target import Target
@@ -48,6 +48,9 @@ class Nested:
         call = target.call
         self.inner_adapter = inner_adapter = adapter_for(inner, call)
         outer_adapter = adapter_for(outer, call)
+        accuracy = inner_adapter.accuracy(dtype_name(x)) if outer_adapter.evaluates_only else None
+        if accuracy is not None and hasattr(outer_adapter, "for_accuracy"):
+            outer_adapter = outer_adapter.for_accuracy(accuracy)  # steps for inner's coarser results
         inner_info = inner_adapter.output_info(target, private_copy(x), contexts, False)
         run_inner = inner_adapter.prepare(inner_operator, target, x, (), contexts, inner_info).plain
         kinds = tuple(type(c) for c in contexts)

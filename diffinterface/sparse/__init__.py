@@ -9,6 +9,7 @@ from ._coloring import GreedyColoring as GreedyColoring
 from ._config import AutoSparse as AutoSparse
 from ._detectors import KnownSparsity as KnownSparsity
 from ._detectors import LocalSparsityDetector as LocalSparsityDetector
+from ._detectors import LocalSparsityWarning as LocalSparsityWarning
 from ._detectors import Problem as Problem
 from ._detectors import TracerSparsityDetector as TracerSparsityDetector
 from ._jaxpr import JaxprSparsityDetector as JaxprSparsityDetector
@@ -20,6 +21,7 @@ __all__ = [
     "JaxprSparsityDetector",
     "KnownSparsity",
     "LocalSparsityDetector",
+    "LocalSparsityWarning",
     "Problem",
     "TracerError",
     "TracerSparsityDetector",

@@ -63,6 +63,10 @@ CONFLICT_LIMIT = 20_000_000  # entries of a conflict graph (p.T @ p) worth build
 # most this many nonzeros, or where the one-sided colorings need more than BICOLOR_ABOVE products
 BICOLOR_LIMIT = 1_000_000
 BICOLOR_ABOVE = 64
+# the families whose sparse results are their own sparse type (JAX's BCOO, torch's sparse CSR tensor,
+# tf.sparse.SparseTensor); every other family's (NumPy's, MLX's: MLX has no sparse arrays) are a
+# scipy.sparse.csr_array
+SPARSE_TYPES = (JAX, TORCH, TENSORFLOW)
 
 
 class Plan(SparsePlan):
@@ -358,11 +362,8 @@ def _gatherer(index: np.ndarray, x: Any) -> Callable[[tuple[Any, ...]], Any]:
             return tf.convert_to_tensor(flat[index], dtype=tf_dtype)
 
         return gather_tf
-    if fam not in (NUMPY, None):
-        raise TypeError(
-            f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch, tensorflow are)"
-        )
-    dtype = np.asarray(x).dtype
+    # NumPy, and every family without a sparse type of its own (MLX): gathered in NumPy, for scipy.sparse
+    dtype = np.dtype(dtype_name(x))
 
     def gather_numpy(parts: tuple[Any, ...]) -> Any:
         if not parts:
@@ -418,7 +419,7 @@ def _builder(pattern: Any, x: Any) -> Any:  # pattern: a csr_array; returns data
     fam = family(x)
     shape = pattern.shape
     indptr, indices = pattern.indptr.astype(np.int64), pattern.indices.astype(np.int64)
-    if fam == NUMPY or fam is None:
+    if fam not in SPARSE_TYPES:  # NumPy, and the families with no sparse type of their own (MLX)
         import scipy.sparse as sp
 
         def build(data: np.ndarray) -> csr_array:
@@ -461,6 +462,4 @@ def _builder(pattern: Any, x: Any) -> Any:  # pattern: a csr_array; returns data
             return tf.sparse.SparseTensor(coo, data, dense_shape=shape)
 
         return build_tf
-    raise TypeError(
-        f"sparse results for arrays of the {fam!r} family are not supported (numpy, jax, torch, tensorflow are)"
-    )
+    raise AssertionError(f"no builder for the {fam!r} family")  # SPARSE_TYPES lists the families above

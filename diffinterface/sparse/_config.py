@@ -32,7 +32,8 @@ class AutoSparse(AbstractBackend):
 
     ``jacobian``, ``hessian`` and their ``value_`` and ``prepare_`` forms return a sparse matrix in
     the family of ``x`` (a ``scipy.sparse.csr_array`` for NumPy, a ``jax.experimental.sparse.BCOO``
-    for JAX, a sparse CSR tensor for torch) of shape ``(f(x).size, x.size)`` (elements in row-major
+    for JAX, a sparse CSR tensor for torch, a ``tf.sparse.SparseTensor`` for TensorFlow; a
+    ``scipy.sparse.csr_array`` for MLX, which has no sparse arrays) of shape ``(f(x).size, x.size)`` (elements in row-major
     order); the other operators are the dense backend's.
 
     Example:

@@ -8,7 +8,10 @@ which return a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size, x.size)
 family), ``contexts`` the call's contexts and ``dense`` the dense backend of the :class:`AutoSparse`.
 
 - :class:`TracerSparsityDetector` (the default): runs ``f`` once on a :class:`~._tracer.Tracer`, an
-  array-API array of index sets; needs no engine; *global* (valid at every x).
+  array-API array of index sets; needs no engine; *global* (valid at every x). Where it cannot run
+  ``f`` and the dense engine declares ``local_sparsity_fallback`` (TensorFlow, MLX, PyTensor: ``f``
+  written in ``tf.*``, ``mx.*``, ``pytensor.tensor``), it detects locally instead, with a
+  :class:`LocalSparsityWarning`.
 - :class:`KnownSparsity`: a pattern the user knows (any ``scipy.sparse`` matrix or boolean array).
 - :class:`LocalSparsityDetector`: the nonzeros of dense derivatives computed by ``dense`` at a few
   random points around x; *local*: an entry that is zero at those points and nonzero elsewhere is
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -59,6 +63,13 @@ def _dtype(x: Array) -> Any:
     return np.dtype(dtype_name(x))  # a Python float: "float", numpy's float64
 
 
+class LocalSparsityWarning(UserWarning):
+    """AutoSparse's default detector found the pattern locally (:class:`LocalSparsityDetector`): the
+    tracer cannot run ``f``, which is written in the dense engine's own operations (TensorFlow, MLX,
+    PyTensor). Pass ``sparsity_detector=LocalSparsityDetector()`` to choose that knowingly (no
+    warning), or ``KnownSparsity(pattern)`` / an array-API ``f`` for a global pattern."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TracerSparsityDetector:
     """The global pattern, from one run of ``f`` on an array of index sets (see ``_tracer``).
@@ -66,6 +77,15 @@ class TracerSparsityDetector:
     ``f`` must use the array API through ``array_namespace(x)`` (or NumPy functions and operators,
     which the tracer also follows); code it cannot follow (a conversion to NumPy, SciPy, an ``if`` on
     a value) raises a ``TracerError`` naming :class:`LocalSparsityDetector` and :class:`KnownSparsity`.
+
+    Except where the dense engine writes ``f`` in its own operations, which no engine-free tracer
+    runs: TensorFlow, MLX and PyTensor (their adapters' ``local_sparsity_fallback``). There, with
+    ``local_fallback=True`` (default), an ``f`` the tracer cannot run has its pattern detected by
+    :class:`LocalSparsityDetector` (``LocalSparsityDetector()``'s points, with ``dense``), and a
+    :class:`LocalSparsityWarning` says that the pattern is local: exact at the points it was
+    computed at, and missing an entry that is zero at all of them but nonzero elsewhere.
+    ``local_fallback=False`` raises the ``TracerError`` instead (the JAX, torch and autograd
+    behaviour, and that of ``AutoFiniteDiff``).
 
     Example:
 
@@ -76,6 +96,8 @@ class TracerSparsityDetector:
          [0 1 1 0]
          [0 0 1 1]]
     """
+
+    local_fallback: bool = True
 
     def _run(self, problem: Problem, x: Array, contexts: tuple[Any, ...], hessian: bool) -> tuple[Any, Any]:
         import scipy.sparse as sp
@@ -99,16 +121,48 @@ class TracerSparsityDetector:
             ) from error
         return y, trace
 
-    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
-        from ._tracer import Tracer
+    def _fallback(self, error: Exception, problem: Problem, dense: Any, which: str) -> LocalSparsityDetector:
+        """The local detector where ``dense``'s engine declares ``local_sparsity_fallback``, with the
+        warning; else ``error`` raised."""
+        from .._core.configs import AbstractBackend, adapter_for
 
-        y, trace = self._run(problem, x, contexts, hessian=False)
+        adapter = adapter_for(dense, _call(problem) or "AutoSparse") if isinstance(dense, AbstractBackend) else None
+        if not (self.local_fallback and getattr(adapter, "local_sparsity_fallback", False)):
+            raise error
+        local = LocalSparsityDetector()
+        cause = error.__cause__ or error
+        warnings.warn(
+            f"{_call(problem)}the {which} pattern is detected locally: the sparsity tracer cannot run f (as for "
+            f"any f written in {dense!r}'s own operations), so the pattern is the nonzeros of dense {which}s by "
+            f"{dense!r} at x "
+            f"and {local.points - 1} random points around it. An entry zero at all of them is taken as "
+            f"structurally zero, and the sparse {which} would miss it where it is not. For a global pattern pass "
+            f"sparsity_detector=KnownSparsity(pattern) or write f with array_namespace(x); "
+            f"sparsity_detector=LocalSparsityDetector() chooses this without the warning. (The tracer: "
+            f"{type(cause).__name__}: {cause})",
+            LocalSparsityWarning,
+            stacklevel=2,
+        )
+        return local
+
+    def jacobian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
+        from ._tracer import Tracer, TracerError
+
+        try:
+            y, trace = self._run(problem, x, contexts, hessian=False)
+        except TracerError as error:
+            return self._fallback(error, problem, dense, "Jacobian").jacobian_sparsity(problem, x, contexts, dense)
         if not isinstance(y, Tracer):  # f(x) does not depend on x
             return csr_pattern(np.zeros((int(np.size(y)), trace.n), dtype=bool))
         return csr_pattern(y.rows())
 
     def hessian_sparsity(self, problem: Problem, x: Array, contexts: tuple[Any, ...] = (), dense: Any = None) -> Any:
-        _, trace = self._run(problem, x, contexts, hessian=True)
+        from ._tracer import TracerError
+
+        try:
+            _, trace = self._run(problem, x, contexts, hessian=True)
+        except TracerError as error:
+            return self._fallback(error, problem, dense, "Hessian").hessian_sparsity(problem, x, contexts, dense)
         return csr_pattern(trace.hessian)
 
 
