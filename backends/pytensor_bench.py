@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pytensor import gradient as ptg
+from pytensor.compile.maker import function as pytensor_function
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
-from diffinterface.backends.pytensor import building
 from diffinterface.extend import BenchEngine
+
+from .pytensor import building
 
 grad: Any = ptg.grad  # its overloads return Optional types a graph built here never has
 
@@ -29,7 +30,7 @@ def _compile(build: Any, *arrays: Any) -> Any:
     symbols = [pt.tensor(dtype=a.dtype.name, shape=a.shape) for a in arrays]
     with building:
         out = build(*symbols)
-    return pytensor.function(symbols, out)
+    return pytensor_function(symbols, out)
 
 
 class Bench(BenchEngine):
