@@ -70,8 +70,8 @@ class Bench(BenchEngine):
             def make_node(self, *inputs: Any) -> Apply:  # (a, dy)
                 return Apply(self, list(inputs), [inputs[0].type()])
 
-            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
-                outputs[0][0] = np.asarray(vjp(*inputs), dtype=inputs[0].dtype)
+            def perform(self, node: Apply, inputs: Any, output_storage: Any) -> None:
+                output_storage[0][0] = np.asarray(vjp(*inputs), dtype=inputs[0].dtype)
 
         class ByHand(Op):
             __props__ = ("fn",)
@@ -83,8 +83,8 @@ class Bench(BenchEngine):
                 a = pt.as_tensor_variable(inputs[0])
                 return Apply(self, [a], [a.type()])
 
-            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
-                outputs[0][0] = np.asarray(primal(inputs[0]), dtype=inputs[0].dtype)
+            def perform(self, node: Apply, inputs: Any, output_storage: Any) -> None:
+                output_storage[0][0] = np.asarray(primal(inputs[0]), dtype=inputs[0].dtype)
 
             def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> Any:
                 return [ByHandVJP()(inputs[0], cotangents[0])]
