@@ -361,20 +361,14 @@ def _graph_op(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], type
                 return [forward(inputs, tangents)]
             if not rule.has_reverse:
                 raise rule.missing("forward", _WHERE)
-            # the transpose of the reverse pass (linear in its cotangent)
-            # zeros_like's type is inferred from fill(), which may give None; a tensor model never does
-            u = (
-                pt.zeros(y.type.shape, dtype=y.dtype)
-                if None not in y.type.shape
-                else cast("Variable", pt.zeros_like(primal(inputs)))
-            )
-            cts = reverse(inputs, u)
+            # the transpose of the reverse pass (linear in its cotangent); casts: PyTensor infers None or any Variable
+            u = pt.zeros(y.type.shape, dtype=y.dtype) if None not in y.type.shape else pt.zeros_like(primal(inputs))
+            cts = reverse(inputs, cast("Variable", u))
             pairs = [(c, t) for c, t, a in zip(cts, tangents, active) if a and c is not None and not _disconnected(t)]
             if not pairs:
                 return [pt.zeros_like(y)]
-            terms = [cast("TensorVariable", pt.sum(c * t)) for c, t in pairs]  # pt.sum's inferred type: any Variable
-            total = cast("TensorVariable", sum(terms))  # pairs is not empty: never the start, 0
-            return [pt.cast(_pullback(total, u, pt.ones((), dtype=total.dtype)), y.dtype)]
+            total = cast("TensorVariable", sum(cast("TensorVariable", pt.sum(c * t)) for c, t in pairs))
+            return [pt.cast(_pullback(total, cast("Variable", u), pt.ones((), dtype=total.dtype)), y.dtype)]
 
     return OpFromGraph(
         inner,
