@@ -1,4 +1,4 @@
-"""nox sessions: the whole suite, one per engine (only that engine installed), the lowest declared versions, the wheel, lint.
+"""nox sessions: the whole suite, one per engine (``tests-engine``, parametrised: only that engine installed), the lowest declared versions, the wheel, lint.
 
 torch is installed as ``torch==2.13.0`` first: on these machines that pin takes a local CPU build,
 while an unpinned ``torch`` would download a CUDA build of several GB.
@@ -70,34 +70,17 @@ def tests_numpy(session: nox.Session) -> None:
     _tests(session, "test", torch=False)
 
 
-@nox.session(name="tests-jax")
-def tests_jax(session: nox.Session) -> None:
-    _tests(session, "jax,test", torch=False)
+# the engines a one-engine session installs, each alone: nox -s tests-engine (all of them, one after the
+# other) or nox -s "tests-engine(engine='mlx')" (one)
+ENGINES = ["jax", "torch", "autograd", "tensorflow", "mlx", "pytensor"]
 
 
-@nox.session(name="tests-torch")
-def tests_torch(session: nox.Session) -> None:
-    _tests(session, "torch,test", torch=True)
-
-
-@nox.session(name="tests-autograd")
-def tests_autograd(session: nox.Session) -> None:
-    _tests(session, "autograd,test", torch=False)
-
-
-@nox.session(name="tests-tensorflow")
-def tests_tensorflow(session: nox.Session) -> None:
-    _tests(session, "tensorflow,test", torch=False)
-
-
-@nox.session(name="tests-mlx")
-def tests_mlx(session: nox.Session) -> None:
-    _tests(session, "mlx,test", torch=False)
-
-
-@nox.session(name="tests-pytensor")
-def tests_pytensor(session: nox.Session) -> None:
-    _tests(session, "pytensor,test", torch=False)
+@nox.session(name="tests-engine")
+@nox.parametrize("engine", ENGINES)
+def tests_engine(session: nox.Session, engine: str) -> None:
+    """One engine installed (the package's ``[ENGINE,test]`` extras), the others absent: their tests are
+    skipped with their reason."""
+    _tests(session, f"{engine},test", torch=engine == "torch")
 
 
 @nox.session

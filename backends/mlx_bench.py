@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 import numpy as np
 
-from diffinterface.backends.mlx import computing
 from diffinterface.extend import BenchEngine
+
+from .mlx import computing
 
 if TYPE_CHECKING:
     from collections.abc import Callable

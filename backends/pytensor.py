@@ -47,15 +47,16 @@ import warnings
 from typing import Any, cast
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pytensor import gradient as ptg
+from pytensor.compile.maker import function as pytensor_function
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.basic import _as_tensor_variable
+from pytensor.tensor import _as_tensor_variable
+from pytensor.tensor.shape import reshape as pt_reshape
 from pytensor.tensor.variable import TensorVariable, _tensor_py_operators
 
 from diffinterface.extend import (
@@ -135,7 +136,7 @@ class _Namespace:
 
     @staticmethod
     def reshape(x: Any, shape: tuple[Any, ...], copy: Any = None) -> Any:
-        return pt.reshape(unwrap(x), shape)
+        return pt_reshape(unwrap(x), shape)
 
     @staticmethod
     def stack(arrays: Any, axis: int = 0) -> Any:
@@ -491,7 +492,7 @@ class _Derivatives:
         )
         # (n, *y_shape) -> (*y_shape, *x_shape)
         moved = pt.moveaxis(cols, 0, -1) if y.ndim else cols
-        return pt.reshape(moved, y_shape + x_shape) if len(x_shape) != 1 else moved
+        return pt_reshape(moved, y_shape + x_shape) if len(x_shape) != 1 else moved
 
 
 def _contract(jac: Any, t: Any, x_ndim: int, forward: bool) -> Any:
@@ -577,7 +578,7 @@ class _Prepared:
             raise NotImplementedError(
                 f"{target.call}: PyTensor has no derivative for an operation of f: {error}"
             ) from error
-        fn = pytensor.function(
+        fn = pytensor_function(
             [xs, *t_syms, *symbols], outs, mode=self.mode, on_unused_input="ignore", accept_inplace=True
         )
         return _Compiled(fn, lead)
@@ -637,7 +638,7 @@ def _same(value: Any) -> Any:
 
 def _evaluated(value: Any) -> Any:
     """``value`` with each PyTensor variable in it (a list, tuple or dict of them) evaluated to numpy."""
-    if isinstance(value, pytensor.graph.basic.Variable):
+    if isinstance(value, Variable):
         return np.asarray(value.eval())
     if isinstance(value, (list, tuple)):
         return type(value)(_evaluated(v) for v in value)
@@ -670,7 +671,7 @@ class Adapter(_Base):
         xn = _numpy(x)
         xs, y, symbols = _graph(target, xn, contexts)
         leaves = _walk(target, xn, contexts, False)[0]
-        fn = pytensor.function([xs, *symbols], y, mode=_ONESHOT_MODE, on_unused_input="ignore")
+        fn = pytensor_function([xs, *symbols], y, mode=_ONESHOT_MODE, on_unused_input="ignore")
         return fn(xn, *leaves.values)
 
     def output_info(self, target: Target, x: Any, contexts: Contexts, oneshot: Any) -> Any:
@@ -679,8 +680,9 @@ class Adapter(_Base):
         shape = tuple(y.type.shape)
         if None in shape:  # not known statically: computed
             leaves = _walk(target, xn, contexts, False)[0]
-            fn = pytensor.function([xs, *symbols], y.shape, mode=_ONESHOT_MODE, on_unused_input="ignore")
-            shape = tuple(int(s) for s in fn(xn, *leaves.values))
+            fn = pytensor_function([xs, *symbols], y.shape, mode=_ONESHOT_MODE, on_unused_input="ignore")
+            dims = cast("np.ndarray", fn(xn, *leaves.values))  # one output: its value (None only without outputs)
+            shape = tuple(int(s) for s in dims)
         _refuse_complex(xs, y, target.call)
         return Info(shape, np.dtype(y.dtype), None, tuple(np.shape(x)), oneshot)
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pytensor import gradient as ptg
+from pytensor.compile.maker import function as pytensor_function
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
-from diffinterface.backends.pytensor import building
 from diffinterface.extend import BenchEngine
+
+from .pytensor import building
 
 grad: Any = ptg.grad  # its overloads return Optional types a graph built here never has
 
@@ -29,7 +30,7 @@ def _compile(build: Any, *arrays: Any) -> Any:
     symbols = [pt.tensor(dtype=a.dtype.name, shape=a.shape) for a in arrays]
     with building:
         out = build(*symbols)
-    return pytensor.function(symbols, out)
+    return pytensor_function(symbols, out)
 
 
 class Bench(BenchEngine):
@@ -69,8 +70,8 @@ class Bench(BenchEngine):
             def make_node(self, *inputs: Any) -> Apply:  # (a, dy)
                 return Apply(self, list(inputs), [inputs[0].type()])
 
-            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
-                outputs[0][0] = np.asarray(vjp(*inputs), dtype=inputs[0].dtype)
+            def perform(self, node: Apply, inputs: Any, output_storage: Any) -> None:
+                output_storage[0][0] = np.asarray(vjp(*inputs), dtype=inputs[0].dtype)
 
         class ByHand(Op):
             __props__ = ("fn",)
@@ -82,8 +83,8 @@ class Bench(BenchEngine):
                 a = pt.as_tensor_variable(inputs[0])
                 return Apply(self, [a], [a.type()])
 
-            def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
-                outputs[0][0] = np.asarray(primal(inputs[0]), dtype=inputs[0].dtype)
+            def perform(self, node: Apply, inputs: Any, output_storage: Any) -> None:
+                output_storage[0][0] = np.asarray(primal(inputs[0]), dtype=inputs[0].dtype)
 
             def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> Any:
                 return [ByHandVJP()(inputs[0], cotangents[0])]

@@ -46,6 +46,7 @@ from pytensor.graph.null_type import NullType
 from pytensor.graph.op import Op
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorVariable
 
 from diffinterface.extend import Active, Rule, annotate, cotangent_like, cotangents
 
@@ -192,9 +193,9 @@ class _Primal(_RuleOp):
     def make_node(self, *args: Variable) -> Apply:
         return Apply(self, [pt.as_tensor_variable(a) for a in args], [self.y_type()])
 
-    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
         y = self.rule.primal(*inputs, **dict(self.kwargs))
-        outputs[0][0] = np.asarray(y, dtype=self.y_type.dtype).reshape(_shape(y, self.y_type))
+        output_storage[0][0] = np.asarray(y, dtype=self.y_type.dtype).reshape(_shape(y, self.y_type))
 
     def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         if None in self.y_type.shape:
@@ -231,14 +232,14 @@ class _Reverse(_RuleOp):
         outs = [inputs[i].type() for i, a in enumerate(self.active) if a]
         return Apply(self, inputs, outs)
 
-    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
         rule, kwargs = self.rule, dict(self.kwargs)
         if not rule.has_reverse:
             raise rule.missing("reverse", _WHERE)
         args, dy = self._marked(inputs), inputs[-1]
         cts = cotangents(rule.reverse(rule.tape(*args, **kwargs), dy, *args, **kwargs), self.n)
         live = (i for i, a in enumerate(self.active) if a)
-        for out, i in zip(outputs, live):
+        for out, i in zip(output_storage, live):
             out[0] = cotangent_like(cts[i], inputs[i])
 
     def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
@@ -277,14 +278,14 @@ class _Forward(_RuleOp):
     def make_node(self, *inputs: Variable) -> Apply:
         return Apply(self, [pt.as_tensor_variable(v) for v in inputs], [self.y_type()])
 
-    def perform(self, node: Apply, inputs: Sequence[np.ndarray], outputs: list[list[Any]]) -> None:
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
         rule = self.rule
         if not rule.has_forward:
             raise rule.missing("forward", _WHERE)
         ts = iter(inputs[self.n :])
         tangents = tuple(next(ts) if a else None for a in self.active)
         _, dy = rule.forward(*annotate(tuple(inputs[: self.n]), self.active, Active, tangents), **dict(self.kwargs))
-        outputs[0][0] = cotangent_like(dy, np.zeros(_shape(dy, self.y_type), self.y_type.dtype))
+        output_storage[0][0] = cotangent_like(dy, np.zeros(_shape(dy, self.y_type), self.y_type.dtype))
 
     def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         if None in self.y_type.shape:
@@ -360,14 +361,14 @@ def _graph_op(rule: Rule, kwargs: dict[Any, Any], active: tuple[bool, ...], type
                 return [forward(inputs, tangents)]
             if not rule.has_reverse:
                 raise rule.missing("forward", _WHERE)
-            # the transpose of the reverse pass (linear in its cotangent)
+            # the transpose of the reverse pass (linear in its cotangent); casts: PyTensor infers None or any Variable
             u = pt.zeros(y.type.shape, dtype=y.dtype) if None not in y.type.shape else pt.zeros_like(primal(inputs))
-            cts = reverse(inputs, u)
+            cts = reverse(inputs, cast("Variable", u))
             pairs = [(c, t) for c, t, a in zip(cts, tangents, active) if a and c is not None and not _disconnected(t)]
             if not pairs:
                 return [pt.zeros_like(y)]
-            total = sum(pt.sum(c * t) for c, t in pairs)
-            return [pt.cast(_pullback(total, u, pt.ones((), dtype=total.dtype)), y.dtype)]
+            total = cast("TensorVariable", sum(cast("TensorVariable", pt.sum(c * t)) for c, t in pairs))
+            return [pt.cast(_pullback(total, cast("Variable", u), pt.ones((), dtype=total.dtype)), y.dtype)]
 
     return OpFromGraph(
         inner,

@@ -38,15 +38,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
-import tensorflow.experimental.numpy as tnp
+import tensorflow.experimental.numpy as tnp  # pyright: ignore[reportMissingImports] - a lazily loaded API module (tensorflow/_api/v2), absent from the stubs
 from tensorflow.python.eager import record as _record
 from tensorflow.python.framework import op_callbacks as _op_callbacks
 from tensorflow.python.framework import ops as _ops
-from tensorflow.python.framework import tensor as _tensor
 from tensorflow.python.ops.numpy_ops.np_array_ops import _getitem as _np_getitem
 
 from diffinterface.extend import (
@@ -89,7 +88,7 @@ from diffinterface.extend import (
 )
 
 TF = "tensorflow"
-_Tensor = _tensor.Tensor  # eager and symbolic tensors
+_Tensor = tf.Tensor  # eager and symbolic tensors (tensorflow.python.framework.tensor.Tensor, typed by the stubs)
 _Eager = _ops._EagerTensorBase  # noqa: SLF001 - the class whose value reads are recorded (see _Scope)
 _EagerTensor = _ops.EagerTensor
 
@@ -97,7 +96,7 @@ _EagerTensor = _ops.EagerTensor
 # -- the array API over TensorFlow ------------------------------------------------------------------
 
 
-def _as_tensor(value: Any, dtype: Any = None) -> Any:
+def _as_tensor(value: Any, dtype: Any = None) -> tf.Tensor:
     value = _unwrap(value)
     if isinstance(value, _Tensor):
         return value if dtype is None or value.dtype == dtype else tf.cast(value, dtype)
@@ -111,12 +110,12 @@ def _as_tensor(value: Any, dtype: Any = None) -> Any:
 
 def _matmul(a: Array | float, b: Array | float) -> Any:
     """``a @ b`` with the array API's 1-d rules (TensorFlow's ``matmul`` wants rank 2)."""
-    a, b = _unwrap(a), _unwrap(b)
-    if isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.shape.rank is not None and a.shape.rank >= 2:
-        if b.shape.rank is not None and b.shape.rank >= 2 and a.dtype == b.dtype:
-            return tf.linalg.matmul(a, b)
-    like: Any = a if isinstance(a, _Tensor) else b  # one operand is a tensor: this is its method
-    return tnp.matmul(_as_tensor(a, like.dtype), _as_tensor(b, like.dtype))
+    ua, ub = _unwrap(a), _unwrap(b)
+    if isinstance(ua, _Tensor) and isinstance(ub, _Tensor) and ua.shape.rank is not None and ua.shape.rank >= 2:
+        if ub.shape.rank is not None and ub.shape.rank >= 2 and ua.dtype == ub.dtype:
+            return tf.linalg.matmul(ua, ub)
+    like: Any = ua if isinstance(ua, _Tensor) else ub  # one operand is a tensor: this is its method
+    return tnp.matmul(_as_tensor(ua, like.dtype), _as_tensor(ub, like.dtype))
 
 
 class _Namespace:
@@ -154,11 +153,11 @@ class _Namespace:
 
     @staticmethod
     def astype(x: Array, dtype: Any, copy: bool = True, device: object = None) -> Any:
-        x, dtype = _unwrap(x), tf.as_dtype(dtype)
-        if dtype.is_complex and x.dtype.is_floating:  # tf.complex: its gradient takes the real part quietly
-            x = tf.cast(x, dtype.real_dtype)
-            return tf.complex(x, tf.zeros_like(x))
-        return tf.cast(x, dtype)
+        value, dtype = _unwrap(x), tf.as_dtype(dtype)
+        if dtype.is_complex and value.dtype.is_floating:  # tf.complex: its gradient takes the real part quietly
+            real = tf.cast(value, dtype.real_dtype)
+            return tf.complex(real, tf.zeros_like(real))
+        return tf.cast(value, dtype)
 
     @staticmethod
     def reshape(x: Array, shape: tuple[Any, ...], copy: bool | None = None) -> Any:
@@ -326,11 +325,11 @@ _METHODS.update(
     size=property(_size),
 )
 
-_SLICE = _tensor.Tensor.__getitem__  # TensorFlow's own: ints, slices, ..., None, scalar int tensors
+_SLICE = tf.Tensor.__getitem__  # TensorFlow's own: ints, slices, ..., None, scalar int tensors
 
 
 def _advanced(part: Any) -> bool:
-    return isinstance(part, (list, np.ndarray)) or (isinstance(part, (_Tensor, tf.Variable)) and part.shape.rank)
+    return isinstance(part, (list, np.ndarray)) or (isinstance(part, (_Tensor, tf.Variable)) and bool(part.shape.rank))
 
 
 def _getitem(self, index: Any) -> Any:
@@ -476,7 +475,7 @@ tf.register_tensor_conversion_function(_View, _standin_to_tensor)
 # -- f as the adapter calls it ----------------------------------------------------------------------
 
 
-def _output(y: Any, like: Array, target: Target) -> Any:
+def _output(y: Any, like: tf.Tensor, target: Target) -> Any:
     y = _unwrap(y)
     if isinstance(y, _Tensor):
         return y
@@ -566,7 +565,7 @@ class _Function:
         self.target = target
         self.simple = not contexts and target.plain
 
-    def __call__(self, x: Array, contexts: tuple[Any, ...], state: Any = None, values: Any = None) -> Any:
+    def __call__(self, x: tf.Tensor, contexts: tuple[Any, ...], state: Any = None, values: Any = None) -> Any:
         target = self.target
         if self.simple and state is None:
             return _output(target.f(x), x, target)
@@ -610,7 +609,7 @@ class _Provenance:
         return None
 
 
-def _lost(fn: _Function, call: Callable[[Any], Any], x: Array) -> None:
+def _lost(fn: _Function, call: Callable[[Any], Any], x: tf.Tensor) -> None:
     """Where TensorFlow says ``f(x)`` does not depend on ``x``: runs ``f`` once more under a tape and
     raises :class:`LostDerivativeError` where a value that carried x's derivative was read into Python
     or cut (``tf.stop_gradient``) on the way; returns where ``f`` is constant in ``x`` (the derivatives
@@ -637,13 +636,13 @@ def _lost(fn: _Function, call: Callable[[Any], Any], x: Array) -> None:
         )
 
 
-def _moves(call: Callable[[Any], Any], x: Array) -> bool:
+def _moves(call: Callable[[Any], Any], x: tf.Tensor) -> bool:
     """Whether f's value changes along a small step of x (random direction, seeded): f is not constant."""
     if not (x.dtype.is_floating or x.dtype.is_complex) or shape_size(tuple(x.shape)) == 0:
         return False
-    v = np.random.default_rng(0).standard_normal(tuple(x.shape))
+    v = np.random.default_rng(0).standard_normal(_dims(x))
     real = x.dtype.real_dtype if x.dtype.is_complex else x.dtype
-    eps = float(np.finfo(real.as_numpy_dtype).eps)
+    eps = float(np.finfo(cast("type[np.floating[Any]]", real.as_numpy_dtype)).eps)  # the stubs: any number type
     h = eps**0.5 * max(1.0, float(tf.reduce_max(tf.abs(x))))
     with _SCOPE:
         try:
@@ -653,7 +652,12 @@ def _moves(call: Callable[[Any], Any], x: Array) -> bool:
     return bool(tf.reduce_any(tf.not_equal(y0, y1)))
 
 
-def _tape_value(call: Callable[[Any], Any], x: Array) -> Any:
+def _dims(x: tf.Tensor) -> tuple[int, ...]:
+    """An eager tensor's shape: every dimension is known (the stubs allow None)."""
+    return cast("tuple[int, ...]", tuple(x.shape))
+
+
+def _tape_value(call: Callable[[Any], Any], x: tf.Tensor) -> Any:
     with tf.GradientTape() as tape:
         tape.watch(x)
         return call(x)
@@ -673,14 +677,14 @@ def _run_recorded(run: Any) -> list[str]:
         _RECORDER.escapes = saved
 
 
-def _check_escapes(fn: _Function, call: Callable[[Any], Any], x: Array, escapes: list[str], ad: Any) -> None:
+def _check_escapes(fn: _Function, call: Callable[[Any], Any], x: tf.Tensor, escapes: list[str], ad: Any) -> None:
     """Where a value that carried x's derivative was read into Python and the derivative is not None:
     the directional derivative ``<w, J v>`` against a central difference of f along ``v`` (two steps),
     as torch's adapter does; :class:`LostDerivativeError` where they disagree."""
     if not x.dtype.is_floating or shape_size(tuple(x.shape)) == 0:
         return
     gen = np.random.default_rng(0)
-    v = gen.standard_normal(tuple(x.shape))
+    v = gen.standard_normal(_dims(x))
     v = tf.constant(v / max(float(np.linalg.norm(v)), 1e-300), dtype=x.dtype)
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -688,9 +692,9 @@ def _check_escapes(fn: _Function, call: Callable[[Any], Any], x: Array, escapes:
     if not y.dtype.is_floating:
         return
     w = tf.constant(gen.standard_normal(tuple(y.shape)), dtype=y.dtype)
-    g = tape.gradient(y, x, output_gradients=w)
-    derivative = 0.0 if g is None else float(tf.reduce_sum(g * v))
-    eps = float(np.finfo(x.dtype.as_numpy_dtype).eps)
+    g = tape.gradient(y, x, output_gradients=[w])  # a list of one: as TensorFlow flattens w itself
+    derivative = 0.0 if g is None else float(tf.reduce_sum(tf.convert_to_tensor(g) * v))  # g: a tensor or IndexedSlices
+    eps = float(np.finfo(cast("type[np.floating[Any]]", x.dtype.as_numpy_dtype)).eps)  # the stubs: any number type
     h = eps ** (1 / 3) * max(1.0, float(tf.reduce_max(tf.abs(x))))
 
     def central(step: float) -> float:
@@ -718,7 +722,7 @@ class _Missing:
     def __init__(self) -> None:
         self.seen = False
 
-    def __call__(self, value: Any, like: Array) -> Any:
+    def __call__(self, value: Any, like: tf.Tensor) -> Any:
         if value is None:
             self.seen = True
             return tf.zeros_like(like)
@@ -727,12 +731,14 @@ class _Missing:
         return value
 
 
-def _jvp(call: Callable[[Any], Any], x: Array, t: Any, missing: _Missing) -> tuple[Any, Any]:
+def _jvp(call: Callable[[Any], Any], x: tf.Tensor, t: Any, missing: _Missing) -> tuple[Any, Any]:
     y, (out,) = _jvps(call, x, (t,), missing)
     return y, out
 
 
-def _jvps(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> tuple[Any, tuple[Any, ...]]:
+def _jvps(
+    call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing
+) -> tuple[Any, tuple[Any, ...]]:
     """``(f(x), (J t for t in ts))``. Inside a graph: one ``ForwardAccumulator`` pass per tangent.
     Eagerly: TensorFlow's own transpose trick (``J t`` is the derivative of ``J^T u`` in ``u`` along
     ``t``, which is how ``ForwardAccumulator`` computes the JVP of most operations), once for all the
@@ -743,6 +749,8 @@ def _jvps(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _M
             return _transposed(call, x, ts, missing)
         except NotImplementedError:  # a custom rule without a reverse pass: the accumulator runs its forward rule
             pass
+    if not ts:  # an empty batch of tangents: f(x) alone
+        return call(x), ()
     results = []
     for t in ts:
         acc = tf.autodiff.ForwardAccumulator(x, t)
@@ -753,11 +761,11 @@ def _jvps(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _M
         finally:
             _RECORDER.accumulators.remove(acc)
         results.append(missing(acc.jvp(y), y))
-    return y, tuple(results)
+    return y, tuple(results)  # pyright: ignore[reportPossiblyUnboundVariable] - ts is not empty (above): the loop ran
 
 
 def _transposed(
-    call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing
+    call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing
 ) -> tuple[Any, tuple[Any, ...]]:
     with tf.GradientTape() as inner:
         inner.watch(x)
@@ -769,10 +777,11 @@ def _transposed(
     if g is None:
         missing.seen = True
         return y, tuple(tf.zeros_like(y) for _ in ts)
-    return y, tuple(missing(outer.gradient(g, u, output_gradients=t), y) for t in ts)
+    target = cast("tf.Tensor", g)  # the stubs' result type adds IndexedSlices, their target type lacks it
+    return y, tuple(missing(outer.gradient(target, u, output_gradients=t), y) for t in ts)
 
 
-def _cast(t: Any, like: Array) -> Any:
+def _cast(t: Any, like: tf.Tensor) -> Any:
     return _as_tensor(t, like.dtype)
 
 
@@ -786,7 +795,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = shape_size(x_shape), shape_size(y_shape)
 
-    def jacobian(call: Callable[[Any], Any], x: Array, missing: _Missing) -> Any:
+    def jacobian(call: Callable[[Any], Any], x: tf.Tensor, missing: _Missing) -> Any:
         if forward:
             if n == 0:
                 y = call(x)
@@ -801,7 +810,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
         jac = tape.jacobian(y, x, experimental_use_pfor=not tf.executing_eagerly())
         return y, missing(jac, tf.zeros(tuple(y_shape) + tuple(x_shape), dtype=x.dtype))
 
-    def pullbacks(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+    def pullbacks(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
         with tf.GradientTape(persistent=len(ts) > 1) as tape:
             tape.watch(x)
             y = call(x)
@@ -809,26 +818,27 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     if operator is PUSHFORWARD and forward:
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return _jvps(call, x, tuple(_cast(t, x) for t in ts), missing)
 
     elif operator is PULLBACK and not forward:
         body = pullbacks
     elif operator.tangent is not None and operator.order == 1:  # against the direction: through the Jacobian
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             y, jac = jacobian(call, x, missing)
             like = x if operator is PUSHFORWARD else y
-            return y, contract_all(jac, tuple(_cast(t, like) for t in ts), x, operator is PUSHFORWARD)
+            # a tensor is an Array at runtime (its shape and ndim); the stubs give a TensorShape and no ndim
+            return y, contract_all(jac, tuple(_cast(t, like) for t in ts), cast("Array", x), operator is PUSHFORWARD)
 
     elif operator is DERIVATIVE and forward:
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return _jvp(call, x, tf.ones_like(x), missing)
 
     elif operator is GRADIENT and not forward:
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y = call(x)
@@ -836,12 +846,12 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             return jacobian(call, x, missing)
 
     elif operator is SECOND_DERIVATIVE:  # forward over forward
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             one = tf.ones_like(x)
             if tf.executing_eagerly():  # the transpose trick twice (see _jvps)
                 with tf.GradientTape() as second:
@@ -853,7 +863,9 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
                     g = second.gradient(der, x, output_gradients=u)
                 if g is None:
                     return (y, der), missing(None, der)
-                return (y, der), missing(outer_u.gradient(g, u, output_gradients=one), der)
+                # the stubs' result type adds IndexedSlices, which their target type lacks
+                target = cast("tf.Tensor", g)
+                return (y, der), missing(outer_u.gradient(target, u, output_gradients=[one]), der)
             outer = tf.autodiff.ForwardAccumulator(x, one)
             _RECORDER.accumulators.append(outer)
             try:
@@ -865,7 +877,7 @@ def _bodies(operator: Operator, forward: bool, info: Info) -> Any:
 
     elif operator in (HVP, HESSIAN):  # reverse over reverse
 
-        def body(call: Callable[[Any], Any], x: Array, ts: tuple[Any, ...], missing: _Missing) -> Any:
+        def body(call: Callable[[Any], Any], x: tf.Tensor, ts: tuple[Any, ...], missing: _Missing) -> Any:
             with tf.GradientTape(persistent=len(ts) > 1 or tf.executing_eagerly()) as outer:
                 outer.watch(x)
                 with tf.GradientTape() as inner:
@@ -937,7 +949,7 @@ class _Prepared:
 
     # eager: f at every call, what escaped checked
     def eager(self, x: Array, ts: tuple[Any, ...], contexts: Contexts, value: bool) -> Any:
-        x = _as_tensor(x, self.dtype)
+        tensor = _as_tensor(x, self.dtype)
         fn, missing = self.fn, _Missing()
 
         def call(z: Any) -> Any:
@@ -948,7 +960,7 @@ class _Prepared:
         try:
             with _SCOPE:
                 try:
-                    primal, result = self.body(call, x, ts, missing)
+                    primal, result = self.body(call, tensor, ts, missing)
                 except (TypeError, ValueError) as error:
                     known = standin_error(self.target, error, "TensorFlow")
                     if known is not None:
@@ -958,10 +970,10 @@ class _Prepared:
         finally:
             _RECORDER.escapes = saved
         if missing.seen:
-            _lost(fn, call, x)
+            _lost(fn, call, tensor)
         elif escapes:
             with _SCOPE:
-                _check_escapes(fn, call, x, escapes, result)
+                _check_escapes(fn, call, tensor, escapes, result)
         return value_form(self.operator, primal, result, _detached) if value else result
 
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
@@ -982,7 +994,7 @@ class _Prepared:
         has_state = self.target.has_state
         lost: list[bool] = []
 
-        def graph(x: Array, ts: tuple[Any, ...], leaves: Any) -> Any:
+        def graph(x: tf.Tensor, ts: tuple[Any, ...], leaves: Any) -> Any:
             values, state = skeleton.build(list(leaves))
             missing = _Missing()
 

@@ -17,7 +17,7 @@ from diffinterface.extend import Array, BenchEngine
 from .tensorflow import _SCOPE
 
 
-def _matvec(A: Array, z: Array) -> Any:
+def _matvec(A: tf.Tensor, z: tf.Tensor) -> Any:
     return tf.linalg.matvec(A, z)
 
 
@@ -80,7 +80,7 @@ class Bench(BenchEngine):
         spec = tf.TensorSpec(tuple(x.shape), tf.float64)
         if operator == "gradient":
 
-            def gradient(z: Array) -> Any:
+            def gradient(z: tf.Tensor) -> Any:
                 with tf.GradientTape() as tape:
                     tape.watch(z)
                     y = f(z)
@@ -89,7 +89,7 @@ class Bench(BenchEngine):
             return tf.function(gradient, input_signature=[spec], autograph=False)
         if operator == "hvp":
 
-            def hvp(z: Array, t: Array) -> Any:
+            def hvp(z: tf.Tensor, t: tf.Tensor) -> Any:
                 with tf.autodiff.ForwardAccumulator(z, t) as acc:
                     with tf.GradientTape() as tape:
                         tape.watch(z)
@@ -100,7 +100,7 @@ class Bench(BenchEngine):
             return tf.function(hvp, input_signature=[spec, spec], autograph=False)
         if operator == "hessian":
 
-            def hessian(z: Array) -> Any:
+            def hessian(z: tf.Tensor) -> Any:
                 with tf.GradientTape() as outer:
                     outer.watch(z)
                     with tf.GradientTape() as inner:
@@ -112,7 +112,7 @@ class Bench(BenchEngine):
             return tf.function(hessian, input_signature=[spec], autograph=False)
         if operator == "pushforward":
 
-            def pushforward(z: Array, t: Array) -> Any:
+            def pushforward(z: tf.Tensor, t: tf.Tensor) -> Any:
                 with tf.autodiff.ForwardAccumulator(z, t) as acc:
                     y = f(z)
                 return acc.jvp(y)
@@ -124,7 +124,7 @@ class Bench(BenchEngine):
         if operator in ("jacobian tall", "jacobian wide"):  # A as an argument, as our closure passes it
             spec_a = tf.TensorSpec(tuple(A.shape), tf.float64)
 
-            def jacobian(z: Array, a: Array) -> Any:
+            def jacobian(z: tf.Tensor, a: tf.Tensor) -> Any:
                 with tf.GradientTape() as tape:
                     tape.watch(z)
                     y = tf.sin(_matvec(a, z))
@@ -159,8 +159,8 @@ class Bench(BenchEngine):
         return lambda: g(*[tf.convert_to_tensor(a) for a in args]).numpy()
 
 
-def _pull(f: Callable[..., Any], z: Array, u: Array) -> Any:
+def _pull(f: Callable[..., Any], z: tf.Tensor, u: tf.Tensor) -> Any:
     with tf.GradientTape() as tape:
         tape.watch(z)
         y = f(z)
-    return tape.gradient(y, z, output_gradients=u)
+    return tape.gradient(y, z, output_gradients=[u])  # a list of one: as TensorFlow flattens u itself

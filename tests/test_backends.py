@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
 import pytest
 
 import diffinterface as di
+from diffinterface.extend import registered_backends
 
 
 def test_configs_are_frozen_hashable_values():
@@ -51,6 +53,56 @@ def test_repr_shows_only_non_default_fields():
 def test_configs_validate_their_fields(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+_ENGINE_CONFIGS = [di.AutoJAX, di.AutoTorch, di.AutoAutograd, di.AutoMLX, di.AutoPyTensor, di.AutoTensorFlow]
+
+
+@pytest.mark.parametrize("config", [*_ENGINE_CONFIGS, di.AutoFiniteDiff], ids=lambda c: c.__name__)
+def test_every_config_validates_mode_closure_and_reuse_prep_alike(config):
+    """The same validation, and the same messages, for every built-in config: ``mode`` (the engines'
+    first field) checked first, the engine's own fields next, ``closure`` and ``reuse_prep`` (their last
+    fields) after them; finite differences have no ``mode`` field (they always go forward)."""
+    name = config.__name__
+    fields = [f.name for f in dataclasses.fields(config)]
+    assert fields[-2:] == ["closure", "reuse_prep"] or config is di.AutoFiniteDiff
+    mode_error = f"{name}(mode='sideways'): mode must be one of None, 'forward', 'reverse'"
+    closure_error = f"{name}(closure='copy'): closure must be one of 'duplicated', 'const'"
+    if config is di.AutoFiniteDiff:
+        assert "mode" not in fields and config.mode == "forward"
+        with pytest.raises(TypeError, match="mode"):
+            config(mode="forward")
+    else:
+        assert fields[0] == "mode" and config().mode is None
+        assert [config(mode=m).mode for m in ("forward", "reverse")] == ["forward", "reverse"]
+        assert config("reverse") == config(mode="reverse")  # positional: mode first, as before
+        for bad in ("sideways", "backward", 1):
+            with pytest.raises(ValueError, match=re.escape(f"{name}(mode={bad!r}): mode must be one of")):
+                config(mode=bad)
+        with pytest.raises(ValueError, match=re.escape(mode_error)):
+            config(mode="sideways", closure="copy")  # mode before closure
+        for option in (f.name for f in dataclasses.fields(config) if f.type == "bool" and f.name != "reuse_prep"):
+            with pytest.raises(
+                ValueError, match=re.escape(f"{name}({option}='no'): {option} must be one of True, False")
+            ):
+                config(closure="copy", **{option: "no"})  # the engine's own fields before closure
+    assert config(closure="const").closure == "const" and config(reuse_prep=False).reuse_prep is False
+    with pytest.raises(ValueError, match=re.escape(closure_error)):
+        config(closure="copy")
+    with pytest.raises(ValueError, match=re.escape(f"{name}(reuse_prep='yes'): reuse_prep must be one of True, False")):
+        config(reuse_prep="yes")
+    with pytest.raises(ValueError, match=re.escape(closure_error)):
+        config(closure="copy", reuse_prep="yes")  # closure before reuse_prep
+
+
+def test_the_engine_configs_are_every_registered_config_with_a_mode():
+    """The list above is complete: every built-in config with a ``mode`` field is in it."""
+    with_mode = {
+        c
+        for c in registered_backends().values()
+        if c.__module__.startswith("diffinterface.") and "mode" in {f.name for f in dataclasses.fields(c)}
+    }
+    assert with_mode == set(_ENGINE_CONFIGS)
 
 
 def test_second_order_takes_configs():

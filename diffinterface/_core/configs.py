@@ -80,6 +80,27 @@ class AbstractBackend(_Repr):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
+class _EngineConfig(AbstractBackend):
+    """Base of the configs of the AD engines (every built-in one but ``AutoFiniteDiff``): ``mode``, their
+    first field, and the validation written once: ``mode``, then the engine's own fields
+    (:meth:`_check_options`), then ``closure`` and ``reuse_prep``.
+
+    Each config declares its own fields after ``mode``, ``closure`` and ``reuse_prep`` last (a dataclass
+    puts a base's fields first, so these two stay in each config to keep its field order and positional
+    arguments)."""
+
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        _choice(self, "mode", self.mode, _MODES)
+        self._check_options()
+        self._check_closure()
+
+    def _check_options(self) -> None:
+        """Validates the engine's own fields (none here); raises ``ValueError``/``TypeError`` naming the config."""
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class AutoFiniteDiff(AbstractBackend):
     """Finite differences on any array-API array; needs only numpy.
 
@@ -145,7 +166,7 @@ class AutoFiniteDiff(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoJAX(AbstractBackend):
+class AutoJAX(_EngineConfig):
     """JAX: ``jax.jvp``/``jax.vjp``, ``jacfwd``/``jacrev``, ``vmap``; jitted when ``jit=True``.
 
     Example:
@@ -155,7 +176,6 @@ class AutoJAX(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     jit: bool = True
     closure: str = "duplicated"
     reuse_prep: bool = True
@@ -165,14 +185,12 @@ class AutoJAX(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.jax_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[jax]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
+    def _check_options(self) -> None:
         _choice(self, "jit", self.jit, (True, False))
-        self._check_closure()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoTorch(AbstractBackend):
+class AutoTorch(_EngineConfig):
     """PyTorch: ``torch.func`` transforms and eager ``torch.autograd``; ``compile=True`` uses ``torch.compile``.
 
     Example:
@@ -182,7 +200,6 @@ class AutoTorch(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     compile: bool = False
     closure: str = "duplicated"
     reuse_prep: bool = True
@@ -192,14 +209,12 @@ class AutoTorch(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.torch_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[torch]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
+    def _check_options(self) -> None:
         _choice(self, "compile", self.compile, (True, False))
-        self._check_closure()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoAutograd(AbstractBackend):
+class AutoAutograd(_EngineConfig):
     """HIPS autograd: ``make_vjp`` for reverse mode, its JVPs for forward mode.
 
     Example:
@@ -209,7 +224,6 @@ class AutoAutograd(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     closure: str = "duplicated"
     reuse_prep: bool = True
     name: ClassVar[str] = "autograd"
@@ -218,13 +232,9 @@ class AutoAutograd(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.autograd_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[autograd]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
-        self._check_closure()
-
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoMLX(AbstractBackend):
+class AutoMLX(_EngineConfig):
     """Apple's MLX: ``mx.vjp``/``mx.jvp``, ``mx.grad``, ``mx.vmap``; prepared calls ``mx.compile``-d.
 
     ``compile=True`` (the default) compiles a prepared operator once with ``mx.compile`` (its
@@ -239,7 +249,6 @@ class AutoMLX(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     compile: bool = True
     closure: str = "duplicated"
     reuse_prep: bool = True
@@ -249,10 +258,8 @@ class AutoMLX(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.mlx_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[mlx]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
+    def _check_options(self) -> None:
         _choice(self, "compile", self.compile, (True, False))
-        self._check_closure()
 
     def tolerance(self, dtype: Any, second_order: bool) -> float:
         """What the test harness allows: MLX computes float64 ``exp``, ``sin``, ``cos`` and ``erf`` on the
@@ -264,7 +271,7 @@ class AutoMLX(AbstractBackend):
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoPyTensor(AbstractBackend):
+class AutoPyTensor(_EngineConfig):
     """PyTensor: ``f`` written with ``pytensor.tensor``; its symbolic derivatives compiled with ``pytensor.function``.
 
     ``compile_mode`` is the mode of prepared calls (None: PyTensor's configured mode; ``"NUMBA"``,
@@ -279,7 +286,6 @@ class AutoPyTensor(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     compile_mode: str | None = None
     closure: str = "duplicated"
     reuse_prep: bool = True
@@ -289,18 +295,16 @@ class AutoPyTensor(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.pytensor_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[pytensor]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
+    def _check_options(self) -> None:
         if self.compile_mode is not None and not isinstance(self.compile_mode, str):
             raise TypeError(
                 f"AutoPyTensor(compile_mode={self.compile_mode!r}): expected the name of a PyTensor mode "
                 f'("FAST_RUN", "NUMBA", "FAST_COMPILE") or None'
             )
-        self._check_closure()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutoTensorFlow(AbstractBackend):
+class AutoTensorFlow(_EngineConfig):
     """TensorFlow: ``tf.GradientTape`` (reverse) and ``tf.autodiff.ForwardAccumulator`` (forward).
 
     Prepared calls run one ``tf.function`` per operator (``function=True``: traced once, its captured
@@ -314,7 +318,6 @@ class AutoTensorFlow(AbstractBackend):
         [2. 4.] float64
     """
 
-    mode: str | None = None
     function: bool = True
     jit_compile: bool = False
     closure: str = "duplicated"
@@ -325,13 +328,11 @@ class AutoTensorFlow(AbstractBackend):
     bench: ClassVar[str | None] = "diffinterface.backends.tensorflow_bench:Bench"
     install: ClassVar[str] = 'pip install "diffinterface[tensorflow]"'
 
-    def __post_init__(self) -> None:
-        _choice(self, "mode", self.mode, _MODES)
+    def _check_options(self) -> None:
         _choice(self, "function", self.function, (True, False))
         _choice(self, "jit_compile", self.jit_compile, (True, False))
         if self.jit_compile and not self.function:
             raise ValueError("AutoTensorFlow(jit_compile=True, function=False): jit_compile needs function=True")
-        self._check_closure()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

@@ -375,7 +375,10 @@ def _real_imag(value: Any) -> list[Any]:
             xp = value.__array_namespace__()
             return [xp.real(value), xp.imag(value)]
         fam, array = family(value), np.asarray(to_family(value, NUMPY))
-        return [to_family(np.ascontiguousarray(array.real), fam), to_family(np.ascontiguousarray(array.imag), fam)]
+        return [
+            to_family(np.ascontiguousarray(np.real(array)), fam),
+            to_family(np.ascontiguousarray(np.imag(array)), fam),
+        ]
     return [value.real, value.imag]
 
 

@@ -630,7 +630,7 @@ def run_prepared(
 
 
 def _fast(
-    operator: Operator, prep: Prep, backend: Backend, x: Any, tangent: Any, contexts: tuple[Any, ...], out: Any
+    operator: Operator, prep: Prep, backend: Backend, x: Array, tangent: Any, contexts: tuple[Any, ...], out: Any
 ) -> Any:
     """The prepared fast path after the check (a kept or a given prep, a flat x): the plain runner,
     and its result in ``x``'s own type (``out=`` for an operator without a tangent)."""
