@@ -604,15 +604,12 @@ class Adapter(_Base):
     """MLX; see the module docstring."""
 
     engine_name = "MLX"
+    # array_family's record declares the accuracy (float64 results are float32-accurate where f uses
+    # exp, sin, cos, erf): the base's accuracy() reads it, so that SecondOrder(AutoFiniteDiff(), AutoMLX())
+    # and AutoFiniteDiff() on an MLX x take the same float32-sized steps
     array_family = "mlx"
     traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
     local_sparsity_fallback = True  # AutoSparse's default detector on mx.* code: the pattern at and around x
-
-    def accuracy(self, dtype: Any) -> float | None:
-        """float64 results are float32-accurate where f uses ``exp``, ``sin``, ``cos`` or ``erf``, which
-        MLX computes with its float32 approximations (see the config's ``tolerance``): finite
-        differences over them (``SecondOrder(AutoFiniteDiff(), AutoMLX())``) take float32-sized steps."""
-        return float(np.finfo(np.float32).eps) if np.dtype(dtype) == np.float64 else None
 
     def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once, over fresh MLX duplicates of its state, caches and buffer."""

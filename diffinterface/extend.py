@@ -19,8 +19,9 @@ A backend is two classes in one module of its own, and no change to diffinterfac
   ``f`` is written in its own operations, which the engine-free sparsity tracer cannot run, sets
   ``local_sparsity_fallback`` (TensorFlow, MLX, PyTensor): ``AutoSparse``'s default detector then
   detects such an ``f``'s pattern locally, with a warning, instead of raising. An engine whose
-  results are coarser than x's dtype says so with ``accuracy(dtype)`` (MLX's float64), and an
-  ``evaluates_only`` outer offers ``for_accuracy(eps)`` (finite differences: steps for that accuracy).
+  results are coarser than x's dtype says so with ``accuracy(dtype)`` (by default its
+  :class:`ArrayFamily`'s ``accuracy`` hook: MLX's float64), and an ``evaluates_only`` outer offers
+  ``for_accuracy(eps)`` (finite differences: steps for that accuracy).
 
 Register the config with :func:`register_backend` (or a ``diffinterface.backends`` entry point, so
 that ``python -m diffinterface check`` finds it without an import), and check it on the whole
@@ -50,8 +51,8 @@ The kit, by job:
   :data:`HVP`, :data:`HESSIAN`, :data:`SECOND_DERIVATIVE`) and :data:`OPERATORS` by name;
 - **array families** (recognise and convert an engine's arrays without importing it):
   :class:`ArrayFamily`, :func:`register_family`, :func:`families`, :func:`family`,
-  :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`,
-  :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
+  :func:`family_accuracy` (a family's arithmetic coarser than its dtype: MLX's float64),
+  :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`, :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
   built-in families' names ``NUMPY``, ``TORCH``;
 - **contexts**: :class:`Cache`, :func:`context_values`, and the types :class:`Context` (``Constant`` and
   ``Cache``'s base) and :data:`Contexts` (the tuple of them a runner receives);
@@ -114,6 +115,7 @@ from ._core.arrays import complex_dtype as complex_dtype
 from ._core.arrays import dtype_name as dtype_name
 from ._core.arrays import families as families
 from ._core.arrays import family as family
+from ._core.arrays import family_accuracy as family_accuracy
 from ._core.arrays import family_of_type as family_of_type
 from ._core.arrays import is_array as is_array
 from ._core.arrays import jax_enable_x64 as jax_enable_x64
@@ -192,6 +194,7 @@ __all__ = [
     "dtype_name",
     "families",
     "family",
+    "family_accuracy",
     "family_of_type",
     "is_array",
     "jax_enable_x64",

@@ -211,3 +211,158 @@ def test_jacobian_direction_by_shape_and_mode(mode):
     x = np.linspace(0.1, 0.4, 4)
     jac = di.jacobian(di.AutoMLX(mode=mode), lambda z: z @ A.T, x)  # matmul is exact: no sin/cos
     assert np.allclose(jac, A, rtol=1e-15, atol=1e-15)
+
+
+# -- AutoFiniteDiff on an MLX float64 x: steps for MLX's float32-accurate float64 ------------------
+
+_X0 = np.array([0.3, -1.2, 2.5, 0.7])
+_T0 = np.array([1.0, 0.5, -0.25, 2.0])
+_S0 = 2.5
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _fd_problems():
+    """(operator, call(backend, x, t, s, prep), prepare(backend, x, t, s), closed form, f's size, order):
+    f = cos(x) x**2 (summed for the scalar operators), in MLX's float64, whose cos is float32-accurate."""
+    from array_api_compat import array_namespace
+
+    def vec(x):
+        return array_namespace(x).cos(x) * x**2
+
+    def scalar(x):
+        return array_namespace(x).sum(vec(x))
+
+    g = -np.sin(_X0) * _X0**2 + 2 * _X0 * np.cos(_X0)
+    hd = -np.cos(_X0) * _X0**2 - 4 * _X0 * np.sin(_X0) + 2 * np.cos(_X0)
+    d1 = -np.sin(_S0) * _S0**2 + 2 * _S0 * np.cos(_S0)
+    d2 = -np.cos(_S0) * _S0**2 - 4 * _S0 * np.sin(_S0) + 2 * np.cos(_S0)
+    size_v, size_s, size_1 = (
+        np.abs(np.cos(_X0) * _X0**2).max(),
+        abs(float(np.sum(np.cos(_X0) * _X0**2))),
+        abs(np.cos(_S0) * _S0**2),
+    )
+    return {
+        "gradient": (
+            lambda b, x, t, s, p: di.gradient(b, scalar, x, prep=p),
+            lambda b, x, t, s: di.prepare_gradient(b, scalar, x),
+            g,
+            size_s,
+            1,
+        ),
+        "jacobian": (
+            lambda b, x, t, s, p: di.jacobian(b, vec, x, prep=p),
+            lambda b, x, t, s: di.prepare_jacobian(b, vec, x),
+            np.diag(g),
+            size_v,
+            1,
+        ),
+        "pushforward": (
+            lambda b, x, t, s, p: di.pushforward(b, vec, x, t, prep=p),
+            lambda b, x, t, s: di.prepare_pushforward(b, vec, x, t),
+            g * _T0,
+            size_v,
+            1,
+        ),
+        "pullback": (
+            lambda b, x, t, s, p: di.pullback(b, vec, x, t, prep=p),
+            lambda b, x, t, s: di.prepare_pullback(b, vec, x, t),
+            g * _T0,
+            size_v,
+            1,
+        ),
+        "derivative": (
+            lambda b, x, t, s, p: di.derivative(b, vec, s, prep=p),
+            lambda b, x, t, s: di.prepare_derivative(b, vec, s),
+            np.asarray(d1),
+            size_1,
+            1,
+        ),
+        "hessian": (
+            lambda b, x, t, s, p: di.hessian(b, scalar, x, prep=p),
+            lambda b, x, t, s: di.prepare_hessian(b, scalar, x),
+            np.diag(hd),
+            size_s,
+            2,
+        ),
+        "hvp": (
+            lambda b, x, t, s, p: di.hvp(b, scalar, x, t, prep=p),
+            lambda b, x, t, s: di.prepare_hvp(b, scalar, x, t),
+            hd * _T0,
+            size_s,
+            2,
+        ),
+        "second_derivative": (
+            lambda b, x, t, s, p: di.second_derivative(b, vec, s, prep=p),
+            lambda b, x, t, s: di.prepare_second_derivative(b, vec, s),
+            np.asarray(d2),
+            size_1,
+            2,
+        ),
+    }
+
+
+def _fd_error(operator: str, prepared: bool) -> tuple[float, float]:
+    """AutoFiniteDiff's error on an MLX float64 x, and the bound of finite differences over
+    float32-accurate values: central first differences with steps eps32**(1/3) err by about
+    eps32**(2/3) |f| (2.4e-5 |f|), second differences with steps eps32**(1/4) by eps32**(1/2) |f|
+    (3.5e-4 |f|), the truncation error of the same order; 10 and 40 times that (measured, MLX 0.32:
+    at most 0.34 of the bound; with float64 steps 5 to 67 times it)."""
+    import mlx.core as mx
+
+    def m(v):
+        return mx.array(np.asarray(v, dtype=np.float64), dtype=mx.float64)
+
+    call, prepare, want, size, order = _fd_problems()[operator]
+    b, x, t, s = di.AutoFiniteDiff(), m(_X0), m(_T0), m(_S0)
+    prep = prepare(b, m(_X0 + 0.125), t, m(_S0 + 0.125)) if prepared else None
+    got = call(b, x, t, s, prep)
+    assert isinstance(got, mx.array) and got.dtype == mx.float64  # MLX float64 in, MLX float64 out
+    error = float(np.max(np.abs(np.asarray(got).reshape(want.shape) - want)))
+    bound = (10 * _EPS32 ** (2 / 3) if order == 1 else 40 * _EPS32**0.5) * max(1.0, size)
+    return error, bound
+
+
+FD_OPERATORS = list(_fd_problems())
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("operator", FD_OPERATORS)
+def test_finite_differences_on_mlx_float64_x_against_the_closed_form(operator, prepared):
+    """MLX's float64 cos is float32-accurate: the MLX family's accuracy sizes the steps for that
+    (measured: gradient 3.3e-4, Hessian 1.2e-2 absolute; float64 steps gave 2.5e-2 and 1.5)."""
+    error, bound = _fd_error(operator, prepared)
+    assert error <= bound, (operator, error, bound)
+
+
+@pytest.mark.parametrize("operator", FD_OPERATORS)
+def test_finite_differences_on_mlx_without_the_family_accuracy_would_be_wrong(operator, monkeypatch):
+    """The same calls with an MLX record that declares no accuracy (float64 steps): the error is
+    beyond the bound (second order: by two orders of magnitude), so the test above can fail."""
+    from diffinterface.extend import ArrayFamily, families, register_family
+
+    r = families()["mlx"]
+    assert r.accuracy("float64") == _EPS32 and r.accuracy("float32") is None
+    bare = ArrayFamily(
+        r.name, r.array_type, r.to_numpy, r.from_numpy, r.convert, r.private_copy, r.computing, r.copy_into
+    )
+    assert bare.accuracy("float64") is None  # the default: the dtype's own
+    register_family(bare)
+    try:
+        error, bound = _fd_error(operator, False)
+    finally:
+        register_family(r)
+    assert error > bound, (operator, error, bound)
+
+
+def test_family_accuracy_is_what_automlx_reports_for_second_order():
+    """One mechanism: ``Adapter.accuracy`` reads the family's hook (SecondOrder(AutoFiniteDiff(), AutoMLX()))."""
+    import mlx.core as mx
+
+    from diffinterface._core.configs import adapter_for
+    from diffinterface.extend import family_accuracy
+
+    adapter = adapter_for(di.AutoMLX(), "hessian(AutoMLX(), f, x)")
+    assert family_accuracy("mlx", mx.float64) == family_accuracy("mlx", np.float64) == _EPS32
+    assert adapter.accuracy("float64") == _EPS32 and adapter.accuracy("float32") is None
+    assert family_accuracy("numpy", "float64") is None and family_accuracy(None, "float64") is None
+    assert adapter_for(di.AutoFiniteDiff(), "hessian(AutoFiniteDiff(), f, x)").accuracy("float64") is None

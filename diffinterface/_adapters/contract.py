@@ -47,7 +47,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from .._closures.plan import read_only_refused
-from .._core.arrays import NUMPY, complex_dtype, family, shape_size, size, to_family
+from .._core.arrays import NUMPY, complex_dtype, family, family_accuracy, shape_size, size, to_family
 from .._core.configs import adapter_for
 from .._core.contexts import context_values
 from .._core.errors import structured_output_error
@@ -235,8 +235,13 @@ class Adapter:
         than ``dtype``'s epsilon (None: it is not). ``SecondOrder(outer, inner)`` with an ``outer`` that
         only evaluates (finite differences) asks ``inner`` and, where there is an answer, uses
         ``outer.for_accuracy(eps)``: steps made for that accuracy (MLX's float64 ``sin``, ``cos``,
-        ``exp`` are float32-accurate: finite differences over them with float64 steps lost 5 digits)."""
-        return None
+        ``exp`` are float32-accurate: finite differences over them with float64 steps lost 5 digits).
+
+        By default the accuracy of the engine's own arithmetic: the ``accuracy`` hook of the
+        :class:`~diffinterface.extend.ArrayFamily` it computes in (:attr:`array_family`; None: the
+        family of the user's ``x``, which an outer finite difference reads itself). An engine whose
+        results are coarser than its arrays' arithmetic for another reason overrides it."""
+        return family_accuracy(self.array_family, dtype)
 
     def __init__(self, backend: Backend) -> None:
         self.backend: Any = backend  # the config

@@ -58,7 +58,14 @@ class ArrayFamily:
       user's ``out=`` array; None for a library of immutable arrays (JAX), whose ``out=`` is refused;
     - ``module_type`` (optional): ``"module.Type"`` of the library's stateful callables (torch's
       ``nn.Module``), whose attributes the closure walker duplicates like a user object's, and
-      ``children``: the attribute holding their submodules (a dict, each walked in turn).
+      ``children``: the attribute holding their submodules (a dict, each walked in turn);
+    - ``accuracy(dtype)`` (optional): the relative accuracy of the library's arithmetic on arrays of
+      ``dtype`` where it is coarser than ``dtype``'s machine epsilon, None where it is not (the
+      default: None for every dtype). MLX's float64 ``exp``, ``sin``, ``cos``, ``erf`` are its float32
+      approximations: its record answers float32's epsilon for float64. Whoever subtracts nearby values
+      of ``f`` computed in the family sizes its steps with it (finite differences, directly or as
+      ``SecondOrder``'s outer: :func:`family_accuracy`, ``Adapter.accuracy``), else the difference is
+      mostly rounding noise.
     """
 
     __slots__ = (
@@ -72,6 +79,7 @@ class ArrayFamily:
         "copy_into",
         "module_type",
         "children",
+        "accuracy",
     )
     name: str
     array_type: str
@@ -83,6 +91,7 @@ class ArrayFamily:
     copy_into: Callable[[Any, Any], Any] | None
     module_type: str | None
     children: str | None
+    accuracy: Callable[[Any], float | None]
 
     def __init__(
         self,
@@ -96,6 +105,7 @@ class ArrayFamily:
         copy_into: Callable[[Any, Any], Any] | None = None,
         module_type: str | None = None,
         children: str | None = None,
+        accuracy: Callable[[Any], float | None] | None = None,
     ) -> None:
         for field, path in (("array_type", array_type), ("module_type", module_type)):
             module, _, attr = (path or "x.x").rpartition(".")
@@ -107,6 +117,7 @@ class ArrayFamily:
         self.computing = computing or _no_context
         self.copy_into = copy_into
         self.module_type, self.children = module_type, children
+        self.accuracy = accuracy or _dtype_accuracy
 
     def type(self) -> Any:
         """The array type, if its module is imported (None otherwise)."""
@@ -150,6 +161,11 @@ def _no_context(dtype: DType) -> AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
+def _dtype_accuracy(dtype: Any) -> None:
+    """The default :attr:`ArrayFamily.accuracy`: the dtype's own (None)."""
+    return None
+
+
 _FAMILIES: dict[str, ArrayFamily] = {}
 _FAMILY_OF_TYPE: dict[Any, Any] = {}  # type -> family, filled as types are met (on the prepared fast path)
 
@@ -166,6 +182,14 @@ def register_family(record: ArrayFamily) -> ArrayFamily:
 def families() -> dict[str, ArrayFamily]:
     """The registered array families by name."""
     return dict(_FAMILIES)
+
+
+def family_accuracy(fam: str | None, dtype: Any) -> float | None:
+    """The relative accuracy of family ``fam``'s arithmetic in ``dtype`` where it is coarser than
+    ``dtype``'s epsilon (its record's :attr:`ArrayFamily.accuracy`), None where it is not or ``fam`` is
+    not a registered family (None: numpy, for Python numbers)."""
+    record = _FAMILIES.get(fam) if fam is not None else None
+    return None if record is None else record.accuracy(dtype)
 
 
 def _numpy_from(value: ArrayLike, like: Array | None = None) -> np.ndarray:
@@ -294,6 +318,16 @@ def _mlx_computing(dtype: Any) -> Any:
     return importlib.import_module("diffinterface.backends.mlx").computing(dtype)
 
 
+def _mlx_accuracy(dtype: Any) -> float | None:
+    """MLX computes float64 ``exp``, ``sin``, ``cos`` and ``erf`` on the CPU with its float32
+    approximations (ml-explore/mlx issues 3047 and 4158; about 1e-7 relative error in mlx 0.32; the
+    reason for ``AutoMLX.tolerance``): float64 arithmetic is float32-accurate, other dtypes their own."""
+    name = dtype_str(dtype)
+    if name.startswith("<"):  # a numpy scalar type (np.float64)
+        name = np.dtype(dtype).name
+    return float(np.finfo(np.float32).eps) if name == "float64" else None
+
+
 register_family(
     ArrayFamily(
         MLX,
@@ -304,6 +338,7 @@ register_family(
         _mlx_private_copy,
         computing=_mlx_computing,
         copy_into=_mlx_copy_into,
+        accuracy=_mlx_accuracy,
     )
 )
 
