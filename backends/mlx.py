@@ -295,7 +295,8 @@ class WritableArray(_Writable):
     def __mlx_array__(self) -> Any:
         return self.value
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:  # as an MLX array's (checked as one: a lost derivative)
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        # as an MLX array's own conversion (a derivative lost through it is checked as for one)
         return np.asarray(self.value, dtype=dtype)
 
     @property

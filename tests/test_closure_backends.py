@@ -706,15 +706,6 @@ def test_38_10_augmented_assignment_into_a_slice_of_a_captured_buffer(request, b
         ):
             di.jacobian(backend, lambda x: g(buf, x), np.array([2.0, 3.0]))
         return
-    if isinstance(backend, di.AutoMLX) and "part = buf" in request.node.callspec.id:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="known hole, reported: AutoMLX gives f fresh MLX arrays, not the kit's writable stand-ins, and "
-                "an MLX slice is a new array, so an in-place update of a slice held in a variable leaves the buffer "
-                "unchanged (wrong value, no error)",
-            )
-        )
     buf = np.ones(3)
 
     def f(x):
@@ -728,4 +719,72 @@ def test_38_10_augmented_assignment_into_a_slice_of_a_captured_buffer(request, b
         np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-12)
         np.testing.assert_allclose(np.asarray(jac), want, atol=10 * _tol(backend))
         np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x, prep=prep)), want, atol=10 * _tol(backend))
+    np.testing.assert_array_equal(buf, np.ones(3))  # the user's buffer is left alone
+
+
+def _views() -> list:
+    # (f over a captured buffer of ones, its value by numpy, its Jacobian at x = [2, 3] in closed form):
+    # basic indexing gives views that write their base and see its later writes; advanced indexing copies
+    def sees_a_later_write(buf, x):  # a view taken before a write into its base reads the written value
+        part = buf[1:3]
+        buf[1] = x[0]
+        return part * x[1]
+
+    def view_setitem(buf, x):
+        part = buf[1:3]
+        part[0] = x[1]
+        return buf * 1.0
+
+    def view_of_a_view(buf, x):
+        part = buf[1:3]
+        tail = part[1:]
+        tail += x[0]
+        return buf * 1.0
+
+    def integer_array_copy(buf, x):  # numpy: buf[[0, 2]] is a copy, its update does not reach buf
+        c = buf[np.array([0, 2])]
+        c *= x
+        return c + buf[0:2]
+
+    def mask_copy(buf, x):  # a boolean mask: a copy too
+        c = buf[np.array([True, False, True])]
+        c += x
+        buf[1] = 5.0
+        return c * buf[1:3]
+
+    return [
+        pytest.param(sees_a_later_write, [[3, 2], [0, 1]], id="part = buf[1:3]; buf[1] = x[0]; part * x[1]"),
+        pytest.param(view_setitem, [[0, 0], [0, 1], [0, 0]], id="part = buf[1:3]; part[0] = x[1]"),
+        pytest.param(view_of_a_view, [[0, 0], [0, 0], [1, 0]], id="tail = buf[1:3][1:]; tail += x[0]"),
+        pytest.param(integer_array_copy, [[1, 0], [0, 1]], id="c = buf[[0, 2]]; c *= x (a copy)"),
+        pytest.param(mask_copy, [[5, 0], [0, 1]], id="c = buf[mask]; c += x (a copy)"),
+    ]
+
+
+@pytest.mark.parametrize("g, want", _views())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_slice_of_a_captured_buffer_is_a_view_and_an_advanced_index_a_copy(request, backend, g, want):
+    """numpy's semantics on every engine, prepared and not: basic indexing of a captured buffer gives a
+    view whose writes reach the buffer (and which sees the buffer's later writes), advanced indexing
+    a copy whose writes do not; values against numpy running the same f, Jacobians in closed form."""
+    copy_case = "a copy" in request.node.callspec.id
+    x = np.array([2.0, 3.0])
+    expected = g(np.ones(3), x)  # f's value, by numpy itself
+    buf = np.ones(3)
+
+    def f(x):
+        return g(buf, x)
+
+    if isinstance(backend, di.AutoMLX) and "mask" in request.node.callspec.id:
+        with pytest.raises(ValueError, match="boolean indices"):  # MLX has no boolean indexing: its own error
+            di.jacobian(backend, f, x)
+        return
+    prep = di.prepare_jacobian(backend, f, x)
+    for _ in range(2):
+        y, jac = di.value_and_jacobian(backend, f, x)
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(jac), want, atol=10 * _tol(backend))
+        y, jac = di.value_and_jacobian(backend, f, x, prep=prep)
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(jac), want, atol=10 * _tol(backend))
     np.testing.assert_array_equal(buf, np.ones(3))  # the user's buffer is left alone
