@@ -9,7 +9,8 @@ give the engine's arrays. Indexing follows numpy: basic indexing (ints, slices, 
 that leaves an axis gives a *view*, a stand-in of the same class whose value is read from its base
 at every use and whose writes (``part = buf[1:3]; part *= x``, ``part[0] = v``) are functional
 updates of the base, so derivatives flow through them; a full integer index gives the engine's
-scalar, and advanced indexing (integer arrays, boolean masks) the engine's array, a copy, as numpy's.
+scalar, and advanced indexing (integer arrays, boolean masks) a copy, as numpy's: the engine's array,
+or a stand-in over it where the subclass sets ``_copies`` (writable, its writes staying in it).
 An adapter subclasses it with three class attributes: ``_wrap(value)`` (the stored value),
 ``_update(value, index, item)`` (the functional update) and ``_namespace`` (what
 ``array_namespace(stand_in)`` gives); its views are made of the same subclass (its conversion hooks
@@ -54,6 +55,9 @@ class WritableArray:
 
     __slots__ = ("value",)
     _namespace: Any = None
+    # whether advanced indexing gives a stand-in over the copy (writable, as numpy's copy is) rather than the
+    # engine's array: for an engine whose functions take stand-ins where they take its arrays
+    _copies: bool = False
 
     def __init__(self, value: Any) -> None:
         self.value = self._wrap(value)
@@ -75,7 +79,10 @@ class WritableArray:
         index = unwrap(index)
         if is_view_index(index, getattr(self.value, "ndim", None)):
             return view_class(type(self))(self, index)
-        return self.value[index]
+        part = self.value[index]
+        if self._copies and tuple(getattr(part, "shape", ())) != ():
+            return type(self)(part)  # an advanced index's copy, writable as numpy's (its writes stay in it)
+        return part
 
     def __setitem__(self, index: Any, item: Any) -> None:
         index = unwrap(index)
