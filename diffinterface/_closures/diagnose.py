@@ -180,9 +180,16 @@ def _read_first(engine: str) -> str:
             "(jnp.sin(jnp.asarray(buf))); a slice such as buf[1:3] is a view of buf, as in numpy, and is read "
             "the same way (jnp.asarray(buf[1:3])); arithmetic and @ take the stand-in as it is."
         )
+    if engine == "autograd":  # numpy's functions reach autograd's through numpy's dispatch; this one has none
+        return (
+            "autograd.numpy's functions (anp.sin(buf)), numpy's, arithmetic and the array API namespace take "
+            "the stand-in and keep its derivative; this function has no autograd version, so a value that "
+            "depends on x cannot pass through it: write that part with autograd.numpy, or give it a custom "
+            "rule (diffinterface.rules)."
+        )
     return (
-        f"Read the current value first: buf[...] or xp.asarray(buf) gives the {engine} array "
-        f"(anp.sin(buf[...])); arithmetic, indexing and the array API namespace take the stand-in as it is."
+        f"Read the current value first: xp.asarray(buf) gives the {engine} array; arithmetic, indexing "
+        f"and the array API namespace take the stand-in as it is."
     )
 
 
