@@ -109,7 +109,7 @@ make_jvp: Callable[[Callable[[Any], Any], Any], Callable[[Any], tuple[Any, Any]]
 # -- the functional update and the stand-in ---------------------------------------------------
 
 
-def _unwrapped(value: Any) -> Any:
+def _unwrapped(value: object) -> Any:
     """``value`` with the stand-ins in its lists, tuples and dicts replaced by their values."""
     if isinstance(value, (list, tuple)):
         return type(value)(_unwrapped(v) for v in value)
@@ -118,7 +118,7 @@ def _unwrapped(value: Any) -> Any:
     return unwrap(value)
 
 
-def _holds_box(value: Any) -> bool:
+def _holds_box(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_holds_box(v) for v in value)
     if isinstance(value, dict):
@@ -211,7 +211,7 @@ class WritableArray(_Writable):
     _namespace = namespace
     _copies = True  # buf[[0, 2]]: a stand-in over the copy (c *= x, c[0] = v are functional updates of it)
 
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
         own = getattr(anp, ufunc.__name__, None) if method == "__call__" and "out" not in kwargs else None
         values = [unwrap(v) for v in inputs]
         if own is not None:
@@ -223,7 +223,9 @@ class WritableArray(_Writable):
             )
         return getattr(ufunc, method)(*values, **kwargs)
 
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    def __array_function__(
+        self, func: Callable[..., Any], types: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         module = {"numpy": anp, "numpy.linalg": anp.linalg, "numpy.fft": anp.fft}.get(func.__module__)
         own = getattr(module, func.__name__, None) if module is not None else None
         args, kwargs = _unwrapped(args), _unwrapped(kwargs)

@@ -365,7 +365,7 @@ class _Function:
                 return run(_writable)
         return out
 
-    def _probe(self, x: Any, contexts: list[Any]) -> None:
+    def _probe(self, x: jax.Array, contexts: list[Any]) -> None:
         """Where the captured arrays reach ``f`` as JAX's arguments (tracers, in a compiled call), an
         in-place operator on a part of one (``part = buf[1:3]; part *= x``) is no write JAX can see: a
         tracer has none, and Python rebinds ``part`` to ``part * x``. So ``f`` runs once, in this trace,

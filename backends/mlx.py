@@ -44,6 +44,7 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from numpy.typing import DTypeLike
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -275,16 +276,24 @@ class WritableArray(_Writable):
     its value by a new array (a copy written in place, which MLX differentiates through), and whose
     slices are views that write it (``part = buf[1:3]; part *= x``), as numpy's; an MLX slice is a
     new array, so without the stand-in that write would be lost. MLX's functions take it through
-    ``__mlx_array__``; numpy's refuse it (``__array_ufunc__ = None``: ``np.float64(3) * buf`` is the
-    stand-in's own product, an MLX array, where numpy would drop the derivative)."""
+    ``__mlx_array__``; numpy's ufuncs through numpy's own dispatch (``__array_ufunc__``), computed
+    by MLX's function of the same name where MLX has one (``np.float64(3) * buf``, ``np.sin(buf)``:
+    an MLX array, the derivative kept), else by numpy on the current value, as for an MLX array."""
 
     __slots__ = ()
-    __array_ufunc__ = None
     _namespace = namespace
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
+        values = [_unwrap(v) for v in inputs]
+        own = getattr(mx, ufunc.__name__, None) if method == "__call__" and not kwargs else None
+        if own is not None:
+            return own(*values)
+        return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+
     _wrap = staticmethod(_fresh)  # type: ignore[assignment]
 
     @staticmethod
-    def _update(value: Any, index: Any, item: Any) -> Any:
+    def _update(value: Any, index: object, item: Any) -> Any:
         new = mx.array(value)  # a new array over the same graph: writing it leaves value as it was
         new[_mx_index(index)] = item
         return new
@@ -295,7 +304,7 @@ class WritableArray(_Writable):
     def __mlx_array__(self) -> Any:
         return self.value
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> Any:
         # as an MLX array's own conversion (a derivative lost through it is checked as for one)
         return np.asarray(self.value, dtype=dtype)
 
@@ -304,7 +313,7 @@ class WritableArray(_Writable):
         return mx.default_device()
 
 
-def _mx_index(index: Any) -> Any:
+def _mx_index(index: object) -> Any:
     """An index MLX takes: numpy integer arrays (an advanced index) as MLX arrays, the rest as it is (a
     boolean mask too, which MLX refuses with its own error: it has no boolean indexing)."""
     if isinstance(index, tuple):
@@ -314,7 +323,7 @@ def _mx_index(index: Any) -> Any:
     return index
 
 
-def _standin(value: Any) -> Any:
+def _standin(value: object) -> Any:
     """A captured array, a cache or an output buffer as ``f`` gets it: a stand-in over a fresh MLX array."""
     return WritableArray(value)
 

@@ -815,3 +815,31 @@ def test_a_slice_of_a_captured_buffer_is_a_view_and_an_advanced_index_a_copy(req
         np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-12)
         np.testing.assert_allclose(np.asarray(jac), want, atol=10 * _tol(backend))
     np.testing.assert_array_equal(buf, np.ones(3))  # the user's buffer is left alone
+
+
+def test_mlx_stand_ins_take_mlx_and_numpy_functions():
+    """Under MLX a captured array reaches f as a stand-in over a fresh MLX array: MLX's functions take
+    it (__mlx_array__), numpy's ufuncs compute with MLX's function of the same name (the derivative
+    kept: np.float64(3) * buf, np.sin(buf)), its slices are views, a numpy integer index works."""
+    if not installed("mlx"):
+        pytest.skip('mlx is not installed: pip install "diffinterface[mlx]"')
+    import mlx.core as mx
+
+    backend = di.AutoMLX()
+    buf = np.ones(3)
+
+    def f(x):
+        buf[0] = x[0]
+        part = buf[1:3]
+        part *= x
+        return mx.sin(buf) + 3.0 * np.sin(buf) + np.float64(2.0) * buf + buf[np.array([2, 1, 0])]
+
+    # buf = [x0, x0, x1] after the writes; f = 4 sin(buf) + 2 buf + [x1, x0, x0]
+    x = np.array([0.5, 1.5])
+    c0, c1 = 4 * np.cos(x[0]) + 2, 4 * np.cos(x[1]) + 2
+    want = np.array([[c0, 1.0], [c0 + 1.0, 0.0], [1.0, c1]])
+    prep = di.prepare_jacobian(backend, f, x)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), want, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x, prep=prep)), want, atol=1e-5)
+    assert np.all(buf == 1)

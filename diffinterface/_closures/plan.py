@@ -66,13 +66,13 @@ class ReadOnlyView(np.ndarray):
     refuses it as it refuses ``a[...] = v``. Slices of the alias are aliases too; what numpy's
     functions compute from it (a ufunc's result, a reduction) are plain arrays."""
 
-    def __array_wrap__(self, array: np.ndarray, context: Any = None, return_scalar: bool = False) -> Any:
+    def __array_wrap__(self, array: np.ndarray, context: object = None, return_scalar: bool = False) -> Any:
         array = array.view(np.ndarray)
         return array[()] if return_scalar else array
 
 
 def _inplace(name: str) -> Callable[[ReadOnlyView, Any], Any]:
-    def update(self: ReadOnlyView, other: Any) -> Any:
+    def update(self: ReadOnlyView, other: object) -> Any:
         if not self.flags.writeable:
             np.ndarray.__setitem__(self, Ellipsis, self)  # numpy's own refusal: "... is read-only"
         return getattr(np.ndarray, name)(self, other)  # a writeable copy (alias.copy()): numpy's own operator

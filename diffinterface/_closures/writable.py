@@ -115,7 +115,7 @@ class WritableArray:
         return f"{type(self).__name__}({self.value!r})"
 
 
-def is_view_index(index: Any, ndim: int | None) -> bool:
+def is_view_index(index: object, ndim: int | None) -> bool:
     """Whether numpy's ``a[index]`` (``a`` with ``ndim`` axes) is a view of ``a``: basic indexing
     (ints, slices, ``...``, ``None``) that leaves at least one axis. All ints (a scalar) and advanced
     indexing (an integer array, a boolean, a mask) give a copy."""
@@ -133,7 +133,7 @@ def is_view_index(index: Any, ndim: int | None) -> bool:
     return ints < ndim or any(p is None or p is Ellipsis or isinstance(p, slice) for p in parts)
 
 
-def _same_part(a: Any, b: Any) -> bool:
+def _same_part(a: object, b: object) -> bool:
     if isinstance(a, slice) and isinstance(b, slice):
         return all(_same_part(u, v) for u, v in ((a.start, b.start), (a.stop, b.stop), (a.step, b.step)))
     if a is b:
@@ -142,7 +142,7 @@ def _same_part(a: Any, b: Any) -> bool:
     return isinstance(a, plain) and isinstance(b, plain) and not isinstance(a, bool) and int(a) == int(b)
 
 
-def _same_index(a: Any, b: Any) -> bool:
+def _same_index(a: object, b: object) -> bool:
     """Whether two view indexes (see :func:`is_view_index`) are the same, compared part by part
     (ints by value, ``None`` and ``...`` by identity)."""
     a = a if isinstance(a, tuple) else (a,)
@@ -158,7 +158,7 @@ class _View(WritableArray):
 
     __slots__ = ("parent", "index")
 
-    def __init__(self, parent: WritableArray, index: Any) -> None:  # noqa: D107
+    def __init__(self, parent: WritableArray, index: object) -> None:  # noqa: D107
         self.parent = parent
         self.index = index
 
@@ -167,7 +167,7 @@ class _View(WritableArray):
         return self.parent.value[self.index]
 
     @value.setter
-    def value(self, new: Any) -> None:
+    def value(self, new: object) -> None:
         parent = self.parent
         parent.value = parent._update(parent.value, self.index, new)
 
@@ -177,7 +177,9 @@ class _View(WritableArray):
         return getattr(self.value, name)
 
     def __copy__(self) -> WritableArray:  # copy.copy(part): a stand-in over the current values
-        base = next(c for c in type(self).__mro__[1:] if not issubclass(c, _View))
+        base: type[WritableArray] = next(
+            c for c in type(self).__mro__[1:] if issubclass(c, WritableArray) and not issubclass(c, _View)
+        )
         return base(self.value)
 
     def __deepcopy__(self, memo: dict[Any, Any]) -> WritableArray:
