@@ -843,3 +843,29 @@ def test_mlx_stand_ins_take_mlx_and_numpy_functions():
         np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), want, atol=1e-5)
         np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x, prep=prep)), want, atol=1e-5)
     assert np.all(buf == 1)
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_view_written_under_const_closure_is_the_calls_error(request, backend):
+    """closure='const' hands f your own buffer: a write through a slice held in a variable
+    (part = buf[1:3]; part *= x) cannot carry x's derivative into a numpy array, so the call raises
+    (torch, autograd, MLX), as docs/closures.md says (what f writes under const may reach your buffer)."""
+    if isinstance(backend, (di.AutoJAX, di.AutoPyTensor, di.AutoTensorFlow)):
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known hole, reported (unchanged by the views): under closure='const' numpy hands "
+                "part *= tracer to the tracer's own operator, which rebinds part; zeros, no error",
+            )
+        )
+    buf = np.ones(3)
+
+    def f(x):
+        part = buf[1:3]
+        part *= x
+        part += x**2
+        return buf * 1.0
+
+    backend = type(backend)(closure="const")
+    with pytest.raises((TypeError, ValueError, di.LostDerivativeError), match=r"^jacobian\(.*closure='const'"):
+        di.jacobian(backend, f, np.array([2.0, 3.0]))
