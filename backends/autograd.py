@@ -32,8 +32,6 @@ names one module, imported at first use).
 
 from __future__ import annotations
 
-import dis
-import operator
 import sys
 import threading
 import typing
@@ -91,7 +89,6 @@ from diffinterface.extend import (
 )
 
 if TYPE_CHECKING:
-    from types import FrameType
     from typing import TypeAlias
 
     from numpy.typing import ArrayLike, DTypeLike
@@ -110,6 +107,23 @@ make_vjp: Callable[[Callable[[Any], Any], Any], tuple[Callable[[Any], Any], Any]
 make_jvp: Callable[[Callable[[Any], Any], Any], Callable[[Any], tuple[Any, Any]]] = autograd.core.make_jvp
 
 # -- the functional update and the stand-in ---------------------------------------------------
+
+
+def _unwrapped(value: object) -> Any:
+    """``value`` with the stand-ins in its lists, tuples and dicts replaced by their values."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrapped(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _unwrapped(v) for k, v in value.items()}
+    return unwrap(value)
+
+
+def _holds_box(value: object) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_box(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_box(v) for v in value.values())
+    return isinstance(value, Box)
 
 
 @primitive
@@ -181,93 +195,48 @@ class _Namespace:
 namespace: _Namespace = _Namespace()
 
 
-class _Slice(np.ndarray):
-    """The read-only view a stand-in's ``buf[i:j]`` hands out while its value is a numpy array (no
-    traced value written into it yet). Python runs ``buf[0:2] += x`` as ``t = buf[0:2]; t += x;
-    buf[0:2] = t``, and numpy refuses ``t += x`` (a read-only view, or a box it cannot write into):
-    on this view ``t += x`` gives ``t + x``, which the store writes into the stand-in as a functional
-    update. Held in a variable (``part = buf[1:3]; part *= x``, no store follows) it raises, since
-    numpy would write into ``buf`` there. Results of numpy's functions on it are plain arrays; a view
-    of it has no stand-in (numpy's own in-place arithmetic, which refuses)."""
-
-    _parent: Any = None
-    _index: Any = None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self._parent = self._index = None
-
-    def __array_wrap__(
-        self, array: np.ndarray, context: tuple[Any, ...] | None = None, return_scalar: bool = False
-    ) -> Any:
-        array = array.view(np.ndarray)
-        return array[()] if return_scalar else array
-
-
-class _SliceHeld(TypeError):
-    """An in-place update of a stand-in's slice held in a variable (``part = buf[1:3]; part *= x``):
-    numpy would write it into ``buf``, a functional update cannot follow the variable."""
-
-
-# whether the in-place operation at (code, offset) is Python's ``a[i] op= v`` (its result goes to
-# STORE_SUBSCR, past the stack shuffles), learnt once per place from the bytecode
-_STORED_BACK: dict[tuple[Any, int], bool] = {}
-_SHUFFLES = frozenset(("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "DUP_TOP_TWO", "EXTENDED_ARG", "NOP"))
-
-
-def _stored_back(frame: FrameType) -> bool:
-    key = (frame.f_code, frame.f_lasti)
-    known = _STORED_BACK.get(key)
-    if known is None:
-        following = (i for i in dis.get_instructions(frame.f_code) if i.offset > frame.f_lasti)
-        known = next((i.opname for i in following if i.opname not in _SHUFFLES), None) == "STORE_SUBSCR"
-        _STORED_BACK[key] = known
-    return known
-
-
-def _slice_inplace(name: str, op: Callable[[Any, Any], Any]) -> Callable[[_Slice, Any], Any]:
-    def update(self: _Slice, other: Any) -> Any:
-        parent = self._parent
-        if parent is None:
-            return getattr(np.ndarray, name)(self, other)
-        if not _stored_back(sys._getframe(1)):
-            raise _SliceHeld(
-                f"f updates in place ({name}) a slice of an array it writes into, held in a variable "
-                f"(part = buf[1:3]; part *= x): numpy writes that into buf, autograd's functional "
-                f"updates cannot follow the variable. Write the update on the array itself: "
-                f"buf[1:3] *= x"
-            )
-        # Python's store that follows (buf[0:2] = new) writes the result into the stand-in
-        return op(self.view(np.ndarray), unwrap(other))
-
-    return update
-
-
-for _name, _op in (
-    ("add", operator.add),
-    ("sub", operator.sub),
-    ("mul", operator.mul),
-    ("truediv", operator.truediv),
-    ("floordiv", operator.floordiv),
-    ("mod", operator.mod),
-    ("pow", operator.pow),
-    ("matmul", operator.matmul),
-):
-    setattr(_Slice, f"__i{_name}__", _slice_inplace(f"__i{_name}__", _op))
-
-
 class WritableArray(_Writable):
-    """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoAutograd``."""
+    """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoAutograd``.
+
+    Its slices are views, as numpy's (the kit's, see ``diffinterface.extend.WritableArray``): Python
+    runs ``buf[0:2] += x`` as ``t = buf[0:2]; t += x; buf[0:2] = t``, where ``t += x`` writes into
+    ``buf`` and the store is the same write again (skipped); ``part = buf[1:3]; part *= x`` writes
+    into ``buf`` the same way. numpy's functions take it through numpy's own dispatch
+    (``__array_ufunc__``, ``__array_function__``): ``np.sin(buf)``, ``anp.sin(buf[0:2])`` (autograd
+    hands numpy a stand-in, not being one of its boxes) and ``A @ buf`` with a numpy ``A`` compute
+    with autograd's function of the same name on the current value, so a value that depends on ``x``
+    keeps its derivative."""
 
     __slots__ = ()
     _namespace = namespace
+    _copies = True  # buf[[0, 2]]: a stand-in over the copy (c *= x, c[0] = v are functional updates of it)
 
-    def __getitem__(self, index: Any) -> Any:
-        part = self.value[unwrap(index)]
-        if type(part) is not np.ndarray:  # a box, or a number
-            return part
-        view: Any = part.view(_Slice)
-        view._parent, view._index = self, unwrap(index)
-        return view
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
+        own = getattr(anp, ufunc.__name__, None) if method == "__call__" and "out" not in kwargs else None
+        values = [unwrap(v) for v in inputs]
+        if own is not None:
+            return own(*values, **kwargs)
+        if any(isinstance(v, Box) for v in values):  # np.add.reduce(buf), out=: no autograd function for it
+            raise StandInConversionError(
+                f"numpy's {ufunc.__name__}.{method}{' with out=' if 'out' in kwargs else ''} was given a "
+                f"stand-in holding a value that depends on x, which autograd cannot differentiate"
+            )
+        return getattr(ufunc, method)(*values, **kwargs)
+
+    def __array_function__(
+        self, func: Callable[..., Any], types: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        module = {"numpy": anp, "numpy.linalg": anp.linalg, "numpy.fft": anp.fft}.get(func.__module__)
+        own = getattr(module, func.__name__, None) if module is not None else None
+        args, kwargs = _unwrapped(args), _unwrapped(kwargs)
+        if own is not None:
+            return own(*args, **kwargs)
+        if _holds_box((args, kwargs)):
+            raise StandInConversionError(
+                f"{func.__module__}.{func.__name__} was given a stand-in holding a value that depends on x, "
+                f"and autograd has no version of it that carries the derivative"
+            )
+        return func(*args, **kwargs)
 
     @staticmethod
     def _wrap(value: Any) -> Any:
@@ -661,8 +630,6 @@ def _build(
     def traced(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
         try:
             return body(x, ts, contexts)
-        except _SliceHeld as error:
-            raise TypeError(f"{call}: {error}") from error
         except (TypeError, ValueError) as error:
             const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
             if const is not None:
@@ -732,8 +699,6 @@ class Adapter(_Base):
                     y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
             else:
                 y = np.asarray(fn(xn, contexts))
-        except _SliceHeld as error:
-            raise TypeError(f"{target.call}: {error}") from error
         except (TypeError, ValueError) as error:
             known = standin_error(target, error, "autograd") or const_write_error(target, error, "autograd", _leaked)
             if known is not None:

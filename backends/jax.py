@@ -282,13 +282,14 @@ class _Function:
     means: the same object, or one of the same type that compares equal.
     """
 
-    __slots__ = ("target", "kinds", "simple", "common", "flat", "writes")
+    __slots__ = ("target", "kinds", "simple", "common", "flat", "writes", "probed")
 
     def __init__(self, target: Target, contexts: tuple[Any, ...]) -> None:
         self.target = target
         # set when f wrote into a captured array: from then on f gets writable stand-ins for them. Until
         # then f reads the plain arrays, which JAX's own functions take (lax.select of a captured mask)
         self.writes = False
+        self.probed = False  # whether f's writes were looked for over the user's own arrays (see _probe)
         self.kinds = tuple(type(c) for c in contexts)
         self.simple = not contexts and target.stateless
         self.common = None
@@ -351,14 +352,42 @@ class _Function:
         if self.writes or not self.target.has_state:
             return run(_writable)
         try:
-            return run(_plain)
+            out = run(_plain)
         except Exception as error:
-            # a write refused over the plain arrays, or a traced value written into a numpy array f made
-            # from them (copy.copy(buf); c[0] = z[0]): over stand-ins both are functional updates
-            if not (_write_refused(error) or raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS))):
+            if not _wrote(error):
                 raise  # f's own error
             self.writes = True  # f wrote into a captured array: it runs again over stand-ins (this trace too)
             return run(_writable)
+        if not self.probed and any(isinstance(v, Tracer) for v in jax.tree_util.tree_leaves(state)):
+            self.probed = True
+            self._probe(x, contexts)
+            if self.writes:
+                return run(_writable)
+        return out
+
+    def _probe(self, x: jax.Array, contexts: list[Any]) -> None:
+        """Where the captured arrays reach ``f`` as JAX's arguments (tracers, in a compiled call), an
+        in-place operator on a part of one (``part = buf[1:3]; part *= x``) is no write JAX can see: a
+        tracer has none, and Python rebinds ``part`` to ``part * x``. So ``f`` runs once, in this trace,
+        over the user's own arrays as guarded aliases (``read_only_alias``: an in-place operator is a
+        refused write), its result discarded: a refused write sets ``writes``, and ``f`` then gets
+        writable stand-ins (whose views write their base). It runs after ``f`` succeeded over the tracers
+        (an error of ``f`` is raised after one run), and any other error of it is ignored (``f`` may use
+        JAX's own methods on a captured array, ``buf.at[0].set(v)``, which a numpy alias lacks)."""
+        plan = self.target.plan
+        assert plan is not None  # has_state
+        fn = self.target.instance(_plain, values=plan.read())
+        try:
+            fn(x, *contexts)
+        except Exception as error:
+            self.writes = _wrote(error)
+
+
+def _wrote(error: BaseException) -> bool:
+    """Whether ``error`` (of ``f`` over plain arrays) is a write: one refused over the plain arrays, or a
+    traced value written into a numpy array ``f`` made from them (``copy.copy(buf); c[0] = z[0]``); over
+    stand-ins both are functional updates."""
+    return _write_refused(error) or raised_by(error, lambda e: isinstance(e, _TRACER_ERRORS))
 
 
 def _output(y: Any, target: Target) -> Any:

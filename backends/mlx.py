@@ -44,6 +44,7 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from numpy.typing import DTypeLike
 
 from diffinterface.extend import (
     DERIVATIVE,
@@ -77,6 +78,12 @@ from diffinterface.extend import (
 from diffinterface.extend import (
     Adapter as _Base,
 )
+from diffinterface.extend import (
+    WritableArray as _Writable,
+)
+from diffinterface.extend import (
+    unwrap as _unwrap,
+)
 
 from .mlx_rules import SECOND_ORDER
 
@@ -98,6 +105,7 @@ def _np_dtype(dtype: Any) -> Any:
 
 def _to_mx(value: Any, dtype: Any = None) -> Any:
     """``value`` (an array of any family, or a number) as an MLX array, its dtype kept (or ``dtype``)."""
+    value = _unwrap(value)
     if isinstance(value, mx.array):
         return value if dtype is None or value.dtype == dtype else value.astype(dtype)
     if family(value) not in (None, NUMPY):
@@ -151,6 +159,7 @@ class _Namespace:
     @staticmethod
     def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
         dtype = None if dtype is None else _mx_dtype(dtype)
+        obj = _unwrap(obj)  # a stand-in (WritableArray): its current value
         if isinstance(obj, mx.array):
             out = obj if dtype is None or obj.dtype == dtype else obj.astype(dtype)
             return mx.array(out) if copy and out is obj else out
@@ -261,9 +270,68 @@ def _refused_eval(error: BaseException) -> bool:
 # -- f as MLX differentiates it --------------------------------------------------------------------
 
 
+class WritableArray(_Writable):
+    """What ``f`` gets for a captured array, a cache or an output buffer under ``AutoMLX``: a fresh MLX
+    array (the user's object is never written) whose item assignment and in-place operators replace
+    its value by a new array (a copy written in place, which MLX differentiates through), and whose
+    slices are views that write it (``part = buf[1:3]; part *= x``), as numpy's; an MLX slice is a
+    new array, so without the stand-in that write would be lost. MLX's functions take it through
+    ``__mlx_array__``; numpy's ufuncs through numpy's own dispatch (``__array_ufunc__``), computed
+    by MLX's function of the same name where MLX has one (``np.float64(3) * buf``, ``np.sin(buf)``:
+    an MLX array, the derivative kept), else by numpy on the current value, as for an MLX array."""
+
+    __slots__ = ()
+    _namespace = namespace
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
+        values = [_unwrap(v) for v in inputs]
+        own = getattr(mx, ufunc.__name__, None) if method == "__call__" and not kwargs else None
+        if own is not None:
+            return own(*values)
+        return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+
+    _wrap = staticmethod(_fresh)  # type: ignore[assignment]
+
+    @staticmethod
+    def _update(value: Any, index: object, item: Any) -> Any:
+        new = mx.array(value)  # a new array over the same graph: writing it leaves value as it was
+        new[_mx_index(index)] = item
+        return new
+
+    def __getitem__(self, index: Any) -> Any:
+        return super().__getitem__(_mx_index(_unwrap(index)))
+
+    def __mlx_array__(self) -> Any:
+        return self.value
+
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> Any:
+        # as an MLX array's own conversion (a derivative lost through it is checked as for one)
+        return np.asarray(self.value, dtype=dtype)
+
+    @property
+    def device(self) -> Any:
+        return mx.default_device()
+
+
+def _mx_index(index: object) -> Any:
+    """An index MLX takes: numpy integer arrays (an advanced index) as MLX arrays, the rest as it is (a
+    boolean mask too, which MLX refuses with its own error: it has no boolean indexing)."""
+    if isinstance(index, tuple):
+        return tuple(_mx_index(i) for i in index)
+    if isinstance(index, np.ndarray) and index.dtype.kind in "iub":  # a mask: MLX's own error (no boolean indexing)
+        return mx.array(index)
+    return index
+
+
+def _standin(value: object) -> Any:
+    """A captured array, a cache or an output buffer as ``f`` gets it: a stand-in over a fresh MLX array."""
+    return WritableArray(value)
+
+
 def _output(y: Any, call: str) -> Any:
     """``f``'s output as one MLX array: a numpy value (a constant, or computed through numpy: the
     check at preparation tells) converted, a structure refused."""
+    y = _unwrap(y)
     if isinstance(y, mx.array):
         return y
     if isinstance(y, (tuple, list, dict)):
@@ -304,8 +372,8 @@ class _Function:
         kinds = self.kinds
 
         def fn(z: Any) -> Any:
-            instance = target.instance(_fresh, values=state if target.has_state else None)
-            values = [duplicate(v, _fresh) if kind is Cache else v for kind, v in zip(kinds, ctx)]
+            instance = target.instance(_standin, values=state if target.has_state else None)
+            values = [duplicate(v, _standin) if kind is Cache else v for kind, v in zip(kinds, ctx)]
             return _output(instance(z, *values), call)
 
         return fn

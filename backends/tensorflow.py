@@ -389,15 +389,6 @@ class WritableArray(_Writable):
 
     _update = staticmethod(set_item)
 
-    def __getitem__(self, index: Any) -> Any:
-        """numpy's basic indexing (slices, ``...``) gives a view: a stand-in over ``self[index]`` whose
-        writes (``part = buf[1:3]; part *= x``) update this one, as numpy's views write their base; a
-        full integer index or an advanced one gives a value, as numpy gives a copy."""
-        index = _unwrap(index)
-        if _view_index(index, len(self.value.shape)):
-            return _View(self, index)
-        return self.value[index]
-
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         if isinstance(self.value, _Tensor) and not isinstance(self.value, _Eager):
             raise StandInConversionError("a captured array was converted to numpy inside a traced function")
@@ -429,47 +420,11 @@ class WritableArray(_Writable):
         return self.value.numpy()
 
 
-def _view_index(index: Any, ndim: int) -> bool:
-    """Whether numpy's ``a[index]`` is a view of ``a``: basic indexing (ints, slices, ``...``, None)
-    that leaves at least one axis (all ints: a scalar, a copy)."""
-    parts = index if isinstance(index, tuple) else (index,)
-    if not all(p is None or p is Ellipsis or isinstance(p, (int, np.integer, slice)) for p in parts):
-        return False  # advanced indexing: a copy
-    ints = sum(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in parts)
-    return ints < ndim or any(p is None or isinstance(p, slice) or p is Ellipsis for p in parts)
-
-
-class _View(WritableArray):
-    """A view of a stand-in (see :meth:`WritableArray.__getitem__`): its value read from the parent at
-    every use, its writes functional updates of the parent at ``index``."""
-
-    __slots__ = ("parent", "index")
-
-    def __init__(self, parent: WritableArray, index: Any) -> None:  # noqa: D107
-        object.__setattr__(self, "parent", parent)
-        object.__setattr__(self, "index", index)
-
-    @property  # type: ignore[override]
-    def value(self) -> Any:
-        return self.parent.value[self.index]
-
-    @value.setter
-    def value(self, new: Any) -> None:
-        self.parent.value = set_item(self.parent.value, self.index, new)
-
-    def __copy__(self) -> WritableArray:
-        return WritableArray(self.value)
-
-    def __deepcopy__(self, memo: dict[Any, Any]) -> WritableArray:
-        return WritableArray(self.value)
-
-
 def _standin_to_tensor(value: Any, dtype: Any = None, name: str | None = None, as_ref: bool = False) -> Any:
     return tf.convert_to_tensor(value.value, dtype=dtype, name=name)
 
 
-tf.register_tensor_conversion_function(WritableArray, _standin_to_tensor)  # our own classes only
-tf.register_tensor_conversion_function(_View, _standin_to_tensor)
+tf.register_tensor_conversion_function(WritableArray, _standin_to_tensor)  # our own classes (and their views) only
 
 
 # -- f as the adapter calls it ----------------------------------------------------------------------

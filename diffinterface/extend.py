@@ -60,9 +60,10 @@ The kit, by job:
   ``shape``, ``dtype`` and ``ndim``); :class:`NumericArray`, an ``Array`` with its family's arithmetic; :data:`DType`, a dtype of the built-in families; :class:`Layout` (``info.layout``: how a prep maps a structured
   ``x`` and ``f(x)`` onto flat arrays, for an adapter that runs a structure inside its own program);
 - **closures** (captured state duplicated per call, contract section 7): :func:`duplicate`,
-  :func:`copy_leaf`, :func:`read_only_alias`, :func:`declare_modules`, the writable stand-in
-  :class:`WritableArray` (:func:`unwrap`, :func:`note_conversion`, :func:`take_conversion`,
-  :class:`StandInConversionError`);
+  :func:`copy_leaf`, :func:`read_only_alias` (a read-only numpy view whose in-place operators are
+  refused writes whatever the operand), :func:`declare_modules`, the writable stand-in
+  :class:`WritableArray`, whose basic slices are views that write it, as numpy's (:func:`unwrap`,
+  :func:`note_conversion`, :func:`take_conversion`, :class:`StandInConversionError`);
 - **diagnostics** (the call's errors where f writes, escapes or misuses state): the adapter's hook
   :meth:`Adapter.refused_write` (its engine refusing a write into a guarded alias, by the engine's
   exception types and attributes; the default recognises numpy's read-only views),

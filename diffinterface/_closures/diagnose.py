@@ -169,9 +169,27 @@ def standin_error(target: Any, error: BaseException, engine: str) -> Exception |
     return kind(
         f"{target.call}: f passes an array it writes into ({what}) to a function that needs a plain "
         f"{engine} array ({first_line}). Under {engine} such arrays reach f as writable stand-ins, "
-        f"whose writes are functional updates. Read the current value first: buf[...] or "
-        f"xp.asarray(buf) gives the {engine} array ({'jnp' if engine == 'JAX' else 'anp'}.sin(buf[...])); "
-        f"arithmetic, indexing and the array API namespace take the stand-in as it is."
+        f"whose writes are functional updates. {_read_first(engine)}"
+    )
+
+
+def _read_first(engine: str) -> str:
+    if engine == "JAX":  # a slice of a stand-in is a view (a stand-in too), as numpy's; JAX takes neither
+        return (
+            "Read the current value first: jnp.asarray(buf) or xp.asarray(buf) gives the JAX array "
+            "(jnp.sin(jnp.asarray(buf))); a slice such as buf[1:3] is a view of buf, as in numpy, and is read "
+            "the same way (jnp.asarray(buf[1:3])); arithmetic and @ take the stand-in as it is."
+        )
+    if engine == "autograd":  # numpy's functions reach autograd's through numpy's dispatch; this one has none
+        return (
+            "autograd.numpy's functions (anp.sin(buf)), numpy's, arithmetic and the array API namespace take "
+            "the stand-in and keep its derivative; this function has no autograd version, so a value that "
+            "depends on x cannot pass through it: write that part with autograd.numpy, or give it a custom "
+            "rule (diffinterface.rules)."
+        )
+    return (
+        f"Read the current value first: xp.asarray(buf) gives the {engine} array; arithmetic, indexing "
+        f"and the array API namespace take the stand-in as it is."
     )
 
 

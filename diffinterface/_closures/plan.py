@@ -56,10 +56,40 @@ def copy_leaf(value: Any) -> Any:
     return value
 
 
+class ReadOnlyView(np.ndarray):
+    """The guarded alias of a numpy array: a read-only view whose in-place operators always write.
+
+    numpy hands ``a *= t`` to ``t``'s reflected operator where ``t`` ranks above numpy arrays
+    (``__array_priority__``: a JAX tracer, an autograd box, a torch tensor), which rebinds the name to
+    ``t * a`` and leaves the write into ``a`` unseen (``part = buf[1:3]; part *= x`` would then leave
+    ``buf`` unchanged, silently). Here an in-place operator is a write whatever its operand, and numpy
+    refuses it as it refuses ``a[...] = v``. Slices of the alias are aliases too; what numpy's
+    functions compute from it (a ufunc's result, a reduction) are plain arrays."""
+
+    def __array_wrap__(self, array: np.ndarray, context: object = None, return_scalar: bool = False) -> Any:
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar else array
+
+
+def _inplace(name: str) -> Callable[[ReadOnlyView, Any], Any]:
+    def update(self: ReadOnlyView, other: object) -> Any:
+        if not self.flags.writeable:
+            np.ndarray.__setitem__(self, Ellipsis, self)  # numpy's own refusal: "... is read-only"
+        return getattr(np.ndarray, name)(self, other)  # a writeable copy (alias.copy()): numpy's own operator
+
+    update.__name__ = name
+    return update
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"):
+    setattr(ReadOnlyView, f"__i{_op}__", _inplace(f"__i{_op}__"))
+
+
 def read_only_alias(value: Any) -> Any:
-    """The guarded alias of a numpy array: a read-only view (a write raises); None for other arrays."""
+    """The guarded alias of a numpy array: a read-only view (a write raises, an in-place operator
+    included, see :class:`ReadOnlyView`); None for other arrays."""
     if type(value) is np.ndarray:
-        view = value.view()
+        view = value.view(ReadOnlyView)
         view.flags.writeable = False
         return view
     return None
