@@ -198,29 +198,51 @@ namespace: _Namespace = _Namespace()
 
 
 class _ArrayAPI:
-    """While a call runs: ``__array_namespace__`` of MLX arrays gives :data:`namespace`, and MLX arrays
-    have a ``device`` (``array_api_compat.device(x)`` reads it). Nested and concurrent calls share one
-    patch (a count under a lock); the last one out restores MLX's own attributes."""
+    """While a call runs: ``__array_namespace__`` of MLX arrays gives :data:`namespace`, MLX arrays
+    have a ``device`` (``array_api_compat.device(x)`` reads it), and numpy's ufuncs on them compute
+    with MLX's function of the same name (``__array_ufunc__``, :func:`_ufunc`): MLX arrays have no
+    ``__array_ufunc__`` or ``__array_priority__`` of their own, so ``np.float64(3) * mx.sin(x)`` or
+    ``np.sin(y)`` inside ``f`` would convert the array to numpy and drop that term's derivative
+    without an error (the rest of the path kept, so no check saw it). Nested and concurrent calls
+    share one patch (a count under a lock); the last one out restores MLX's own attributes."""
 
     _lock = threading.Lock()
     _depth = 0
-    _saved: Any = None
+    _saved: dict[str, Any] = {}
+    _PATCHED = ("__array_namespace__", "device", "__array_ufunc__")
 
     def __enter__(self) -> None:
         with self._lock:
             if _ArrayAPI._depth == 0:
-                _ArrayAPI._saved = mx.array.__dict__.get("__array_namespace__")
+                _ArrayAPI._saved = {name: mx.array.__dict__.get(name) for name in self._PATCHED}
                 setattr(mx.array, "__array_namespace__", _array_namespace)  # noqa: B010 - MLX's type, patched for the call
                 setattr(mx.array, "device", _device)  # noqa: B010
+                setattr(mx.array, "__array_ufunc__", _array_ufunc)  # noqa: B010
             _ArrayAPI._depth += 1
 
     def __exit__(self, *exc: Any) -> None:
         with self._lock:
             _ArrayAPI._depth -= 1
             if _ArrayAPI._depth == 0:
-                if _ArrayAPI._saved is not None:
-                    setattr(mx.array, "__array_namespace__", _ArrayAPI._saved)  # noqa: B010
-                delattr(mx.array, "device")  # noqa: B043
+                for name, saved in _ArrayAPI._saved.items():
+                    if saved is not None:
+                        setattr(mx.array, name, saved)
+                    else:
+                        delattr(mx.array, name)
+
+
+def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dict[str, object]) -> Any:
+    """numpy's ``ufunc`` over MLX arrays (or stand-ins): MLX's function of the same name where MLX has
+    one (an MLX array, the derivative kept), else numpy's on the current values, as numpy would."""
+    values = [_unwrap(v) for v in inputs]
+    own = getattr(mx, ufunc.__name__, None) if method == "__call__" and not kwargs else None
+    if own is not None:
+        return own(*values)
+    return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+
+
+def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
+    return _ufunc(ufunc, method, inputs, kwargs)
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:
@@ -284,11 +306,7 @@ class WritableArray(_Writable):
     _namespace = namespace
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
-        values = [_unwrap(v) for v in inputs]
-        own = getattr(mx, ufunc.__name__, None) if method == "__call__" and not kwargs else None
-        if own is not None:
-            return own(*values)
-        return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+        return _ufunc(ufunc, method, inputs, kwargs)
 
     _wrap = staticmethod(_fresh)  # type: ignore[assignment]
 

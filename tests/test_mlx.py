@@ -366,3 +366,28 @@ def test_family_accuracy_is_what_automlx_reports_for_second_order():
     assert adapter.accuracy("float64") == _EPS32 and adapter.accuracy("float32") is None
     assert family_accuracy("numpy", "float64") is None and family_accuracy(None, "float64") is None
     assert adapter_for(di.AutoFiniteDiff(), "hessian(AutoFiniteDiff(), f, x)").accuracy("float64") is None
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("mode", [None, "forward"])
+def test_numpy_scalars_and_ufuncs_on_f_s_own_mlx_arrays_keep_their_derivative(prepared, mode):
+    """MLX arrays have no __array_ufunc__ or __array_priority__: np.float64(3) * mx.sin(x) and
+    np.sin(y) would convert the array to numpy and drop that term's derivative with no error (the
+    other terms keep theirs). During a call numpy's ufuncs on MLX arrays compute with MLX's function
+    of the same name; after it, MLX's own behaviour is back."""
+    mx = pytest.importorskip("mlx.core")
+    backend = di.AutoMLX(mode=mode)
+
+    def f(x):
+        s = mx.sin(x)
+        return mx.sum(s + np.float64(3.0) * s + np.exp(x) * 2.0 + np.multiply(x, x))
+
+    x = np.array([0.3, -1.2, 2.0])
+    want = 4 * np.cos(x) + 2 * np.exp(x) + 2 * x
+    for xin in (x, mx.array(x)):
+        prep = di.prepare_gradient(backend, f, xin) if prepared else None
+        for _ in range(2):
+            g = di.gradient(backend, f, xin, prep=prep)
+            np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
+    assert "__array_ufunc__" not in mx.array.__dict__  # MLX's own type restored after the call
+    assert isinstance(np.float64(3.0) * mx.array([1.0]), np.ndarray)  # numpy's conversion, as MLX has it
