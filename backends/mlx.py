@@ -209,7 +209,7 @@ class _ArrayAPI:
     _lock = threading.Lock()
     _depth = 0
     _saved: dict[str, Any] = {}
-    _PATCHED = ("__array_namespace__", "device", "__array_ufunc__")
+    _PATCHED = ("__array_namespace__", "device", "__array_ufunc__", "__array_function__")
 
     def __enter__(self) -> None:
         with self._lock:
@@ -218,6 +218,7 @@ class _ArrayAPI:
                 setattr(mx.array, "__array_namespace__", _array_namespace)  # noqa: B010 - MLX's type, patched for the call
                 setattr(mx.array, "device", _device)  # noqa: B010
                 setattr(mx.array, "__array_ufunc__", _array_ufunc)  # noqa: B010
+                setattr(mx.array, "__array_function__", _array_function)  # noqa: B010
             _ArrayAPI._depth += 1
 
     def __exit__(self, *exc: Any) -> None:
@@ -243,6 +244,31 @@ def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dic
 
 def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
     return _ufunc(ufunc, method, inputs, kwargs)
+
+
+def _numpy_values(value: object) -> object:
+    """``value`` with its MLX arrays (and stand-ins) as numpy arrays, inside lists and tuples too."""
+    value = _unwrap(value)
+    if isinstance(value, mx.array):
+        return np.asarray(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_numpy_values(v) for v in value)
+    return value
+
+
+def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
+    """numpy's array functions over MLX arrays (``np.sum``, ``np.stack``, ``np.concatenate``): MLX's
+    function of the same name where MLX has one and takes the arguments (an MLX array, the
+    derivative kept), else numpy's on the current values, as numpy itself would convert them."""
+    own = getattr(mx, func.__name__, None) if func.__module__ == "numpy" else None
+    if own is not None:
+        try:
+            return own(
+                *(_unwrap(a) if not isinstance(a, (list, tuple)) else [_unwrap(v) for v in a] for a in args), **kwargs
+            )
+        except TypeError:  # MLX's signature differs (an argument numpy has and MLX lacks)
+            pass
+    return func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:

@@ -158,18 +158,21 @@ def test_complex128_is_refused_and_complex64_works():
     assert g.dtype == np.complex64 and np.allclose(g, 2 * z, rtol=1e-6)
 
 
-def test_sparse_results_for_mlx_arrays_are_a_clear_error():
+def test_sparse_results_for_mlx_and_numpy_inputs_are_scipy_sparse():
+    """MLX has no sparse type: AutoSparse over MLX returns scipy.sparse for an MLX x as for a numpy x
+    (contract section 12), with the values of the dense Jacobian."""
     import mlx.core as mx
+    import scipy.sparse as sp
 
-    x = mx.array(np.linspace(0.1, 0.9, 5).astype(np.float32))
-    with pytest.raises(TypeError, match="sparse results for arrays of the 'mlx' family are not supported"):
-        di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], x)
-    # numpy in: scipy.sparse out, over MLX
-    jac = di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], np.linspace(0.1, 0.9, 5))
-    dense = np.zeros((4, 5))
     xs = np.linspace(0.1, 0.9, 5)
+    dense = np.zeros((4, 5))
     dense[np.arange(4), np.arange(4)], dense[np.arange(4), np.arange(1, 5)] = xs[1:], xs[:-1]
-    assert np.allclose(jac.toarray(), dense, rtol=1e-15)
+    jac = di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], mx.array(xs.astype(np.float32)))
+    assert isinstance(jac, sp.sparray) and jac.dtype == np.float32
+    np.testing.assert_allclose(jac.toarray(), dense, rtol=1e-6)
+    jac = di.jacobian(di.AutoSparse(di.AutoMLX()), lambda z: z[1:] * z[:-1], xs)  # numpy in: scipy.sparse out
+    assert isinstance(jac, sp.sparray)
+    np.testing.assert_allclose(jac.toarray(), dense, rtol=1e-15)
 
 
 def test_an_opaque_custom_rule_refuses_a_second_derivative():
@@ -371,23 +374,25 @@ def test_family_accuracy_is_what_automlx_reports_for_second_order():
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 @pytest.mark.parametrize("mode", [None, "forward"])
 def test_numpy_scalars_and_ufuncs_on_f_s_own_mlx_arrays_keep_their_derivative(prepared, mode):
-    """MLX arrays have no __array_ufunc__ or __array_priority__: np.float64(3) * mx.sin(x) and
-    np.sin(y) would convert the array to numpy and drop that term's derivative with no error (the
-    other terms keep theirs). During a call numpy's ufuncs on MLX arrays compute with MLX's function
-    of the same name; after it, MLX's own behaviour is back."""
+    """MLX arrays have no __array_ufunc__ or __array_function__: np.float64(3) * mx.sin(x),
+    np.sin(y) and np.sum(np.stack(...)) would convert the arrays to numpy and drop those terms'
+    derivatives with no error (the other terms keep theirs). During a call numpy's ufuncs and array
+    functions on MLX arrays compute with MLX's function of the same name; after it, MLX's own
+    behaviour is back."""
     mx = pytest.importorskip("mlx.core")
     backend = di.AutoMLX(mode=mode)
 
     def f(x):
         s = mx.sin(x)
-        return mx.sum(s + np.float64(3.0) * s + np.exp(x) * 2.0 + np.multiply(x, x))
+        return mx.sum(s + np.float64(3.0) * s + np.exp(x) * 2.0 + np.multiply(x, x)) + np.sum(np.stack([s, x * x]))
 
     x = np.array([0.3, -1.2, 2.0])
-    want = 4 * np.cos(x) + 2 * np.exp(x) + 2 * x
+    want = 5 * np.cos(x) + 2 * np.exp(x) + 4 * x
     for xin in (x, mx.array(x)):
         prep = di.prepare_gradient(backend, f, xin) if prepared else None
         for _ in range(2):
             g = di.gradient(backend, f, xin, prep=prep)
             np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
     assert "__array_ufunc__" not in mx.array.__dict__  # MLX's own type restored after the call
+    assert "__array_function__" not in mx.array.__dict__
     assert isinstance(np.float64(3.0) * mx.array([1.0]), np.ndarray)  # numpy's conversion, as MLX has it
