@@ -311,8 +311,9 @@ def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="every size, 21 rounds a ratio (about half an hour on 2 cores); default: a quick subset "
-        f"(about {_bench.QUICK_MINUTES} minutes on a quiet 2-core machine, several times that under load)",
+        help=f"every size, 21 rounds a ratio (the overhead table alone about {_bench.FULL_OVERHEAD_MINUTES} minutes "
+        f"on 2 cores with seven engines); default: a quick subset (about {_bench.QUICK_MINUTES} minutes on a 2-core "
+        "machine with seven engines, several times that under load)",
     )
     parser.add_argument(
         "--backend", action="append", choices=_bench.engine_names(), help="repeatable; default: all installed"

@@ -23,10 +23,10 @@ plots of time against size:
 - ``catalogue``: :func:`diffinterface.testing.benchmark_differentiation` over the scenario
   catalogue (prepared, unprepared and preparation times, and ``f``-evaluation counts).
 
-The quick default (a subset of sizes and fewer rounds) took about ``QUICK_MINUTES`` (3) minutes
-on a 2-core x86_64 VM with the four engines of 2026-11-24 (finite differences, JAX, torch,
-autograd); TensorFlow, MLX and PyTensor add their rows (not yet timed); ``--full`` runs every size with 21 rounds of
-about 30 ms per call kind (about half an hour).
+The quick default (a subset of sizes and fewer rounds) takes about ``QUICK_MINUTES`` (7) minutes
+on a 2-core x86_64 VM with the seven engines installed (measured 2026-11-25); ``--backend`` and
+``--table`` run less. ``--full`` runs every size with 21 rounds of about 30 ms per call kind: its
+overhead table alone took ``FULL_OVERHEAD_MINUTES`` (60) minutes with the seven engines.
 """
 
 from .._closures.namespaces import declare_modules
@@ -47,6 +47,7 @@ from ._engines import engine as engine  # noqa: E402
 from ._engines import engine_names as engine_names  # noqa: E402
 from ._engines import installed_engines as installed_engines  # noqa: E402
 from ._timing import FULL as FULL  # noqa: E402
+from ._timing import FULL_OVERHEAD_MINUTES as FULL_OVERHEAD_MINUTES  # noqa: E402
 from ._timing import MAX_SPREAD as MAX_SPREAD  # noqa: E402
 from ._timing import QUICK as QUICK  # noqa: E402
 from ._timing import QUICK_MINUTES as QUICK_MINUTES  # noqa: E402

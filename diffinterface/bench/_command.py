@@ -203,7 +203,14 @@ def run(
     written: list[str] = []
     for table in tables or TABLES:
         if table == "overhead":
-            rows = overhead(engines, kind, timing, progress)
+            path, partial = os.path.join(out, table), _TITLES[table] + " (partial: the run was stopped)"
+            rows = overhead(
+                engines,
+                kind,
+                timing,
+                progress,
+                keep=lambda so_far: write_table(path, partial, info, so_far, _COLUMNS[table], _notes(table, timing)),
+            )
         elif table == "cheap_gradient":
             rows = cheap_gradient(
                 engines, (10, 1_000, 100_000, 1_000_000) if full else (1_000, 100_000), timing, progress

@@ -34,10 +34,14 @@ class Timing:
 
 QUICK = Timing(rounds=9, seconds=0.01, warmup=0.2, prep_repeat=1)
 FULL = Timing()
-# What the quick default takes on a quiet 2-core x86_64 VM: 2 min 41 s before unsteady rows were
-# re-measured (issue 41); 13 min (783 s) on 2026-11-24 under other tenants' load (load average 10),
-# where most rows were measured three times.
-QUICK_MINUTES = 3
+# What the quick default takes on a 2-core x86_64 VM with the seven engines (2026-11-25): its first six
+# tables (overhead to rules) 4 min 35 s on a quiet machine, the other four (sparse, structured,
+# distributed, catalogue) 3 min with other work running beside them: about 7 minutes. With four
+# engines (2026-11-24) it was 2 min 41 s quiet and 13 min under other tenants' load (load average 10).
+QUICK_MINUTES = 7
+# What --full's overhead table alone takes with the seven engines: 60 minutes (2026-11-25, the
+# benchmark at nice -15 beside other work at nice 19; 251 rows); the other tables add their time.
+FULL_OVERHEAD_MINUTES = 60
 
 # A measurement is steady when its per-round ratios lie within this factor of each other (largest
 # round over smallest); one that is not after ``remeasure`` more tries is flagged, not reported.

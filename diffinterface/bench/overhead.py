@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from typing import Any
@@ -122,8 +123,16 @@ def _input_kinds(eng: Engine, operator: str, kind: str) -> tuple[bool, ...]:
     return (False, True)
 
 
-def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[..., Any]) -> list[dict[str, Any]]:
-    """The rows of the ``kind`` run ("quick" or "full": the sizes of :data:`SIZES`)."""
+def overhead(
+    engines: list[str],
+    kind: str,
+    timing: Timing,
+    progress: Callable[..., Any],
+    keep: Callable[[list[dict[str, Any]]], Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of the ``kind`` run ("quick" or "full": the sizes of :data:`SIZES`). ``keep(rows)``
+    is called with the rows so far after each row (the table written as it grows: a run stopped
+    part way, by the user or by the system, keeps what it measured)."""
     records = {name: engine(name) for name in engines}
     sizes = SIZES[kind]
     plan = [
@@ -197,6 +206,10 @@ def overhead(engines: list[str], kind: str, timing: Timing, progress: Callable[.
                 **split,
             }
         )
+        del case  # its preparations, compiled natives and arrays: a full run holds one row's at a time
+        gc.collect()
+        if keep is not None:
+            keep(rows)
     progress(len(plan), len(plan), "overhead")
     return rows
 
