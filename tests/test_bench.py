@@ -200,3 +200,30 @@ def test_bench_writes_into_a_folder_of_the_users_by_default(tmp_path, monkeypatc
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ignored = subprocess.run(["git", "check-ignore", "-q", "diffinterface-bench/overhead.csv"], cwd=root)
     assert ignored.returncode == 0, "diffinterface-bench/ is not in .gitignore"
+
+
+def test_the_overhead_table_is_written_as_it_grows(tmp_path):
+    """A run stopped part way keeps what it measured: the overhead table's file holds every finished
+    row after each row (a --full run killed by the system after an hour had written nothing)."""
+    seen = []
+
+    def keep(rows):
+        seen.append(len(rows))
+
+    rows = overhead_table.overhead(["finitediff"], "quick", TINY, lambda *a: None, keep=keep)
+    assert seen == list(range(1, len(rows) + 1)) and len(rows) >= 3
+    # through the command: the table written after the first row already, the final one complete
+    written = []
+    original = bench._command.write_table
+
+    def recording(path, title, info, so_far, columns, notes=""):
+        written.append((title, len(so_far)))
+        return original(path, title, info, so_far, columns, notes)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(bench._command, "write_table", recording):
+        bench.run(["finitediff"], out=str(tmp_path), tables=["overhead"], timing=TINY, plots=False)
+    partial = [n for title, n in written if "partial" in title]
+    assert partial == list(range(1, len(rows) + 1)) and written[-1][1] == len(rows)
+    assert "partial" not in written[-1][0] and "partial" not in (tmp_path / "overhead.md").read_text()
