@@ -144,7 +144,20 @@ def once(fn: Callable[[], Any], repeat: int, single_over: float | None = None) -
 
 
 def machine(
-    packages: tuple[Any, ...] = ("numpy", "scipy", "jax", "jaxlib", "torch", "autograd", "numdifftools", "distributed"),
+    packages: tuple[Any, ...] = (
+        "numpy",
+        "scipy",
+        "jax",
+        "jaxlib",
+        "torch",
+        "autograd",
+        "tensorflow",
+        "tensorflow-cpu",
+        "mlx",
+        "pytensor",
+        "numdifftools",
+        "distributed",
+    ),
 ) -> dict[Any, Any]:
     """The machine, Python, library versions and date a table was measured with."""
     cpu = platform.processor() or ""
