@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from ._core.configs import check_available, has_adapter, registered_backends
+from ._core.configs import adapter_for, check_available, has_adapter, registered_backends
 
 
 def _clock(seconds: float) -> str:
@@ -208,6 +208,8 @@ def check(argv: list[str] | argparse.Namespace) -> int:
     if not backends:
         print("no backend to check")
         return 1
+    for backend in backends:  # each engine imported before the progress starts: what an engine prints
+        adapter_for(backend, "diffinterface check")  # as it loads (TensorFlow's log lines) comes first
     columns: list[tuple[str, str]] = []
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
