@@ -232,11 +232,16 @@ class _ArrayAPI:
                         delattr(mx.array, name)
 
 
+# numpy's ufuncs whose MLX function has another name (np.abs is numpy's "absolute")
+_MX_NAMES = {"absolute": "abs", "fabs": "abs", "rint": "round", "deg2rad": "radians", "rad2deg": "degrees"}
+
+
 def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dict[str, object]) -> Any:
     """numpy's ``ufunc`` over MLX arrays (or stand-ins): MLX's function of the same name where MLX has
     one (an MLX array, the derivative kept), else numpy's on the current values, as numpy would."""
     values = [_unwrap(v) for v in inputs]
-    own = getattr(mx, ufunc.__name__, None) if method == "__call__" and not kwargs else None
+    name = _MX_NAMES.get(ufunc.__name__, ufunc.__name__)
+    own = getattr(mx, name, None) if method == "__call__" and not kwargs else None
     if own is not None:
         return own(*values)
     return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)

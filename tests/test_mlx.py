@@ -384,10 +384,12 @@ def test_numpy_scalars_and_ufuncs_on_f_s_own_mlx_arrays_keep_their_derivative(pr
 
     def f(x):
         s = mx.sin(x)
-        return mx.sum(s + np.float64(3.0) * s + np.exp(x) * 2.0 + np.multiply(x, x)) + np.sum(np.stack([s, x * x]))
+        return mx.sum(s + np.float64(3.0) * s + np.exp(x) * 2.0 + np.multiply(x, x) + np.abs(x)) + np.sum(
+            np.stack([s, x * x])
+        )
 
     x = np.array([0.3, -1.2, 2.0])
-    want = 5 * np.cos(x) + 2 * np.exp(x) + 4 * x
+    want = 5 * np.cos(x) + 2 * np.exp(x) + 4 * x + np.sign(x)
     for xin in (x, mx.array(x)):
         prep = di.prepare_gradient(backend, f, xin) if prepared else None
         for _ in range(2):
