@@ -181,8 +181,8 @@ class _RuleOp(Op):
         return f"{type(self).__name__.strip('_')}{{{self.rule.__name__}}}"
 
 
-class _Primal(_RuleOp):
-    """``y = rule(*args)``."""
+class _Typed(_RuleOp):
+    """A rule's Op with one output of type ``y_type`` (the primal's, or its tangent's)."""
 
     __props__ = ("rule", "kwargs", "active", "y_type")
 
@@ -190,17 +190,21 @@ class _Primal(_RuleOp):
         super().__init__(rule, kwargs, active)
         self.y_type = y_type
 
-    def make_node(self, *args: Variable) -> Apply:
-        return Apply(self, [pt.as_tensor_variable(a) for a in args], [self.y_type()])
-
-    def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
-        y = self.rule.primal(*inputs, **dict(self.kwargs))
-        output_storage[0][0] = np.asarray(y, dtype=self.y_type.dtype).reshape(_shape(y, self.y_type))
+    def make_node(self, *inputs: Variable) -> Apply:
+        return Apply(self, [pt.as_tensor_variable(v) for v in inputs], [self.y_type()])
 
     def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
         if None in self.y_type.shape:
             raise NotImplementedError  # PyTensor then reads the output's shape
         return [tuple(self.y_type.shape)]
+
+
+class _Primal(_Typed):
+    """``y = rule(*args)``."""
+
+    def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
+        y = self.rule.primal(*inputs, **dict(self.kwargs))
+        output_storage[0][0] = np.asarray(y, dtype=self.y_type.dtype).reshape(_shape(y, self.y_type))
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
         return [[a] for a in self.active]
@@ -266,17 +270,8 @@ class _Reverse(_RuleOp):
         return [_second_order(self.rule) for _ in range(self.n)] + [dy]
 
 
-class _Forward(_RuleOp):
+class _Forward(_Typed):
     """The forward rule's tangent: ``(*args, t_i for active i) -> dy``."""
-
-    __props__ = ("rule", "kwargs", "active", "y_type")
-
-    def __init__(self, rule: Rule, kwargs: tuple[Any, ...], active: tuple[bool, ...], y_type: TensorType) -> None:
-        super().__init__(rule, kwargs, active)
-        self.y_type = y_type
-
-    def make_node(self, *inputs: Variable) -> Apply:
-        return Apply(self, [pt.as_tensor_variable(v) for v in inputs], [self.y_type()])
 
     def perform(self, node: Apply, inputs: Sequence[np.ndarray], output_storage: list[list[Any]]) -> None:
         rule = self.rule
@@ -286,11 +281,6 @@ class _Forward(_RuleOp):
         tangents = tuple(next(ts) if a else None for a in self.active)
         _, dy = rule.forward(*annotate(tuple(inputs[: self.n]), self.active, Active, tangents), **dict(self.kwargs))
         output_storage[0][0] = cotangent_like(dy, np.zeros(_shape(dy, self.y_type), self.y_type.dtype))
-
-    def infer_shape(self, fgraph: object, node: Apply, shapes: Sequence[tuple[Variable, ...]]) -> list[Any]:
-        if None in self.y_type.shape:
-            raise NotImplementedError
-        return [tuple(self.y_type.shape)]
 
     def pullback(
         self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
