@@ -439,6 +439,8 @@ class Adapter(_Base):
         self.rel_step: float | None = backend.rel_step
         # the frontend refuses a complex x for a complex step: it steps along the imaginary axis of a real x
         self.complex_step = self.method == "complex"
+        if self.complex_step:
+            self.complex_dtypes = ()
         self.executor: Any = backend.executor
         self.batch_size: int | None = backend.batch_size
         self.vectorized: bool = backend.vectorized

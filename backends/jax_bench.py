@@ -98,9 +98,3 @@ class Bench(BenchEngine):
             return None
         args = self._arguments(operator, x, t, A)
         return lambda: np.asarray(g(*args))
-
-    def native_first(self, operator: str, f: Callable[..., Any], x: jax.Array, t: jax.Array, A: jax.Array) -> Any:
-        def first() -> Any:
-            self.native(operator, f, x, t, A)()  # a new jit of a new transform: traced and compiled
-
-        return first

@@ -739,6 +739,7 @@ class Adapter(_Base):
     array_family = "mlx"
     traceable_results = True  # MLX's transforms nest: an outer mx.grad differentiates the runners' results
     local_sparsity_fallback = True  # AutoSparse's default detector on mx.* code: the pattern at and around x
+    complex_dtypes = ("complex64",)  # MLX has no complex128 (output_info's TypeError)
 
     def evaluate(self, target: Target, x: Any, contexts: Contexts) -> Any:
         """``f(x)`` once, over fresh MLX duplicates of its state, caches and buffer."""

@@ -131,9 +131,3 @@ class Bench(BenchEngine):
         if g is None:
             return None
         return lambda: np.asarray(g(*self.arrays(*numpy_args)))
-
-    def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Any:
-        def first() -> Any:
-            self.native(operator, f, x, t, A)()  # a new mx.compile of a new transform: traced and compiled
-
-        return first

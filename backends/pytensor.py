@@ -660,6 +660,7 @@ class Adapter(_Base):
 
     builds_graph = True  # DifferentiateWith(f, AutoPyTensor())'s primal runs f through evaluate
     local_sparsity_fallback = True  # AutoSparse's default detector on pytensor.tensor code: the pattern at and around x
+    complex_dtypes = ()  # PyTensor's complex derivatives do not follow docs/complex.md (_refuse_complex)
 
     @staticmethod
     def traced(value: Any) -> bool:

@@ -2,7 +2,8 @@
 ``python -m diffinterface bench``: the benchmarks (see ``diffinterface/bench/``).
 
 ``check`` shows a progress bar on a terminal (plain lines otherwise), then a summary per backend and
-array family (passed, failed, time), each failure in full and the warnings raised, once each; it
+array family (passed, refused, failed, time: "refused" is a complex x the backend declares it does not
+differentiate, checked to be the call's TypeError), each failure in full and the warnings raised, once each; it
 exits with status 1 if anything failed. ``--verbose`` adds the table of every scenario,
 ``--json FILE`` writes every result. ``bench`` writes its tables (CSV, markdown) and plots (PNG)
 into ``--out`` (default ``diffinterface-bench/``) and prints where; a quick subset by default,
@@ -92,18 +93,22 @@ SUMMARY_WIDTH = 100  # the summary table's lines fit this many columns
 
 
 def _summary(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
-    """Per backend and array family: passed, failed, time; lines of at most SUMMARY_WIDTH columns."""
+    """Per backend and array family: passed, refused, failed, time; lines of at most SUMMARY_WIDTH
+    columns. "refused": scenarios whose complex x the backend declares it does not differentiate
+    (``Adapter.complex_dtypes``), checked to be the call's TypeError; they are not failures."""
     family_width = 6
-    rest = 2 + family_width + len("  passed  failed      time")  # after the backend's column
+    rest = 2 + family_width + len("  passed  refused  failed      time")  # after the backend's column
     backend_width = min(max([len("backend")] + [len(b) for b, _ in columns]), SUMMARY_WIDTH - rest)
-    lines = [f"{'backend':<{backend_width}}  {'family':<{family_width}}  passed  failed      time"]
+    lines = [f"{'backend':<{backend_width}}  {'family':<{family_width}}  passed  refused  failed      time"]
     for backend, fam in columns:
         mine = [r for r in rows if r["backend"] == backend and r["family"] == fam]
         failed = sum(not r["passed"] for r in mine)
+        refused = sum(r["passed"] and r["refused"] is not None for r in mine)
         seconds = sum(r["seconds"] for r in mine)
         name = backend if len(backend) <= backend_width else backend[: backend_width - 3] + "..."
         lines.append(
-            f"{name:<{backend_width}}  {fam:<{family_width}}  {len(mine) - failed:>6}  {failed:>6}  {seconds:>7.1f}s"
+            f"{name:<{backend_width}}  {fam:<{family_width}}  {len(mine) - failed - refused:>6}  {refused:>7}  "
+            f"{failed:>6}  {seconds:>7.1f}s"
         )
     return lines
 
@@ -239,6 +244,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
                         "backend": repr(backend),
                         "family": fam,
                         "passed": o.error is None,
+                        "refused": o.refused,
                         "error": o.error,
                         "seconds": o.seconds,
                     }
@@ -246,6 +252,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
             done += len(scenarios)
     seconds = time.perf_counter() - start
     failures = [r for r in rows if not r["passed"]]
+    refused = [r for r in rows if r["passed"] and r["refused"] is not None]
     if args.verbose or args.failures_only:
         _table(columns, rows, failures_only=args.failures_only)
         print()
@@ -265,7 +272,8 @@ def check(argv: list[str] | argparse.Namespace) -> int:
             "command": "check",
             "machine": machine(),
             "seconds": seconds,
-            "passed": len(rows) - len(failures),
+            "passed": len(rows) - len(failures) - len(refused),
+            "refused": len(refused),
             "failed": len(failures),
             "skipped": skipped,
             "results": rows,
@@ -274,7 +282,12 @@ def check(argv: list[str] | argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(record, fh, indent=1)
         print(f"\nwrote {args.json}")
-    print(f"\n{len(rows) - len(failures)} passed, {len(failures)} failed in {_clock(seconds)}")
+    refusals = (
+        f"{len(refused)} refused (a complex x the backend declares it does not differentiate: its TypeError checked), "
+        if refused
+        else ""
+    )
+    print(f"\n{len(rows) - len(failures) - len(refused)} passed, {refusals}{len(failures)} failed in {_clock(seconds)}")
     return 1 if failures else 0
 
 
@@ -290,17 +303,20 @@ def _warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
 
 
 def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], failures_only: bool) -> None:
-    """Scenario x backend and family: pass, FAIL, or - where the scenario is not in that family."""
+    """Scenario x backend and family: pass, refused (the declared TypeError, checked), FAIL, or - where
+    the scenario is not in that family."""
     labels = [f"{b} [{fam}]" for b, fam in columns]
-    cell = {(r["scenario"], f"{r['backend']} [{r['family']}]"): r["passed"] for r in rows}
+    cell = {(r["scenario"], f"{r['backend']} [{r['family']}]"): r for r in rows}
     names = list(dict.fromkeys(r["scenario"] for r in rows))
     width = max(len(n) for n in names)
     print(f"{'scenario':<{width}}  " + "  ".join(labels))
     for name in names:
-        passed = [cell.get((name, label)) for label in labels]
-        if failures_only and all(p is not False for p in passed):
+        found = [cell.get((name, label)) for label in labels]
+        if failures_only and all(r is None or r["passed"] for r in found):
             continue
-        marks = ["-" if p is None else "pass" if p else "FAIL" for p in passed]
+        marks = [
+            "-" if r is None else "FAIL" if not r["passed"] else "refused" if r["refused"] else "pass" for r in found
+        ]
         print(f"{name:<{width}}  " + "  ".join(f"{m:<{len(c)}}" for m, c in zip(marks, labels)).rstrip())
 
 

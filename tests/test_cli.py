@@ -28,7 +28,7 @@ def test_check_runs_the_catalogue_and_prints_a_summary():
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     n = len(testing.default_scenarios())
-    assert re.search(rf"^AutoFiniteDiff\(\)\s+numpy\s+{n}\s+0\s+\d+\.\d+s$", run.stdout, re.M), run.stdout
+    assert re.search(rf"^AutoFiniteDiff\(\)\s+numpy\s+{n}\s+0\s+0\s+\d+\.\d+s$", run.stdout, re.M), run.stdout
     assert re.fullmatch(rf"{n} passed, 0 failed in \d+:\d\d", run.stdout.splitlines()[-1])
     assert "gradient/quadratic_form/closure" not in run.stdout  # the full table only with --verbose
     # piped, the progress is plain lines on stderr (no carriage returns), the last at 100%
@@ -53,7 +53,7 @@ def test_check_reports_a_failure_with_its_error_and_exit_status(monkeypatch, cap
     _one_wrong(monkeypatch)
     assert main(["check", "--backend", "finitediff", "--family", "numpy"]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"^AutoFiniteDiff\(\)\s+numpy\s+1\s+1\s", out, re.M)
+    assert re.search(r"^AutoFiniteDiff\(\)\s+numpy\s+1\s+0\s+1\s", out, re.M)
     assert "FAIL pushforward/deliberately_wrong on AutoFiniteDiff() [numpy]:" in out
     assert "max error 1 exceeds" in out
     assert re.fullmatch(r"1 passed, 1 failed in \d+:\d\d", out.rstrip().splitlines()[-1])
@@ -79,6 +79,50 @@ def test_check_json_writes_every_result(monkeypatch, tmp_path, capsys):
     assert f"wrote {path}" in capsys.readouterr().out
 
 
+def _complex_step_check(monkeypatch):
+    """check over a real scenario and two complex-x ones, with ``finitediff`` a complex-step AutoFiniteDiff
+    (which declares no complex dtype: ``Adapter.complex_dtypes``, its calls' TypeError)."""
+    import diffinterface as di
+
+    scenarios = testing.default_scenarios()
+    picked = [scenarios[0]] + [s for s in scenarios if s.name.startswith("complex/")][:2]
+    monkeypatch.setattr(testing, "default_scenarios", lambda family="numpy": picked)
+    monkeypatch.setattr(cli, "registered_backends", lambda: {"finitediff": lambda: di.AutoFiniteDiff(method="complex")})
+    return picked
+
+
+def test_check_counts_a_declared_refusal_apart_from_passed_and_failed(monkeypatch, tmp_path, capsys):
+    picked = _complex_step_check(monkeypatch)
+    path = tmp_path / "check.json"
+    assert main(["check", "--backend", "finitediff", "--family", "numpy", "--json", str(path), "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^AutoFiniteDiff\(method='complex'\)\s+numpy\s+1\s+2\s+0\s", out, re.M), out
+    assert re.search(rf"^{re.escape(picked[1].name)}\s+refused$", out, re.M)
+    assert re.search(rf"^{re.escape(picked[0].name)}\s+pass$", out, re.M)
+    assert re.fullmatch(
+        r"1 passed, 2 refused \(a complex x the backend declares it does not differentiate: its TypeError checked\), "
+        r"0 failed in \d+:\d\d",
+        out.rstrip().splitlines()[-1],
+    )
+    record = json.loads(path.read_text())
+    assert (record["passed"], record["refused"], record["failed"]) == (1, 2, 0)
+    assert [r["refused"] for r in record["results"]] == [None, "complex128", "complex128"]
+
+
+def test_a_declared_refusal_that_the_backend_does_not_raise_is_a_failure(monkeypatch, capsys):
+    """A backend that declares a complex dtype refused but differentiates it is reported, not counted."""
+    import diffinterface as di
+    import diffinterface.backends.finitediff as fd
+
+    picked = _complex_step_check(monkeypatch)
+    monkeypatch.setattr(cli, "registered_backends", lambda: {"finitediff": di.AutoFiniteDiff})
+    monkeypatch.setattr(fd.Adapter, "complex_dtypes", ("complex64",))  # central differences take complex128
+    assert main(["check", "--backend", "finitediff", "--family", "numpy"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {picked[1].name} on AutoFiniteDiff() [numpy]:" in out
+    assert "accepted a complex x of complex128, which it declares refused" in out
+
+
 def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
     """A warning raised during the check does not land in the middle of the output: it is counted
     and reported once, after the summary; known-harmless ones (KNOWN_WARNINGS) are left out."""
@@ -98,7 +142,7 @@ def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
     assert re.search(r"^1 warning raised during the check \(each once\):$", out, re.M)
     assert re.search(r"^  \d+x RuntimeWarning at .*test_cli\.py:\d+: a warning from the user's f$", out, re.M)
     assert "array API specification" not in out
-    assert out.index("warning raised") > out.index("passed  failed")
+    assert out.index("warning raised") > out.index("passed  refused  failed")
 
 
 def test_help_at_every_level_exits_0():
@@ -122,13 +166,20 @@ def test_help_at_every_level_exits_0():
 def test_summary_fits_100_columns():
     """Per backend and family one line, under 100 columns even for a long backend repr."""
     rows = [
-        {"scenario": "s", "backend": "AutoJAX()", "family": "numpy", "passed": True, "seconds": 1.5},
-        {"scenario": "t", "backend": "AutoJAX()", "family": "numpy", "passed": False, "seconds": 2.0},
-        {"scenario": "s", "backend": "SecondOrder(" + "x" * 150 + ")", "family": "torch", "passed": True, "seconds": 1},
+        {"scenario": "s", "backend": "AutoJAX()", "family": "numpy", "passed": True, "refused": None, "seconds": 1.5},
+        {"scenario": "t", "backend": "AutoJAX()", "family": "numpy", "passed": False, "refused": None, "seconds": 2.0},
+        {
+            "scenario": "s",
+            "backend": "SecondOrder(" + "x" * 150 + ")",
+            "family": "torch",
+            "passed": True,
+            "refused": None,
+            "seconds": 1,
+        },
     ]
     lines = cli._summary([("AutoJAX()", "numpy"), (rows[2]["backend"], "torch")], rows)
     assert all(len(line) <= cli.SUMMARY_WIDTH == 100 for line in lines)
-    assert re.fullmatch(r"AutoJAX\(\)\s+numpy\s+1\s+1\s+3\.5s", lines[1])
+    assert re.fullmatch(r"AutoJAX\(\)\s+numpy\s+1\s+0\s+1\s+3\.5s", lines[1])
     assert lines[2].startswith("SecondOrder(xxx") and "...  torch" in lines[2]
 
 

@@ -21,8 +21,8 @@ class BenchEngine:
       ``ready(value)``: ``value`` once computed;
     - ``native(operator, f, x, t, A)``: the engine's own call for ``operator`` (``gradient``,
       ``hvp``, ``hessian``, ``pushforward``, ``pullback``, ``jacobian tall``/``wide`` with
-      ``f(x) = sin(A @ x)``), or None where it has none; ``native_first``: its cold call, what
-      preparation is compared with (JAX: a fresh jit, compiled);
+      ``f(x) = sin(A @ x)``), or None where it has none; ``native_first``: its cold call (by
+      default the native built and called: JAX's a fresh jit, compiled), what preparation is compared with;
     - ``compiled(f)``: ``f`` as the engine's users run it (JAX: ``jax.jit(f)``);
     - ``limits``: the largest size per operator worth timing (finite differences cost an evaluation
       of ``f`` per coordinate), or None for every size;
@@ -53,7 +53,17 @@ class BenchEngine:
         )
 
     def native_first(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
-        return self.native(operator, f, x, t, A)
+        """The engine's cold call: its :meth:`native` built and called, at every call of the result (a
+        compiling engine's native traces and compiles as it is built: a new ``jax.jit``, ``mx.compile``,
+        ``tf.function`` or ``pytensor.function``; an eager engine's build is nothing). Timing the built
+        native alone would leave the compilation out (PyTensor's and TensorFlow's natives compile in
+        ``native``, so their first calls were measured as warm calls before 2026-11-25)."""
+
+        def first() -> Any:
+            native = self.native(operator, f, x, t, A)
+            return None if native is None else native()
+
+        return first
 
     def native_numpy(self, operator: str, f: Callable[..., Any], x: Any, t: Any, A: Any) -> Callable[[], Any] | None:
         """The native call on numpy ``x``, ``t`` and ``A`` as a NumPy user writes it: each converted with

@@ -229,6 +229,12 @@ class Adapter:
     # dense derivatives at x and around it) with a ``LocalSparsityWarning``, instead of raising. False
     # (JAX: ``JaxprSparsityDetector`` reads its jaxpr): the tracer's ``TracerError`` names the detectors.
     local_sparsity_fallback: bool = False
+    # The complex dtypes of x this engine differentiates; a complex x of another dtype is the call's
+    # TypeError, naming the engine and what to use instead (MLX has no complex128; PyTensor's derivatives
+    # of complex operations do not follow docs/complex.md; a complex step needs a real x). The scenario
+    # harness (diffinterface.testing) reads it: there, such a scenario's expected outcome is that error,
+    # and ``python -m diffinterface check`` counts it as "refused", not as passed.
+    complex_dtypes: tuple[str, ...] = ("complex64", "complex128")
 
     def accuracy(self, dtype: Any) -> float | None:
         """The relative accuracy of this engine's results for an ``x`` of ``dtype``, where it is coarser
@@ -485,6 +491,11 @@ class SecondOrderAdapter(Adapter):
 
     def outer_inner(self) -> tuple[Any, Any]:
         return self.backend.outer, self.backend.inner
+
+    @property
+    def complex_dtypes(self) -> tuple[str, ...]:  # type: ignore[override]  # those both engines differentiate
+        outer, inner = (adapter_for(b, repr(self.backend)) for b in self.outer_inner())
+        return tuple(d for d in inner.complex_dtypes if d in outer.complex_dtypes)
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         return adapter_for(self.backend.inner, repr(self.backend)).output_info(target, x, contexts, oneshot)

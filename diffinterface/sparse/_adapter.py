@@ -103,6 +103,7 @@ class SparseAdapter(Adapter):
         self.dense = adapter_for(backend.dense, repr(backend))
         self.traced = getattr(self.dense, "traced", None)
         self.engine_name = getattr(self.dense, "engine_name", None)
+        self.complex_dtypes = self.dense.complex_dtypes
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         return self.dense.output_info(target, x, contexts, oneshot)

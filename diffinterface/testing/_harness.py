@@ -50,6 +50,9 @@ class Outcome:
     backend: Any
     error: str | None
     seconds: float
+    # the complex dtype the backend declares refused (the scenario checked that its calls raise the
+    # TypeError that says so, not derivatives), or None
+    refused: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -186,13 +189,22 @@ class _Check:
         if s.holomorphic:
             kwargs["holomorphic"] = True
         lead = (s.tangent,) if takes_tangent else ()
-        if _complex_leaves(s.x) and getattr(adapter_for(backend, "check"), "complex_step", False):
-            # a complex step needs a real x: the expected outcome is the TypeError that says so
-            try:
-                plain(backend, s.f, s.x, *lead, *s.contexts, **kwargs)
-            except TypeError:
-                return
-            raise AssertionError(f"{s.operator}: a complex-step backend accepted a complex x")
+        refused = refusal(backend, s)
+        if refused is not None:
+            # a complex x the engine does not differentiate (Adapter.complex_dtypes): the expected outcome
+            # is the call's TypeError, unprepared and prepared
+            for call in (
+                lambda: plain(backend, s.f, s.x, *lead, *s.contexts, **kwargs),
+                lambda: prepare(backend, s.f, s.x, *lead, *s.contexts, **kwargs),
+            ):
+                try:
+                    call()
+                except TypeError:
+                    continue
+                raise AssertionError(
+                    f"{s.operator}: {backend!r} accepted a complex x of {refused}, which it declares refused"
+                )
+            return
         for prepared in (False, True):
             prep = None
             if prepared:
@@ -252,6 +264,19 @@ def _complex_leaves(x: Any) -> bool:
     return any(complex_dtype(getattr(v, "dtype", None)) for v in _leaves(x))
 
 
+def refusal(backend: Any, scenario: Scenario) -> str | None:
+    """The complex dtype of ``scenario``'s x that ``backend`` declares it does not differentiate
+    (``Adapter.complex_dtypes``: its calls raise the TypeError that says so), or None."""
+    kinds = {
+        np.dtype(to_family(v, NUMPY).dtype).name
+        for v in _leaves(scenario.x)
+        if complex_dtype(getattr(v, "dtype", None))
+    }
+    declared = adapter_for(backend, "check").complex_dtypes
+    refused = sorted(kinds - set(declared))
+    return refused[0] if refused else None
+
+
 def _zeroed(result: Any) -> Any:
     """A sparse matrix with ``result``'s pattern and zero values: the ``out=`` of a sparse call."""
     if hasattr(result, "toarray"):
@@ -298,7 +323,7 @@ def test_differentiation(
                 error = None
             except Exception as e:  # every failure is reported, not only assertion errors
                 error = f"{type(e).__name__}: {e}" if not isinstance(e, AssertionError) else str(e)
-            outcomes.append(Outcome(scenario, backend, error, time.perf_counter() - start))
+            outcomes.append(Outcome(scenario, backend, error, time.perf_counter() - start, refusal(backend, scenario)))
             if progress is not None:
                 progress(len(outcomes), total, outcomes[-1])
     failures = [o for o in outcomes if not o.passed]
