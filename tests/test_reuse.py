@@ -214,3 +214,48 @@ def test_a_function_sent_to_another_process_carries_no_preparation():
     hits, misses = di.prep_cache.hits, di.prep_cache.misses
     np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), g, x), 3.0 * np.sin(2 * x), atol=1e-6)
     assert (di.prep_cache.hits, di.prep_cache.misses) == (hits, misses + 1)  # g came with nothing kept
+
+
+def test_the_latest_hit_is_tried_first_and_a_call_it_does_not_serve_takes_the_keyed_path():
+    """A loop calling f the same way reuses the latest hit's prep without building a key; alternating
+    shapes, a new but equal config, holomorphic and a tangent operator each get their own right prep."""
+    backend = di.AutoFiniteDiff()
+    xs = {n: np.linspace(0.1, 0.5, n) for n in (2, 3)}
+    for _ in range(3):  # prepare both shapes
+        for n in (2, 3):
+            di.gradient(backend, sum_sin2, xs[n])
+    assert di.prep_cache.builds == 2
+    hits = di.prep_cache.hits
+    for n in (2, 2, 3, 3, 2):  # the latest hit, then the other shape through its key: both counted as hits
+        np.testing.assert_allclose(di.gradient(backend, sum_sin2, xs[n]), np.sin(2 * xs[n]), atol=1e-6)
+    assert di.prep_cache.hits == hits + 5 and di.prep_cache.builds == 2
+    held = sum_sin2.__dict__["__diffinterface_preps__"]
+    assert held.last.serves(held.last.operator, backend, sum_sin2, (xs[2],), False)
+    assert not held.last.serves(held.last.operator, backend, sum_sin2, (xs[3],), False)  # another shape
+    assert not held.last.serves(held.last.operator, backend, sum_sin2, (xs[2].astype(np.float32),), False)
+    assert not held.last.serves(held.last.operator, backend, sum_sin2, (xs[2],), True)  # holomorphic
+    # an equal config built anew (di.gradient(di.AutoFiniteDiff(), ...) in a loop): found by key, same prep
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), sum_sin2, xs[2]), np.sin(2 * xs[2]), atol=1e-6)
+    assert di.prep_cache.builds == 2
+    # float32 at the same shape: not served by the float64 prep
+    for _ in range(3):
+        g = di.gradient(backend, sum_sin2, xs[2].astype(np.float32))
+        assert g.dtype == np.float32
+    assert di.prep_cache.builds == 3
+    di.prep_cache.clear()
+    assert held.last is None
+
+
+def test_configs_keep_their_hash_and_pickle_without_it():
+    import pickle
+
+    for make in (di.AutoFiniteDiff, lambda: di.AutoFiniteDiff(method="forward"), di.AutoJAX, di.AutoTorch):
+        a, b = make(), make()
+        assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+        assert "_hash" in a.__dict__  # kept after the first hash
+        c = pickle.loads(pickle.dumps(a))
+        assert "_hash" not in c.__dict__ and c == a and hash(c) == hash(a)
+    second = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
+    assert hash(second) == hash(di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")))
+    assert di.AutoFiniteDiff() != di.AutoFiniteDiff(method="forward")

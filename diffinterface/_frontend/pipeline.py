@@ -396,6 +396,10 @@ def reused(
     if not reusable(backend):
         return None
     args = _arguments(operator, x, tangent, y, contexts)
+    if not has_aux:
+        last = prep_cache.latest(operator, backend, f, args, holomorphic)
+        if last is not None:
+            return last
     key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
     if key is None:
         return None

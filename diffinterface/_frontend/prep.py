@@ -189,6 +189,29 @@ class Prep:
         args = ["f"] + [n if n != "y" else "y=y" for n in self.names if not n.startswith("contexts")]
         return f"{operator}({backend!r}, {', '.join(args)})"
 
+    def serves(
+        self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], holomorphic: bool
+    ) -> bool:
+        """Whether this prep serves a call with these arguments without a has_aux, by identity and the
+        arrays' types, shapes and dtypes alone (no message is formatted, nothing raises): False where it
+        cannot tell that way (then :meth:`check` says). What :meth:`check`'s inline path accepts, for
+        ``prep_cache``'s latest-hit lookup."""
+        arrays = self._arrays
+        if (
+            arrays is None
+            or operator is not self.operator
+            or backend is not self.backend
+            or f is not self.f
+            or self.has_aux
+            or holomorphic != self.holomorphic
+            or len(args) != len(arrays)
+        ):
+            return False
+        for a, (kind, shape, dtype) in zip(args, arrays):
+            if type(a) is not kind or a.shape != shape or not (a.dtype is dtype or a.dtype == dtype):
+                return False
+        return True
+
     def check(
         self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], has_aux: bool = False
     ) -> None:

@@ -69,11 +69,12 @@ class _Held:
     a function's ``__dict__`` into its wrapper), and a held cache pickles as an empty one (a function
     sent to a process pool or a Dask worker carries no compiled program)."""
 
-    __slots__ = ("owner", "keys", "__weakref__")
+    __slots__ = ("owner", "keys", "last", "__weakref__")
 
     def __init__(self, owner: Any) -> None:
         self.owner = weakref.ref(owner) if owner is not None else None
         self.keys: OrderedDict[Any, _Entry] = OrderedDict()
+        self.last: Prep | None = None  # the prep of the latest hit or build: tried first (PrepCache.latest)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Held, (None,))
@@ -82,6 +83,7 @@ class _Held:
 def _detach(held: _Held) -> None:
     """Forget ``held``: its keys, and its place on its function."""
     held.keys.clear()
+    held.last = None
     owner = held.owner() if held.owner is not None else None
     if owner is not None and owner.__dict__.get(_HELD) is held:
         del owner.__dict__[_HELD]
@@ -164,6 +166,22 @@ class PrepCache:
             return None
         return held
 
+    def latest(
+        self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], holomorphic: bool
+    ) -> Prep | None:
+        """The prep of ``f``'s latest hit, where it serves these arguments as they are (the same
+        operator, backend object and options, arrays of its types, shapes and dtypes: ``Prep.serves``),
+        else None. A loop that calls ``f`` the same way finds its prep here without building a key
+        (2-3 us of a 7 us JAX gradient at n = 10); any other call looks it up by key (:meth:`find`)."""
+        held = f.__dict__.get(_HELD) if type(f) is types.FunctionType else None
+        if held is None:
+            return None
+        last = held.last
+        if last is None or held.owner is None or not last.serves(operator, backend, f, args, holomorphic):
+            return None
+        self.hits += 1
+        return last
+
     def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
         """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
         :meth:`seen` says whether to prepare it."""
@@ -172,6 +190,7 @@ class PrepCache:
             entry = held.keys.get(key)
             if entry is not None and entry.prep is not None:
                 self.hits += 1
+                held.last = entry.prep
                 return entry.prep
         return None
 
@@ -204,7 +223,9 @@ class PrepCache:
                 return False
             keys[key] = _Entry()
             while len(keys) > self.max_keys:
-                keys.popitem(last=False)
+                _, dropped = keys.popitem(last=False)
+                if dropped.prep is not None and dropped.prep is held.last:
+                    held.last = None
             return False
 
     def keep(self, f: Callable[..., Any], key: Any, prep: Prep) -> None:
@@ -218,6 +239,7 @@ class PrepCache:
             if entry.prep is None:
                 entry.prep = prep
                 self.builds += 1
+            held.last = entry.prep
 
 
 prep_cache = PrepCache()

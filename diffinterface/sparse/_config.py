@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .._core.configs import AbstractBackend
+from .._core.configs import AbstractBackend, hash_once
 from ._coloring import GreedyColoring
 from ._detectors import TracerSparsityDetector
 
 
+@hash_once
 @dataclasses.dataclass(frozen=True, repr=False)
 class AutoSparse(AbstractBackend):
     """Sparse Jacobians and Hessians through ``dense``, at the cost of one derivative per color.
