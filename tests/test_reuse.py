@@ -247,15 +247,17 @@ def test_the_latest_hit_is_tried_first_and_a_call_it_does_not_serve_takes_the_ke
     assert held.last is None
 
 
-def test_configs_keep_their_hash_and_pickle_without_it():
+def test_configs_keep_their_hash_and_repr_and_pickle_without_them():
     import pickle
 
     for make in (di.AutoFiniteDiff, lambda: di.AutoFiniteDiff(method="forward"), di.AutoJAX, di.AutoTorch):
         a, b = make(), make()
         assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
         assert "_hash" in a.__dict__  # kept after the first hash
+        assert repr(a) == repr(b) and a.__dict__["_repr"] == repr(a)  # kept after the first repr
         c = pickle.loads(pickle.dumps(a))
-        assert "_hash" not in c.__dict__ and c == a and hash(c) == hash(a)
+        assert "_hash" not in c.__dict__ and "_repr" not in c.__dict__ and c == a and hash(c) == hash(a)
+        assert repr(c) == repr(a)
     second = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
     assert hash(second) == hash(di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")))
     assert di.AutoFiniteDiff() != di.AutoFiniteDiff(method="forward")
