@@ -11,7 +11,9 @@ plots of time against size:
   the ratio of those two medians, with the smallest and largest per-round ratio beside it; a
   measurement whose rounds are more than ``MAX_SPREAD`` (2x) apart is taken again, and a row
   still that far apart is marked ``unsteady`` instead of printed as a result. The preparation is
-  compared with the native's first call (which pays JAX's compilation).
+  compared with the native's first call: the native built and called, which pays the compilation of a
+  compiling engine (a fresh ``jax.jit``, ``mx.compile``, ``tf.function``, ``pytensor.function``); so is the
+  first call of a new function without ``prep=`` (``first_call_ratio``).
 - ``cheap_gradient``: the prepared gradient over ``f`` itself.
 - ``mode_choice``: jacobians of tall and wide maps, ``mode=None`` against the better of
   ``"forward"`` and ``"reverse"``.

@@ -104,7 +104,7 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
         "prepare": lambda: prepare(backend, f, *args),
         "native": native,
-        # the cold call; with numpy inputs, the engine's own (its first call's cost is the trace)
+        # the cold call: the native built and called (BenchEngine.native_first), on the engine's own arrays
         "native_first": eng.native_first(operator, f, *(eng.arrays(x, t, A) if numpy_inputs else (x, t, A))),
         "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
         "inputs": f"numpy {eng.numpy_dtype}" if numpy_inputs else eng.inputs,

@@ -272,6 +272,8 @@ def refusal(backend: Any, scenario: Scenario) -> str | None:
         for v in _leaves(scenario.x)
         if complex_dtype(getattr(v, "dtype", None))
     }
+    if not kinds:
+        return None
     declared = adapter_for(backend, "check").complex_dtypes
     refused = sorted(kinds - set(declared))
     return refused[0] if refused else None
@@ -318,12 +320,14 @@ def test_differentiation(
     for backend in backends:
         for scenario in scenarios:
             start = time.perf_counter()
+            refused = None
             try:
+                refused = refusal(backend, scenario)
                 check_scenario(backend, scenario, tol)
                 error = None
             except Exception as e:  # every failure is reported, not only assertion errors
                 error = f"{type(e).__name__}: {e}" if not isinstance(e, AssertionError) else str(e)
-            outcomes.append(Outcome(scenario, backend, error, time.perf_counter() - start, refusal(backend, scenario)))
+            outcomes.append(Outcome(scenario, backend, error, time.perf_counter() - start, refused))
             if progress is not None:
                 progress(len(outcomes), total, outcomes[-1])
     failures = [o for o in outcomes if not o.passed]
