@@ -35,8 +35,7 @@ def _compile(build: Any, *arrays: Any) -> Any:
 
 _DISPATCH = (
     "the public call's Python layers (the prep check, the runner's lookup of the compiled function by "
-    "x's shape and dtype) and one compiled function for the plain and value forms: it returns f(x) "
-    "(and the gradient, for second order) beside the result, an output more than the native's"
+    "x's shape and dtype)"
 )
 
 
