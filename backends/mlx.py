@@ -240,7 +240,8 @@ def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dic
     """numpy's ``ufunc`` over MLX arrays (or stand-ins): MLX's function of the same name where MLX has
     one (an MLX array, the derivative kept), else numpy's on the current values, as numpy would."""
     values = [_unwrap(v) for v in inputs]
-    name = _MX_NAMES.get(ufunc.__name__, ufunc.__name__)
+    name = str(ufunc.__name__)  # numpy's stubs type a ufunc's name as str | None
+    name = _MX_NAMES.get(name, name)
     own = getattr(mx, name, None) if method == "__call__" and not kwargs else None
     if own is not None:
         return own(*values)

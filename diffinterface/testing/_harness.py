@@ -193,12 +193,12 @@ class _Check:
         if refused is not None:
             # a complex x the engine does not differentiate (Adapter.complex_dtypes): the expected outcome
             # is the call's TypeError, unprepared and prepared
-            for call in (
+            for attempt in (
                 lambda: plain(backend, s.f, s.x, *lead, *s.contexts, **kwargs),
                 lambda: prepare(backend, s.f, s.x, *lead, *s.contexts, **kwargs),
             ):
                 try:
-                    call()
+                    attempt()
                 except TypeError:
                     continue
                 raise AssertionError(
