@@ -988,7 +988,12 @@ def _compressed(kind: str, seeds: np.ndarray, index: np.ndarray, pattern: Any) -
         else:
             _, lin = jax.linearize(jax.grad(f), x)
             compressed = jax.vmap(lin)(s)
-        data: Any = jnp.reshape(compressed, (-1,))[idx]
+        # the index is in bounds and, but for a star coloring's symmetric pairs, one entry per nonzero
+        # (``decompression`` checks both): no bounds handling in the gather
+        flat = jnp.reshape(compressed, (-1,))
+        if index.size and not 0 <= int(index.min()) <= int(index.max()) < flat.shape[0]:  # checked at the trace
+            raise AssertionError(f"the decompression index leaves the {flat.shape[0]} compressed entries")
+        data: Any = flat.at[idx].get(mode="promise_in_bounds", unique_indices=kind != "star")
         if to_sparse is not None:
             data = to_sparse(data)
         if not value:
