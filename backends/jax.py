@@ -52,6 +52,7 @@ from diffinterface.extend import (
     Cache,
     Info,
     Operator,
+    Runners,
     const_write_error,
     contract_all,
     duplicate,
@@ -82,7 +83,6 @@ from diffinterface.extend import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from jax.experimental import sparse as jsparse
     from jax.typing import ArrayLike
 
     from diffinterface.extend import Array, Contexts, Info, Layout, Target
@@ -941,40 +941,70 @@ class Adapter(_Base):
         contexts: Contexts,
         info: Info,
         pattern: Any = None,  # a scipy csr_array (scipy ships no types)
-    ) -> _Prepared:
+    ) -> Runners:
         """AutoSparse's compressed derivative compiled whole (``diffinterface.sparse._adapter``): the
         products along the stacked ``seeds`` (``"columns"``: pushforwards, ``"rows"``: pullbacks,
         ``"star"``: Hessian-vector products), flattened and gathered at ``index`` in one program.
         Runners without tangents: ``plain`` gives the nonzeros, ``value`` ``(y, nonzeros)`` or
         ``(y, gradient, nonzeros)`` for ``"star"``. Given the ``pattern`` (CSR), the nonzeros come
-        back as a ``jax.experimental.sparse.BCOO`` with it, built inside the program too."""
-        body = _compressed(kind, seeds, index, pattern)
+        back as a ``jax.experimental.sparse.BCOO`` with it: the program's nonzeros and the pattern's
+        indices (a device array made here, once) joined by the BCOO's pytree structure, outside the
+        program. Built inside it, the BCOO's indices are an output that each call copies (56 MB for
+        the 7e6 nonzeros of a 3-D stencil at n = 1e6: the call 1.7x the program without them)."""
+        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+            with enable_x64(True):  # float64 seeds stay float64
+                body = _compressed(kind, seeds, index)
+        else:
+            body = _compressed(kind, seeds, index)
         if kind != "star":
             body = _preferring("forward" if kind == "columns" else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         prepared = _Prepared(_Function(target, contexts), JACOBIAN, body, jit, _is_float64(x), family(x) == TORCH, 0)
         if jit:
             prepared.compile_ahead(x, (), contexts)
-        return prepared
+        if pattern is None:
+            return Runners(prepared.plain, prepared.value)
+        to_sparse = _bcoo_of(pattern)
+        plain_data, value_data = prepared.plain, prepared.value
+
+        def plain(x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
+            return to_sparse(plain_data(x, tangents, contexts))
+
+        def value(x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
+            *front, data = value_data(x, tangents, contexts)
+            return (*front, to_sparse(data))
+
+        return Runners(plain, value)
 
 
-def _compressed(kind: str, seeds: np.ndarray, index: np.ndarray, pattern: Any) -> Traced:
-    """The body of ``Adapter.prepare_compressed`` (seeds and index are constants of the program)."""
-    to_sparse: Callable[[Any], Any] | None = None  # the nonzeros as a BCOO of the pattern
-    if pattern is not None:
-        from jax.experimental import sparse as jsparse
+def _bcoo_of(pattern: Any) -> Callable[[jax.Array], Any]:
+    """``nonzeros -> BCOO`` of the CSR ``pattern``: its indices made once on the device, and each
+    BCOO unflattened from them and the nonzeros (as ``jax.jit`` returns one: no checks, no copy)."""
+    from jax.experimental import sparse as jsparse
 
-        rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
-        coo = np.stack([rows, pattern.indices], axis=1).astype(np.int32)
-        shape = tuple(pattern.shape)
+    rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
+    coo = jnp.asarray(np.stack([rows, pattern.indices], axis=1).astype(np.int32))
+    template = jsparse.BCOO(
+        (jnp.zeros(coo.shape[0], jnp.float32), coo),
+        shape=tuple(pattern.shape),
+        indices_sorted=True,
+        unique_indices=True,
+    )
+    structure = jax.tree_util.tree_structure(template)
 
-        def bcoo(data: jax.Array) -> jsparse.BCOO:
-            return jsparse.BCOO((data, jnp.asarray(coo)), shape=shape, indices_sorted=True, unique_indices=True)
+    def to_sparse(data: jax.Array) -> Any:
+        return jax.tree_util.tree_unflatten(structure, (data, coo))
 
-        to_sparse = bcoo
+    return to_sparse
+
+
+def _compressed(kind: str, seeds: np.ndarray, index: np.ndarray) -> Traced:
+    """The body of ``Adapter.prepare_compressed``. The seeds and the index are device arrays made
+    here, once, that the program closes over (JAX passes them to it as arguments); as numpy constants
+    they were literals compiled into it."""
+    s, idx = jnp.asarray(seeds), jnp.asarray(index)
 
     def body(f: Callable[..., Any], x: jax.Array, _: tuple[jax.Array, ...], value: bool) -> Any:
-        s, idx = jnp.asarray(seeds), jnp.asarray(index)
         y = g = None  # f(x) and the gradient, computed where value asks for them
         if kind == "columns":
             y, lin = jax.linearize(f, x)
@@ -994,8 +1024,6 @@ def _compressed(kind: str, seeds: np.ndarray, index: np.ndarray, pattern: Any) -
         if index.size and not 0 <= int(index.min()) <= int(index.max()) < flat.shape[0]:  # checked at the trace
             raise AssertionError(f"the decompression index leaves the {flat.shape[0]} compressed entries")
         data: Any = flat.at[idx].get(mode="promise_in_bounds", unique_indices=kind != "star")
-        if to_sparse is not None:
-            data = to_sparse(data)
         if not value:
             return data
         return (y, g, data) if kind == "star" else (y, data)
