@@ -360,7 +360,13 @@ def _leaked(error: BaseException) -> bool:
     return _box_write(error) or operand_error(error, lambda v: isinstance(v, Box)) or _foreign_output(error)
 
 
-_read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
+def _read_only(value: Any) -> Any:
+    """A captured array as the kit's read-only alias (``read_only_alias``: a write raises numpy's
+    refusal, an in-place operator included: ``buf[:] *= x`` with a box ``x``, which numpy would
+    otherwise fail with a ``TypeError`` of its ufunc dispatch while tracing, where the guard cannot
+    tell it from f's own error); a box, or an array of another family, as ``WritableArray`` keeps it."""
+    alias = read_only_alias(value)
+    return alias if alias is not None else WritableArray._wrap(value)
 
 
 def _numpy_leaf(value: Array) -> Array:
