@@ -489,6 +489,46 @@ def _warn_nan(call: str, x: np.ndarray, ts: tuple[np.ndarray, ...], y: ArrayLike
     )
 
 
+def _explained(target: Target, error: TypeError | ValueError) -> BaseException | None:
+    """The message of an error autograd raised while tracing ``f`` (a value it cannot carry a
+    derivative through, a write into a numpy array f made, a const-closure write), or None for f's
+    own error."""
+    call = target.call
+    const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
+    if const is not None:
+        return const
+    refused = _unboxable(error)
+    if refused is not _NO_VALUE:
+        kind = type(refused)
+        return TypeError(
+            f"{call}: f computes from x a value autograd cannot carry a derivative through "
+            f"({kind.__module__}.{kind.__qualname__}: an integer or boolean array, from x.astype(int), "
+            f"int(x) or the like); torch and JAX give such a value a zero derivative, autograd refuses "
+            f"it. Compute that value from a Constant context instead of x (it then carries no "
+            f"derivative), write a custom rule for that part of f (diffinterface.rules), or use AutoTorch "
+            f"or AutoJAX"
+        )
+    if not _box_write(error):
+        return None
+    return type(error)(
+        f"{call}: autograd could not trace f: {str(error).rstrip('.')}. The usual cause is a numpy array that f "
+        f"creates and then writes a value depending on x into (a = np.zeros(n); a[0] = x[0]): "
+        f"autograd cannot record writes into numpy arrays. Build the array from x instead "
+        f"(np.stack, np.concatenate, expressions of x), or keep it outside f, captured or passed "
+        f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
+    )
+
+
+class _Recorded:
+    """``make_vjp``'s ``(pull, y)`` from a one-shot ``output_info`` (see ``Adapter._record``), left in
+    ``Info.value`` for the runner's first call: a one-shot gradient traces ``f`` once."""
+
+    __slots__ = ("pull", "y")
+
+    def __init__(self, pull: Callable[[Any], Any], y: Any) -> None:
+        self.pull, self.y = pull, y
+
+
 def _build(
     operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array, target: Target
 ) -> tuple[Runner, Runner]:
@@ -512,6 +552,10 @@ def _build(
         return make_jvp(lambda z: fn(z, contexts), x)(t)
 
     def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
+        if info.oneshot and type(info.value) is _Recorded:  # a one-shot call: f recorded by output_info
+            recorded = info.take_value()
+            if type(recorded) is _Recorded:
+                return recorded.pull, recorded.y
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
 
     def cast(v: ArrayLike) -> np.ndarray:
@@ -637,29 +681,10 @@ def _build(
         try:
             return body(x, ts, contexts)
         except (TypeError, ValueError) as error:
-            const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
-            if const is not None:
-                raise const from error
-            refused = _unboxable(error)
-            if refused is not _NO_VALUE:
-                kind = type(refused)
-                raise TypeError(
-                    f"{call}: f computes from x a value autograd cannot carry a derivative through "
-                    f"({kind.__module__}.{kind.__qualname__}: an integer or boolean array, from x.astype(int), "
-                    f"int(x) or the like); torch and JAX give such a value a zero derivative, autograd refuses "
-                    f"it. Compute that value from a Constant context instead of x (it then carries no "
-                    f"derivative), write a custom rule for that part of f (diffinterface.rules), or use AutoTorch "
-                    f"or AutoJAX"
-                ) from error
-            if not _box_write(error):
-                raise
-            raise type(error)(
-                f"{call}: autograd could not trace f: {str(error).rstrip('.')}. The usual cause is a numpy array that f "
-                f"creates and then writes a value depending on x into (a = np.zeros(n); a[0] = x[0]): "
-                f"autograd cannot record writes into numpy arrays. Build the array from x instead "
-                f"(np.stack, np.concatenate, expressions of x), or keep it outside f, captured or passed "
-                f"as Cache(a): captured arrays and caches are writable under AutoAutograd."
-            ) from error
+            known = _explained(target, error)
+            if known is not None:
+                raise known from error
+            raise
 
     def plain(x: Array, ts: tuple[Array, ...], contexts: Contexts) -> Any:
         x, ts = inputs(x, ts)
@@ -699,8 +724,11 @@ class Adapter(_Base):
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
         fn = _Function(target, contexts)
+        recorded = self._record(target, xn, contexts, fn) if oneshot else None
         try:
-            if target.closure == "const":  # traced: what f writes into captured lists is then a box
+            if recorded is not None:
+                y = np.asarray(recorded.y)
+            elif target.closure == "const":  # traced: what f writes into captured lists is then a box
                 with _TRACES:
                     y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
             else:
@@ -717,7 +745,26 @@ class Adapter(_Base):
                 f"AutoJAX(mode='forward'), AutoTorch(mode='forward') or AutoFiniteDiff(), or return the real "
                 f"and imaginary parts as one real array (xp.stack([xp.real(z), xp.imag(z)]))"
             )
-        return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
+        return Info(tuple(y.shape), y.dtype, recorded, tuple(np.shape(x)), oneshot)
+
+    def _record(self, target: Target, x: np.ndarray, contexts: Contexts, fn: _Function) -> _Recorded | None:
+        """A one-shot reverse-mode call (gradient, pullback): ``f`` traced here by ``make_vjp`` as its
+        runner would trace it, for the runner's first call (:class:`_Recorded`), its errors explained
+        as the runner explains them; None for the other operators and a structured x or f(x)."""
+        operator = target.operator
+        if operator not in (GRADIENT, PULLBACK) or target.layout is not None:
+            return None
+        if getattr(self.backend, "mode", None) == "forward":
+            return None
+        try:
+            with _TRACES:
+                pull, y = make_vjp(lambda z: fn(z, contexts), x)
+        except (TypeError, ValueError) as error:  # explained as the runner explains it: f ran once
+            known = _explained(target, error)
+            if known is not None:
+                raise known from error
+            raise
+        return _Recorded(pull, y)
 
     def prepare(
         self,

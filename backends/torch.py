@@ -642,6 +642,39 @@ def _record(
     return y, xt
 
 
+class _Recorded:
+    """``f`` recorded by a one-shot ``output_info`` (:meth:`Adapter.output_info`) as the runner of a
+    reverse-mode operator records it (:func:`_record`), left in ``Info.value`` for that runner's
+    first call: a one-shot gradient evaluates ``f`` once, not once for f(x)'s shape and again with
+    its graph."""
+
+    __slots__ = ("y", "xt")
+
+    def __init__(self, y: torch.Tensor, xt: torch.Tensor) -> None:
+        self.y, self.xt = y, xt
+
+
+# the operators whose runners start with _record in reverse mode (hvp and the Hessian: reverse over reverse)
+_RECORDING = (GRADIENT, PULLBACK, HVP, HESSIAN)
+
+
+def _recorder(info: Info) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`_record`, whose first call takes the recording a one-shot ``output_info`` left in
+    ``info`` (see :class:`_Recorded`), if there is one."""
+    if not (info.oneshot and type(info.value) is _Recorded):
+        return _record
+
+    def record(
+        fn: _Function, x: torch.Tensor, contexts: Contexts, run: _Run | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        recorded = info.take_value()
+        if type(recorded) is _Recorded:
+            return recorded.y, recorded.xt
+        return _record(fn, x, contexts, run)
+
+    return record
+
+
 def _vjps(
     y: torch.Tensor,
     xt: torch.Tensor,
@@ -690,13 +723,13 @@ def _vjps(
 
 
 def _differentiable_gradient(
-    fn: _Function, x: torch.Tensor, contexts: Contexts
+    fn: _Function, x: torch.Tensor, contexts: Contexts, record: Callable[..., Any] = _record
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(f(x) detached, gradient with its graph, xt)`` for double backward.
 
     ``create_graph`` keeps the first graph's buffers while ``f(x)`` holds it: it is dropped here,
     before the second backward pass, as in the native two-line hvp (measured: 3% at n = 1e4)."""
-    y, xt = _record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
+    y, xt = record(fn, x, contexts, fn.eager)  # compiled graphs: no double backward
     grad = _vjps(y, xt, None, False, create_graph=True, unused=lambda: _lost(fn, x, contexts))
     return y.detach(), grad, xt
 
@@ -803,6 +836,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
+    record = _recorder(info)
 
     def jacobian(
         x: torch.Tensor, contexts: Contexts
@@ -826,7 +860,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     elif operator is PULLBACK and not forward:
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
-            y, xt = _record(fn, x, contexts)
+            y, xt = record(fn, x, contexts)
             unused = lambda: _lost(fn, x, contexts)  # noqa: E731
             if len(ts) == 1:
                 return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
@@ -844,7 +878,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     elif operator is GRADIENT and not forward:
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
-            y, xt = _record(fn, x, contexts)
+            y, xt = record(fn, x, contexts)
             return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
@@ -882,7 +916,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
     elif operator in (HVP, HESSIAN):  # reverse over reverse
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
-            y, g, xt = _differentiable_gradient(fn, x, contexts)
+            y, g, xt = _differentiable_gradient(fn, x, contexts, record)
             if operator is HESSIAN:
                 return (y, g), _vjps(g, xt, x_basis, True).reshape(x_shape + x_shape)
             if len(ts) == 1:
@@ -924,15 +958,34 @@ class Adapter(_Base):
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         fn = _Function(target, contexts, False)
+        xt = as_tensor(x)
+        # a one-shot reverse-mode call: f recorded here as its runner would record it (_Recorded)
+        record = oneshot and self._records(target, xt)
+        recorded = None
         try:
-            with torch.no_grad():
-                y = fn.eager(as_tensor(x), contexts)
+            if record:
+                y, leaf = _record(fn, xt, contexts)
+                recorded = _Recorded(y, leaf)
+            else:
+                with torch.no_grad():
+                    y = fn.eager(xt, contexts)
         except TypeError as error:  # f's first run: where captured numpy arrays meet tensors under "const"
             known = const_operand_error(target, error, "torch", lambda v: isinstance(v, _Tensor))
             if known is not None:
                 raise known from error
             raise
-        return Info(tuple(y.shape), y.dtype, None, tuple(np.shape(x)), oneshot)
+        return Info(tuple(y.shape), y.dtype, recorded, tuple(np.shape(x)), oneshot)
+
+    def _records(self, target: Target, x: torch.Tensor) -> bool:
+        """Whether a one-shot ``output_info`` records ``f`` for the runner (:class:`_Recorded`): the
+        reverse-mode operators, on a flat x, outside inference mode (where the runner records on
+        a copy of x: ``_outside_inference_mode``)."""
+        operator = target.operator
+        if operator not in _RECORDING or target.layout is not None:
+            return False
+        if operator.order == 1 and getattr(self.backend, "mode", None) == "forward":
+            return False
+        return not (x.is_inference() or torch.is_inference_mode_enabled())
 
     def prepare(
         self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -261,3 +262,55 @@ def test_configs_keep_their_hash_and_repr_and_pickle_without_them():
     second = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
     assert hash(second) == hash(di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")))
     assert di.AutoFiniteDiff() != di.AutoFiniteDiff(method="forward")
+
+
+def _counting(calls):
+    def f(x):
+        calls.n += 1
+        return sum_sin2(x)
+
+    return f
+
+
+@pytest.mark.parametrize("engine", ["torch", "autograd"])
+def test_a_one_shot_reverse_mode_call_evaluates_f_once(engine):
+    """A call that reuses nothing on an eager engine records ``f`` in its preparation's
+    ``output_info`` and hands the recording to the runner (``Info.take_value``): one evaluation of f
+    for a gradient, its value form, a pullback, and torch's hvp and Hessian, where it took two. The
+    results agree with the closed forms at two points; forward mode still evaluates f for its shape
+    apart, and torch's inference mode still gives the gradient."""
+    pytest.importorskip(engine)
+    backend = di.AutoTorch() if engine == "torch" else di.AutoAutograd()
+    forward = di.AutoTorch(mode="forward") if engine == "torch" else di.AutoAutograd(mode="forward")
+    x, t = np.linspace(0.1, 1.0, 5), np.linspace(-1.0, 1.0, 5)
+    calls = types.SimpleNamespace(n=0)  # not state: f's captured lists would be duplicated, this is not
+
+    def vec(z):
+        calls.n += 1
+        return array_namespace(z).sin(z) * z
+
+    def once(run, expected):
+        calls.n = 0
+        np.testing.assert_allclose(np.asarray(run()), expected, rtol=1e-12, atol=1e-15)
+        assert calls.n == 1
+
+    di.prep_cache.enabled = False  # every call a one-shot call
+    try:
+        for k in range(2):
+            z = x + k
+            once(lambda z=z: di.gradient(backend, _counting(calls), z), np.sin(2 * z))
+            once(lambda z=z: di.value_and_gradient(backend, _counting(calls), z)[0], np.sum(np.sin(z) ** 2))
+            once(lambda z=z: di.pullback(backend, vec, z, (t,))[0], t * (np.cos(z) * z + np.sin(z)))
+            if engine == "torch":  # autograd's hvp is forward over reverse: a trace of its own
+                once(lambda z=z: di.hvp(backend, _counting(calls), z, (t,))[0], 2 * np.cos(2 * z) * t)
+                once(lambda z=z: di.hessian(backend, _counting(calls), z), np.diag(2 * np.cos(2 * z)))
+        (pf,) = di.pushforward(forward, vec, x, (t,))
+        np.testing.assert_allclose(np.asarray(pf), t * (np.cos(x) * x + np.sin(x)), rtol=1e-12)
+        if engine == "torch":
+            import torch
+
+            with torch.inference_mode():
+                g = di.gradient(backend, sum_sin2, torch.asarray(x))
+            np.testing.assert_allclose(g.numpy(), np.sin(2 * x), rtol=1e-12)
+    finally:
+        di.prep_cache.enabled = True

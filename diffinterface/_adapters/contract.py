@@ -30,7 +30,9 @@ Conventions at this boundary:
   turned into a 0-d numpy array); results may be in the engine's family: the frontend converts them.
 - tangents are always a tuple (a batch), results of tangent operators a tuple of the same length.
 - ``info`` (:class:`Info`) carries what the frontend learnt at preparation: the output's shape and
-  dtype, and for one-shot (unprepared) calls the value of ``f`` at ``x`` if it was computed.
+  dtype, and for one-shot (unprepared) calls the value of ``f`` at ``x`` if it was computed, or
+  what the adapter's own ``output_info`` recorded for its runner's first call (``target.operator``
+  says which operator that runner computes; ``Info.take_value``).
 
 Size: over 400 lines in one module, because the contract and its fallbacks are one base class whose
 methods derive each operator from the core ones; a fallback read apart from the others hides which
@@ -68,7 +70,10 @@ class Info:
     __slots__ = ("y_shape", "y_dtype", "value", "x_shape", "oneshot", "layout")
     y_shape: tuple[int, ...]  # of f(x)
     y_dtype: Any  # of f(x), in its family
-    value: Any  # f(x) computed at preparation (one-shot calls only), else None
+    # one-shot calls only, else None: f(x) computed at preparation (the default ``output_info``), or
+    # whatever the adapter's ``output_info`` recorded there for the first call of its runner (torch:
+    # the recorded graph of a reverse-mode operator, so that a one-shot gradient runs f once)
+    value: Any
     x_shape: tuple[int, ...]
     oneshot: bool
     layout: Layout | None  # structured x or f(x), given to adapters with ``structures_inside``
@@ -81,7 +86,9 @@ class Info:
         self.layout = None
 
     def take_value(self) -> Any:
-        """The value of ``f`` computed at preparation, once (one-shot calls only), else None."""
+        """What ``output_info`` computed at preparation (``value``), once (one-shot calls only), else
+        None. A one-shot preparation's runner is called once, at the same point: its first call may
+        use it in place of evaluating ``f`` again."""
         value, self.value = self.value, None
         return value
 

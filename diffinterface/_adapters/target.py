@@ -16,22 +16,35 @@ from .._closures.plan import StatePlan, copy_leaf, duplicate
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
+    from .._core.operators import Operator
     from .._core.types import Array
 
 
 class Target:
     """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout", "aux")
+    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout", "aux", "operator")
 
     def __init__(
-        self, f: Callable[..., Any], y: Any, closure: str, call: str = "f", layout: Any = None, aux: bool = False
+        self,
+        f: Callable[..., Any],
+        y: Any,
+        closure: str,
+        call: str = "f",
+        layout: Any = None,
+        aux: bool = False,
+        operator: Operator | None = None,
     ) -> None:
         # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _core.structure.Layout) the
         # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``). With
         # ``aux`` (has_aux=True) the user's f returns ``(y, aux)`` and adapters see only ``y``.
         self.user_f, self.y, self.closure, self.call, self.layout = f, y, closure, call, layout
         self.aux = aux
+        # the operator the user called, as the adapter runs it (None where no user call made the
+        # target: a second-order's inner derivative, a custom rule): a one-shot ``output_info`` may
+        # evaluate ``f`` the way that operator's runner will, and leave the evaluation in
+        # ``Info.value`` for the runner's first call (``Info.take_value``)
+        self.operator = operator
         self.plan = StatePlan(f) if closure == "duplicated" else None
         self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one

@@ -244,14 +244,14 @@ def prepare(
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
     x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
     try:
-        target = Target(f, y, closure, call, layout, aux=has_aux)
+        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
         if layout is not None:
             raise
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
-        target = Target(f, y, closure, call, layout, aux=has_aux)
+        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
