@@ -82,6 +82,7 @@ from diffinterface.extend import (
     Target,
     family,
     is_array,
+    shape_size,
     structured_output,
     to_family,
     unwrap,
@@ -545,6 +546,10 @@ def _all_outputs(operator: Operator, forward: bool, d: _Derivatives, ts: list[An
 
 
 _ONESHOT_MODE = Mode(linker="py", optimizer=cast(Any, None))  # a few milliseconds to compile: for one call
+# from this many elements of x or f(x), a one-shot call compiles fully too: the Python linker runs each
+# operation of the unfused graph in numpy, which at n = 1e6 costs more than the compile (a gradient
+# 115 ms against PyTensor's own first call, compile included, of 38 ms); at n = 1e5 it still wins
+ONESHOT_COMPILED_FROM = 500_000
 
 
 class _Compiled:
@@ -564,7 +569,8 @@ class _Prepared:
         self.operator, self.forward, self.target, self.y_dtype = operator, forward, target, np.dtype(info.y_dtype)
         oneshot = info.oneshot
         backend = adapter.backend
-        self.mode = _ONESHOT_MODE if oneshot else get_mode(backend.compile_mode)
+        large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_COMPILED_FROM
+        self.mode = _ONESHOT_MODE if oneshot and not large else get_mode(backend.compile_mode)
         self.compiled: dict[Any, _Compiled] = {}
         self.lock = threading.Lock()
         self.plain, self.value = self._runner(False), self._runner(True)

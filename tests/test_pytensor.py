@@ -256,3 +256,30 @@ def test_a_missing_engine_gives_the_install_line(monkeypatch):
     monkeypatch.setattr(configs, "_adapters", {})
     with pytest.raises(di.BackendNotAvailableError, match=r'pip install "diffinterface\[pytensor\]"'):
         di.gradient(di.AutoPyTensor(), lambda z: z, np.ones(2))
+
+
+def test_a_large_one_shot_call_compiles_fully_and_a_small_one_with_the_python_linker(monkeypatch):
+    """A one-shot call compiles with the Python linker (a few milliseconds) below
+    ``ONESHOT_COMPILED_FROM`` elements of x or f(x), and with the configured mode from there (the
+    Python linker's unfused graph costs more than the compile at n = 1e6); both give the gradient."""
+    import diffinterface.backends.pytensor as adapter
+
+    modes = []
+    compile_ = adapter.pytensor_function
+
+    def recording(*args, **kwargs):
+        modes.append(kwargs["mode"])
+        return compile_(*args, **kwargs)
+
+    monkeypatch.setattr(adapter, "pytensor_function", recording)
+    monkeypatch.setattr(adapter, "ONESHOT_COMPILED_FROM", 8)
+    di.prep_cache.enabled = False
+    try:
+        for n in (4, 12):
+            x = np.linspace(0.1, 1.0, n)
+            modes.clear()
+            g = di.gradient(di.AutoPyTensor(), lambda z: (z**3).sum(), x)
+            np.testing.assert_allclose(g, 3 * x**2, rtol=1e-12)
+            assert modes and all((m is adapter._ONESHOT_MODE) == (n < 8) for m in modes), (n, modes)
+    finally:
+        di.prep_cache.enabled = True
