@@ -397,3 +397,36 @@ def test_numpy_scalars_and_ufuncs_on_f_s_own_mlx_arrays_keep_their_derivative(pr
     assert "__array_ufunc__" not in mx.array.__dict__  # MLX's own type restored after the call
     assert "__array_function__" not in mx.array.__dict__
     assert isinstance(np.float64(3.0) * mx.array([1.0]), np.ndarray)  # numpy's conversion, as MLX has it
+
+
+def test_a_one_shot_call_checks_for_a_lost_derivative_only_where_its_result_is_zero():
+    """A call without a kept preparation runs the lost-derivative check (f again and a vector-Jacobian
+    product) after its call and only where every result is zero: f runs twice for a gradient (its
+    shape, lazily, then the gradient), where it ran three times; a constant f still gives zeros,
+    after the check, and a cut graph is still the call's LostDerivativeError."""
+    import types
+
+    import mlx.core as mx
+
+    runs = types.SimpleNamespace(n=0)  # not state: f's captured lists would be duplicated, this is not
+    x = np.array([0.5, 1.5], dtype=np.float32)
+
+    def f(z):
+        runs.n += 1
+        return (z**2).sum()
+
+    def constant(z):
+        runs.n += 1
+        return mx.array(3.0) + 0 * mx.stop_gradient(z).sum()
+
+    di.prep_cache.enabled = False
+    try:
+        np.testing.assert_allclose(di.gradient(di.AutoMLX(), f, x), 2 * x, rtol=1e-6)
+        assert runs.n == 2
+        runs.n = 0
+        assert np.array_equal(di.gradient(di.AutoMLX(), constant, x), [0.0, 0.0])
+        assert runs.n >= 3  # the check ran: f again for it
+        with pytest.raises(di.LostDerivativeError, match=r"^gradient\(AutoMLX\(\), f, x\): f\(x\) changes with x"):
+            di.gradient(di.AutoMLX(), lambda z: (mx.stop_gradient(z) ** 2).sum(), x)
+    finally:
+        di.prep_cache.enabled = True
