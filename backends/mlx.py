@@ -71,6 +71,7 @@ from diffinterface.extend import (
     is_array,
     prefer,
     raised_by,
+    shape_size,
     structured_output,
     to_family,
     value_form,
@@ -585,6 +586,10 @@ def _body(operator: Operator, forward: bool, info: Info, vectorize: bool) -> Any
 # -- the runners -----------------------------------------------------------------------------------
 
 
+# from this many elements of x or f(x), a one-shot call compiles (see Adapter.prepare)
+ONESHOT_COMPILED_FROM = 100_000
+
+
 class _Prepared:
     """One operator for one function: its ``plain`` and ``value`` runners. Compiled
     (``mx.compile``) when prepared with ``compile=True`` and ``f``'s arguments allow it; at MLX's
@@ -791,7 +796,10 @@ class Adapter(_Base):
         else:  # hvp and hessian: forward over reverse first; the second derivative: forward over forward
             forward, switchable = True, operator is not SECOND_DERIVATIVE
         function = _Function(target, contexts)
-        jit = bool(self.backend.compile) and not info.oneshot
+        # a one-shot call runs eagerly (mx.compile's trace costs more than it saves once), but on
+        # ONESHOT_COMPILED_FROM elements or more, where the compiled program's fused passes win
+        large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_COMPILED_FROM
+        jit = bool(self.backend.compile) and (not info.oneshot or large)
         prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit)
         return Runners(prepared.plain, prepared.value, prepared)
 
