@@ -296,7 +296,7 @@ def test_orders_count_colors_as_published():
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_the_compiled_first_fit_is_the_one_vertex_at_a_time_greedy(seed):
+def test_the_compiled_first_fit_is_the_one_vertex_at_a_time_greedy(seed, monkeypatch):
     """`_first_fit` (SciPy's compiled grouping, on the pattern's columns) gives exactly the colors
     of the Python greedy on the column intersection graph, in any order, for columns and for rows;
     and a recoloring pass (the greedy again, class by class) never adds a color."""
@@ -320,6 +320,15 @@ def test_the_compiled_first_fit_is_the_one_vertex_at_a_time_greedy(seed):
         classes = np.argsort(first, kind="stable")
         assert fit(classes).max(initial=-1) <= first.max(initial=-1)
         _distinct_per_line(q, fit(classes))
+    # without SciPy's compiled grouping (missing, or failing its probe): the Python greedy, same colors
+    import diffinterface.sparse._coloring as coloring
+
+    assert coloring._compiled_grouping() is not None  # this SciPy's passes the probe
+    order = rng.permutation(p.shape[1])
+    compiled = coloring.GreedyColoring(recolor=3).columns(p)
+    monkeypatch.setattr(coloring, "_compiled_grouping", lambda: None)
+    np.testing.assert_array_equal(_first_fit(p)(order), _greedy_pass(_intersection_graph(p), order.tolist()))
+    np.testing.assert_array_equal(coloring.GreedyColoring(recolor=3).columns(p), compiled)
 
 
 def test_a_3d_stencil_of_1e6_columns_is_colored_in_seconds():
