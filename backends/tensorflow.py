@@ -900,11 +900,6 @@ class _Hashed:
 _GRAPHS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-# from this many elements of x or f(x) a one-shot call is traced too: a one-shot gradient at n = 1e6 ran
-# eagerly in 82-85 ms, TensorFlow's own first call (trace included) takes 47-51 ms
-ONESHOT_TRACED_FROM = 500_000
-
-
 class _Prepared:
     """One operator for one function: its eager runners, and its ``tf.function`` ones when traced."""
 
@@ -925,10 +920,7 @@ class _Prepared:
         self.dtype = _as_tensor(x).dtype
         self.graph: Any = None
         self.skeleton: _Skeleton | None = None
-        # a one-shot call runs eagerly (a trace costs more than it saves once), but from
-        # ONESHOT_TRACED_FROM elements of x or f(x), where the eager tape's passes cost more than the trace
-        large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_TRACED_FROM
-        self.use_graph = adapter.backend.function and (not info.oneshot or large)
+        self.use_graph = adapter.backend.function and not info.oneshot
         if self.use_graph:
             self._trace(x, tangents, contexts, adapter.backend.jit_compile, (adapter.backend, forward))
 

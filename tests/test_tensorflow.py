@@ -259,32 +259,3 @@ def test_a_one_shot_hessian_is_vectorised_from_eager_pfor_from_and_looped_below(
         di.prep_cache.enabled = True
     np.testing.assert_allclose(np.asarray(H), np.diag(2 * np.cos(2 * x)), rtol=1e-12, atol=1e-14)
     assert seen == [n >= adapter.EAGER_PFOR_FROM]
-
-
-def test_a_large_one_shot_call_is_traced_and_a_small_one_runs_eagerly(monkeypatch):
-    """A one-shot call runs eagerly below ``ONESHOT_TRACED_FROM`` elements of x or f(x) and is traced
-    into a ``tf.function`` from there (a one-shot gradient at n = 1e6: 82-85 ms eagerly, 66 ms traced,
-    TensorFlow's own first call 49 ms); both right."""
-    import tensorflow as tf
-
-    import diffinterface.backends.tensorflow as adapter
-
-    traced = []
-    function = tf.function
-
-    def recording(fn, *args, **kwargs):
-        traced.append(fn)
-        return function(fn, *args, **kwargs)
-
-    monkeypatch.setattr(adapter.tf, "function", recording)
-    monkeypatch.setattr(adapter, "ONESHOT_TRACED_FROM", 8)
-    di.prep_cache.enabled = False
-    try:
-        for n in (4, 12):
-            x = np.linspace(0.1, 1.0, n)
-            traced.clear()
-            g = di.gradient(di.AutoTensorFlow(), lambda z: tf.reduce_sum(z**3), x)
-            np.testing.assert_allclose(g, 3 * x**2, rtol=1e-12)
-            assert bool(traced) == (n >= 8), (n, traced)
-    finally:
-        di.prep_cache.enabled = True
