@@ -360,13 +360,7 @@ def _leaked(error: BaseException) -> bool:
     return _box_write(error) or operand_error(error, lambda v: isinstance(v, Box)) or _foreign_output(error)
 
 
-def _read_only(value: Any) -> Any:
-    """A captured array as the kit's read-only alias (``read_only_alias``: a write raises numpy's
-    refusal, an in-place operator included: ``buf[:] *= x`` with a box ``x``, which numpy would
-    otherwise fail with a ``TypeError`` of its ufunc dispatch while tracing, where the guard cannot
-    tell it from f's own error); a box, or an array of another family, as ``WritableArray`` keeps it."""
-    alias = read_only_alias(value)
-    return alias if alias is not None else WritableArray._wrap(value)
+_read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
 
 
 def _numpy_leaf(value: Array) -> Array:
@@ -750,9 +744,13 @@ class Adapter(_Base):
     def _record(self, target: Target, x: np.ndarray, contexts: Contexts, fn: _Function) -> _Recorded | None:
         """A one-shot reverse-mode call (gradient, pullback): ``f`` traced here by ``make_vjp`` as its
         runner would trace it, for the runner's first call (:class:`_Recorded`), its errors explained
-        as the runner explains them; None for the other operators and a structured x or f(x)."""
+        as the runner explains them; None for the other operators, a structured x or f(x), and an
+        ``f`` with captured state or contexts."""
         operator = target.operator
-        if operator not in (GRADIENT, PULLBACK) or target.layout is not None:
+        if operator not in (GRADIENT, PULLBACK) or target.layout is not None or not fn.simple:
+            # f with state or contexts: its first run over guarded aliases learns whether it writes into
+            # them, and a write with a box in the operator (buf[:] *= x) is numpy's ufunc dispatch
+            # failing with a TypeError the guard cannot tell from f's own: that run stays untraced
             return None
         if getattr(self.backend, "mode", None) == "forward":
             return None
