@@ -191,3 +191,32 @@ def test_a_value_autograd_cannot_carry_a_derivative_through_is_named_with_the_ca
         return (k.astype(int) ** 2).sum() * 1.0 + (x**2).sum()
 
     assert np.allclose(di.gradient(di.AutoAutograd(), g, x, di.Constant(x)), 2 * x)
+
+
+def test_one_shot_calls_of_an_f_that_returns_or_writes_its_captured_array():
+    """A one-shot gradient or pullback records f in its preparation only where f has no captured
+    state or contexts; an f that returns its captured array, or writes into it, still runs over the
+    guarded aliases first, untraced, and every result is right (the user's arrays unchanged)."""
+    A, buf = np.array([1.0, 2.0]), np.array([2.0, 3.0])
+    x = np.array([1.0, 1.0])
+
+    def constant(z):
+        return A
+
+    def writes(z):
+        buf[:] *= z
+        return buf * 1.0
+
+    backend = di.AutoAutograd()
+    di.prep_cache.enabled = False
+    try:
+        with pytest.warns(UserWarning, match="independent of input"):  # autograd's own notice
+            (pb,) = di.pullback(backend, constant, x, (np.ones(2),))
+        np.testing.assert_array_equal(pb, [0.0, 0.0])
+        np.testing.assert_array_equal(di.gradient(backend, lambda z: A @ z, x), A)
+        (pb,) = di.pullback(backend, writes, x, (np.array([1.0, 0.0]),))
+        np.testing.assert_array_equal(pb, [2.0, 0.0])
+        np.testing.assert_array_equal(buf, [2.0, 3.0])
+        np.testing.assert_array_equal(A, [1.0, 2.0])
+    finally:
+        di.prep_cache.enabled = True
