@@ -546,11 +546,14 @@ def _build(
         return make_jvp(lambda z: fn(z, contexts), x)(t)
 
     def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
-        if info.oneshot and type(info.value) is _Recorded:  # a one-shot call: f recorded by output_info
-            recorded = info.take_value()
-            if type(recorded) is _Recorded:
-                return recorded.pull, recorded.y
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
+
+    if info.oneshot and type(info.value) is _Recorded:  # a one-shot call: f recorded by output_info
+        trace = vjp
+
+        def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
+            recorded = info.take_value()
+            return (recorded.pull, recorded.y) if type(recorded) is _Recorded else trace(x, contexts)
 
     def cast(v: ArrayLike) -> np.ndarray:
         v = np.asarray(v)

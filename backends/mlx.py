@@ -653,6 +653,7 @@ class _Prepared:
         operator = self.operator
 
         second = operator.order == 2
+        oneshot = self.info.oneshot  # its results checked for a lost derivative (see checked)
 
         def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
             token = SECOND_ORDER.set(True) if second else None  # an opaque custom rule refuses it (mlx_rules)
@@ -664,7 +665,7 @@ class _Prepared:
             finally:
                 if token is not None:
                     SECOND_ORDER.reset(token)
-            if self.info.oneshot:
+            if oneshot:
                 self.checked(out[1] if value else out, xm, ctx, state)
             if value:
                 primal, result = out
