@@ -525,16 +525,23 @@ class DirectionFallback:
     direction are built with ``build(not forward)`` and used from then on. With an explicit ``mode``
     the error is raised, prefixed with the call and the fix."""
 
-    __slots__ = ("plain", "value", "_current", "_build", "_call", "_backend", "_lock", "_forward")
-    plain: Callable[..., Any]
-    value: Callable[..., Any]
+    __slots__ = ("_current", "_build", "_call", "_backend", "_lock", "_forward")
 
     def __init__(self, build: Build, call: str, backend: Backend, switch: bool, forward: bool = True) -> None:
         self._current = build(forward)  # (plain, value), the chosen direction first
         self._build = build if switch else None
         self._call, self._backend, self._forward = call, backend, forward
         self._lock = threading.Lock()
-        self.plain, self.value = self._runner(0), self._runner(1)
+
+    # The runners hold the fallback; it does not hold them (no reference cycle: a one-shot call's
+    # preparation is freed as soon as the call returns, not at the garbage collector's next pass)
+    @property
+    def plain(self) -> Callable[..., Any]:
+        return self._runner(0)
+
+    @property
+    def value(self) -> Callable[..., Any]:
+        return self._runner(1)
 
     def _runner(self, which: int) -> Any:
         def run(x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
