@@ -514,13 +514,14 @@ def _explained(target: Target, error: TypeError | ValueError) -> BaseException |
 
 
 class _Recorded:
-    """``make_vjp``'s ``(pull, y)`` from a one-shot ``output_info`` (see ``Adapter._record``), left in
-    ``Info.value`` for the runner's first call: a one-shot gradient traces ``f`` once."""
+    """``make_vjp``'s ``(pull, y)``, or ``make_jvp``'s ``(y, dy)`` along a one-shot pushforward's one
+    tangent (``pull`` None), from a one-shot ``output_info`` (see ``Adapter._record``), left in
+    ``Info.value`` for the runner's first call: a one-shot gradient or pushforward traces ``f`` once."""
 
-    __slots__ = ("pull", "y")
+    __slots__ = ("pull", "y", "dy")
 
-    def __init__(self, pull: Callable[[Any], Any], y: Any) -> None:
-        self.pull, self.y = pull, y
+    def __init__(self, pull: Callable[[Any], Any] | None, y: Any, dy: Any = None) -> None:
+        self.pull, self.y, self.dy = pull, y, dy
 
 
 def _build(
@@ -549,11 +550,20 @@ def _build(
         return make_vjp(lambda z: fn(z, contexts), x)  # (vjp, y)
 
     if info.oneshot and type(info.value) is _Recorded:  # a one-shot call: f recorded by output_info
-        trace = vjp
+        if info.value.pull is None:  # a pushforward along its one tangent
+            push = jvp
 
-        def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
-            recorded = info.take_value()
-            return (recorded.pull, recorded.y) if type(recorded) is _Recorded else trace(x, contexts)
+            def jvp(x: np.ndarray, t: np.ndarray, contexts: Contexts) -> tuple[Any, Any]:
+                recorded = info.take_value()
+                return (recorded.y, recorded.dy) if type(recorded) is _Recorded else push(x, t, contexts)
+        else:
+            trace = vjp
+
+            def vjp(x: np.ndarray, contexts: Contexts) -> tuple[Callable[[Any], Any], Any]:
+                recorded = info.take_value()
+                if type(recorded) is _Recorded and recorded.pull is not None:
+                    return recorded.pull, recorded.y
+                return trace(x, contexts)
 
     def cast(v: ArrayLike) -> np.ndarray:
         v = np.asarray(v)
@@ -745,20 +755,32 @@ class Adapter(_Base):
         return Info(tuple(y.shape), y.dtype, recorded, tuple(np.shape(x)), oneshot)
 
     def _record(self, target: Target, x: np.ndarray, contexts: Contexts, fn: _Function) -> _Recorded | None:
-        """A one-shot reverse-mode call (gradient, pullback): ``f`` traced here by ``make_vjp`` as its
-        runner would trace it, for the runner's first call (:class:`_Recorded`), its errors explained
-        as the runner explains them; None for the other operators, a structured x or f(x), and an
-        ``f`` with captured state or contexts."""
+        """A one-shot call traced here as its runner would trace it, for the runner's first call
+        (:class:`_Recorded`), its errors explained as the runner explains them: ``make_vjp`` for a
+        reverse-mode gradient or pullback, ``make_jvp`` along the one tangent of a forward-mode
+        pushforward (``target.tangents``; None where a primitive has no JVP: the runner's direction
+        fallback decides). None for the other operators, a structured x or f(x), and an ``f`` with
+        captured state or contexts."""
         operator = target.operator
-        if operator not in (GRADIENT, PULLBACK) or target.layout is not None or not fn.simple:
+        if target.layout is not None or not fn.simple:
             # f with state or contexts: its first run over guarded aliases learns whether it writes into
             # them, and a write with a box in the operator (buf[:] *= x) is numpy's ufunc dispatch
             # failing with a TypeError the guard cannot tell from f's own: that run stays untraced
             return None
-        if getattr(self.backend, "mode", None) == "forward":
+        mode = getattr(self.backend, "mode", None)
+        tangents = target.tangents
+        push = operator is PUSHFORWARD and mode != "reverse" and tangents is not None and len(tangents) == 1
+        if not push and (operator not in (GRADIENT, PULLBACK) or mode == "forward"):
             return None
         try:
             with _TRACES:
+                if push:
+                    t = _numpy(typing.cast("tuple[Array, ...]", tangents)[0], x.dtype)
+                    try:
+                        y, dy = make_jvp(lambda z: fn(z, contexts), x)(t)
+                    except NotImplementedError:
+                        return None
+                    return _Recorded(None, y, dy)
                 pull, y = make_vjp(lambda z: fn(z, contexts), x)
         except (TypeError, ValueError) as error:  # explained as the runner explains it: f ran once
             known = _explained(target, error)

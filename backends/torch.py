@@ -675,6 +675,45 @@ def _recorder(info: Info) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     return record
 
 
+class _Pushed:
+    """A one-shot forward-mode pushforward computed by ``output_info`` (one tangent,
+    ``Target.tangents``): ``f(x)`` and its tangent from the one evaluation of ``f`` the call needs,
+    left in ``Info.value`` for the runner's first call (:func:`_pusher`)."""
+
+    __slots__ = ("y", "dy")
+
+    def __init__(self, y: torch.Tensor, dy: torch.Tensor) -> None:
+        self.y, self.dy = y, dy
+
+
+def _pushed(fn: _Function, x: torch.Tensor, target: Target, contexts: Contexts) -> _Pushed | None:
+    """:func:`_jvps` along the one-shot call's tangent at ``x``, the preparation's private copy of
+    the user's x (``private``: no second copy), or None where an operation of ``f`` has no
+    forward-mode rule (the runner's direction fallback then decides, as for any call)."""
+    tangents = cast("tuple[Array, ...]", target.tangents)
+    try:
+        return _Pushed(*_jvps(fn, x, _tangent(tangents[0], x), contexts, False, private=True))
+    except NotImplementedError:
+        return None
+
+
+def _pusher(info: Info) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`_jvps`, whose first call takes the pushforward a one-shot ``output_info`` computed
+    (:class:`_Pushed`), if there is one."""
+    if not (info.oneshot and type(info.value) is _Pushed):
+        return _jvps
+
+    def jvps(
+        fn: _Function, x: torch.Tensor, tangents: torch.Tensor, contexts: Contexts, batched: bool, loop: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        pushed = info.take_value()
+        if type(pushed) is _Pushed and not batched:
+            return pushed.y, pushed.dy
+        return _jvps(fn, x, tangents, contexts, batched, loop)
+
+    return jvps
+
+
 def _vjps(
     y: torch.Tensor,
     xt: torch.Tensor,
@@ -739,17 +778,24 @@ def _no_graph(t: torch.Tensor) -> torch.Tensor:
 
 
 def _jvps(
-    fn: _Function, x: torch.Tensor, tangents: torch.Tensor, contexts: Contexts, batched: bool, loop: bool = False
+    fn: _Function,
+    x: torch.Tensor,
+    tangents: torch.Tensor,
+    contexts: Contexts,
+    batched: bool,
+    loop: bool = False,
+    private: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
     ``f`` gets a copy of ``x`` as its primal (a dual tensor shares its primal's memory, and ``f`` may
-    write into its input: the user's ``x`` is never modified). A batch is one vectorised pass, or a
+    write into its input: the user's ``x`` is never modified; ``private``: x is already the call's
+    own copy, the preparation's, and is the primal as it is). A batch is one vectorised pass, or a
     loop of single passes with ``loop`` (complex outputs: torch's batched forward mode gets some of
     them wrong, e.g. ``stft``, where single passes are exact) and where ``f`` cannot be batched.
     Parameters ``f`` captures may require grad: the results are detached from any graph they record.
     An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
-    primal_x = x.detach().clone()
+    primal_x = x.detach() if private else x.detach().clone()
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
     watch = _watching(fn)
@@ -850,10 +896,11 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
         return y, rows.reshape(y_shape + x_shape)
 
     if operator is PUSHFORWARD and forward:
+        push = _pusher(info)
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             if len(ts) == 1:
-                y, out = _jvps(fn, x, _tangent(ts[0], x), contexts, False)
+                y, out = push(fn, x, _tangent(ts[0], x), contexts, False)
                 return y, (out,)
             y, out = _jvps(fn, x, _stack(ts, x), contexts, True, loop)
             return y, tuple(out)
@@ -956,16 +1003,29 @@ class Adapter(_Base):
         aliased as a tensor reaches ``f`` as one)."""
         return (type(error) is RuntimeError and _REFUSALS.search(str(error)) is not None) or _Base.refused_write(error)
 
+    # x reaches output_info uncopied: a recording gives f a detached alias of x that requires grad (torch
+    # refuses f's writes into it, see _record), and the other evaluations run on a copy made here
+    copies_x = True
+
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         fn = _Function(target, contexts, False)
         xt = as_tensor(x)
         # a one-shot reverse-mode call: f recorded here as its runner would record it (_Recorded)
         record = oneshot and self._records(target, xt)
-        recorded = None
+        recorded: _Recorded | _Pushed | None = None
+        if not record:
+            xt = xt.detach().clone()  # f may write into its input: never into the user's x
         try:
             if record:
                 y, leaf = _record(fn, xt, contexts)
                 recorded = _Recorded(y, leaf)
+            elif oneshot and self._pushes(target, xt):
+                pushed = _pushed(fn, xt, target, contexts)
+                if pushed is None:  # an operation without a forward rule: the runner's fallback decides
+                    with torch.no_grad():
+                        y = fn.eager(xt, contexts)
+                else:
+                    y, recorded = pushed.y, pushed
             else:
                 with torch.no_grad():
                     y = fn.eager(xt, contexts)
@@ -984,6 +1044,16 @@ class Adapter(_Base):
         if operator not in _RECORDING or target.layout is not None:
             return False
         if operator.order == 1 and getattr(self.backend, "mode", None) == "forward":
+            return False
+        return not (x.is_inference() or torch.is_inference_mode_enabled())
+
+    def _pushes(self, target: Target, x: torch.Tensor) -> bool:
+        """Whether a one-shot ``output_info`` computes the pushforward itself (:class:`_Pushed`): one
+        tangent (``target.tangents``), forward mode, a flat x, outside inference mode."""
+        tangents = target.tangents
+        if target.operator is not PUSHFORWARD or tangents is None or len(tangents) != 1 or target.layout is not None:
+            return False
+        if getattr(self.backend, "mode", None) == "reverse":
             return False
         return not (x.is_inference() or torch.is_inference_mode_enabled())
 

@@ -23,7 +23,19 @@ if TYPE_CHECKING:
 class Target:
     """``call`` is the call as the user wrote it (``gradient(AutoJAX(), f, x)``), for error messages."""
 
-    __slots__ = ("f", "user_f", "y", "plan", "closure", "call", "constant_aliases", "layout", "aux", "operator")
+    __slots__ = (
+        "f",
+        "user_f",
+        "y",
+        "plan",
+        "closure",
+        "call",
+        "constant_aliases",
+        "layout",
+        "aux",
+        "operator",
+        "tangents",
+    )
 
     def __init__(
         self,
@@ -34,6 +46,7 @@ class Target:
         layout: Any = None,
         aux: bool = False,
         operator: Operator | None = None,
+        tangents: tuple[Any, ...] | None = None,
     ) -> None:
         # ``f`` is what adapters call; with a ``layout`` (structured x or f(x), _core.structure.Layout) the
         # flat problem's function: a vector in, a vector out, around the user's ``f`` (``user_f``). With
@@ -45,6 +58,11 @@ class Target:
         # evaluate ``f`` the way that operator's runner will, and leave the evaluation in
         # ``Info.value`` for the runner's first call (``Info.take_value``)
         self.operator = operator
+        # the tangents of a one-shot call of a tangent-in-x operator (pushforward, hvp), as its runner
+        # will get them (a tuple, the user's family); None for a prepared call and other operators.
+        # With them a one-shot ``output_info`` may compute the whole result (a forward-mode
+        # pushforward: f(x) and its tangent from one evaluation) and leave it in ``Info.value``
+        self.tangents = tangents
         self.plan = StatePlan(f) if closure == "duplicated" else None
         self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one

@@ -242,16 +242,18 @@ def prepare(
         else:
             tangents, tangent_leaves = _structured_tangents(tangent, layout.xs, x_leaves[0], call, "tx")
     closure = getattr(backend, "closure", getattr(getattr(backend, "inner", None), "closure", "duplicated"))
-    x_eval = private_copy(x_in)  # f evaluated at x here may write into its input: never the user's x
+    # f evaluated at x here may write into its input: never the user's x (an adapter that copies_x guards it itself)
+    x_eval = x_in if adapter.copies_x else private_copy(x_in)
+    first = tangents if oneshot and tangent_name == "tx" else None  # what a one-shot output_info may use
     try:
-        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator)
+        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=first)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
         if layout is not None:
             raise
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
-        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator)
+        target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=None)
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
