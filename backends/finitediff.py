@@ -42,6 +42,7 @@ from array_api_compat import array_namespace, device
 
 from diffinterface.extend import (
     NUMPY,
+    PUSHFORWARD,
     Info,
     Operator,
     Runners,
@@ -172,8 +173,25 @@ class _Along:
         """``x``'s array namespace and relative step ``eps ** exponent``."""
         if type(x) is not self.kind or x.dtype != self.dtype:
             self.kind, self.dtype, self.xp = type(x), x.dtype, array_namespace(x)
-            self.r = _eps(x, float(np.finfo(np.dtype(dtype_name(x))).eps), self.eps) ** self.exponent
+            self.r = _relative_step(x, self.exponent, self.eps)
         return self.xp, self.r
+
+
+def _relative_step(x: Array, exponent: float, eps: float | None) -> float:
+    """The relative step of a pushforward along a tangent: ``eps ** exponent`` for x's dtype (:func:`_eps`)."""
+    return _eps(x, float(np.finfo(np.dtype(dtype_name(x))).eps), eps) ** exponent
+
+
+class _Stepped:
+    """A one-shot pushforward's first step point, evaluated by ``output_info`` (``Adapter._stepped``):
+    ``value`` is ``f(x + k t)`` along the call's one tangent, with ``k`` its step. Its shape and
+    dtype are f(x)'s, and the runner takes it as that point's value: a one-shot central pushforward
+    evaluates ``f`` twice, as by hand, not once more for f(x)'s shape."""
+
+    __slots__ = ("k", "value")
+
+    def __init__(self, k: float, value: Any) -> None:
+        self.k, self.value = k, value
 
 
 class _Points:
@@ -432,6 +450,8 @@ class Adapter(_Base):
     """Finite differences; see the module docstring for steps and evaluation counts."""
 
     evaluates_only = True  # an outer finite difference differentiates any inner engine's results
+    # output_info's evaluations run on copies of x made here (evaluate's private_copy, a step point)
+    copies_x = True
 
     def __init__(self, backend: Any) -> None:
         super().__init__(backend)
@@ -483,6 +503,33 @@ class Adapter(_Base):
             self._vectorizable(target)
         job = _Job(target, contexts, x, points, complex_step, self.vectorized, y_shape)
         return iter(evaluations(job, recipes, self.executor, self.batch_size, target.call))
+
+    def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
+        stepped = self._stepped(target, x, contexts) if oneshot else None
+        if stepped is None:
+            return super().output_info(target, x, contexts, oneshot)
+        y = stepped.value
+        return Info(tuple(y.shape), y.dtype, stepped, tuple(x.shape), oneshot)
+
+    def _stepped(self, target: Target, x: Array, contexts: Contexts) -> _Stepped | None:
+        """For a one-shot pushforward along one tangent (``target.tangents``), central or forward with
+        the default steps, evaluated here one point at a time: ``f`` at the first point the runner
+        needs, ``x + k t``, instead of at ``x`` (:class:`_Stepped`); None otherwise (a zero or NaN
+        step too: the runner takes its own path there)."""
+        tangents = target.tangents
+        if target.operator is not PUSHFORWARD or tangents is None or len(tangents) != 1 or target.layout is not None:
+            return None
+        if self.method not in ("central", "forward") or self.rel_step is not None:
+            return None
+        if self.executor is not None or self.vectorized or not is_array(x):
+            return None
+        t = tangents[0]
+        with _computing(x):
+            k = _step_along(array_namespace(x), x, t, _relative_step(x, self._exponent("first"), self.eps))
+            if k is None or k == 0.0:
+                return None
+            point = x + k * t  # as the runner's point set builds it: x + (k t)
+            return _Stepped(k, _evaluator(target, contexts, x)(point))
 
     def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         if self.vectorized:  # f takes a batch: this one point is a batch of one
@@ -597,6 +644,9 @@ class Adapter(_Base):
             data = _Along(cast("Info", data), x, self._exponent("first"), self.eps)
         xp, r = data.namespace(x)
         y0 = data.info.take_value()
+        stepped = None
+        if type(y0) is _Stepped:  # a one-shot call: f at its first step point, not at x (see _stepped)
+            stepped, y0 = y0, None
         method = self.method
         complex_step = method == "complex"
         cdtype = (xp.complex64 if x.dtype == xp.float32 else xp.complex128) if complex_step else None
@@ -607,8 +657,12 @@ class Adapter(_Base):
         recipes: list[Recipe] = [("x", None, ())] if first else []
         abs_h = None
         steps = []
+        plus_of_first = None  # f(x + k t_0), where output_info evaluated it
         for j, t in enumerate(tangents):
-            k = _step_along(xp, x, t, r) if self.rel_step is None else None
+            if j == 0 and stepped is not None:  # the one-shot call's x and tangent: the step output_info took
+                k = stepped.k
+            else:
+                k = _step_along(xp, x, t, r) if self.rel_step is None else None
             if k is None:  # rel_step, or a NaN coordinate: every step as _Points takes it
                 if abs_h is None:
                     abs_h = xp.abs(_Points(x, self._exponent("first"), self.rel_step, self.eps).h)
@@ -619,7 +673,9 @@ class Adapter(_Base):
             # k is a Python float: x's dtype is kept (NEP 50 in numpy >= 2, weak scalars in JAX and torch)
             name = f"k t_{j}"
             vectors[name] = (1j * k) * xp.astype(t, cdtype) if complex_step else k * t
-            if method != "backward":
+            if j == 0 and stepped is not None:
+                plus_of_first = stepped.value
+            elif method != "backward":
                 recipes.append(("x", None, ((1, "v", name),)))
             if method in ("central", "backward"):
                 recipes.append(("x", None, ((-1, "v", name),)))
@@ -630,16 +686,17 @@ class Adapter(_Base):
         if first:
             y0 = next(values)
         results = []
-        for k in steps:
+        for j, k in enumerate(steps):
             if k == 0.0:
                 results.append(xp.zeros(data.info.y_shape, dtype=x.dtype, device=device(x)))
             elif complex_step:
                 results.append(xp.imag(_complex_result(next(values), xp, target.call)) / k)
             elif method == "central":
-                plus = next(values)
+                plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
                 results.append((plus - next(values)) / (2 * k))
             elif method == "forward":
-                results.append((next(values) - y0) / k)
+                plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
+                results.append((plus - y0) / k)
             else:
                 results.append((y0 - next(values)) / k)
         return y0, tuple(results)

@@ -73,6 +73,41 @@ def test_never_more_evaluations_than_approx_derivative(method, operator):
     assert f.calls == expected
 
 
+@pytest.mark.parametrize("method", ["forward", "central", "backward", "complex"])
+def test_a_one_shot_pushforward_evaluates_f_twice(method):
+    """A call without ``prep=`` along one tangent: by hand a central difference evaluates f twice
+    (x + k t and x - k t) and a one-sided one twice (x and one step). The one-shot preparation
+    evaluates f at the first step point instead of at x (``Target.tangents``), and the runner takes
+    that value: 2 evaluations, where central took 3. (A complex step takes 2 as before: f(x) for the
+    shape and dtype, then x + i k t; by hand it is 1.) The result is the prepared call's, bit for
+    bit, and J t = (cos(x) x + sin(x)) t (closed form) to the method's accuracy; a batch of two
+    tangents costs what it did."""
+    t = np.linspace(-1.0, 1.0, X.size)
+    f = Counted(lambda z: np.sin(z) * z)
+    backend = di.AutoFiniteDiff(method=method, closure="const")
+    prep = di.prepare_pushforward(backend, f, X, t)
+    prepared = di.pushforward(backend, f, X, t, prep=prep)
+    di.prep_cache.enabled = False
+    try:
+        f.calls = 0
+        one_shot = di.pushforward(backend, f, X, t)
+        assert f.calls == 2
+        f.calls = 0
+        y, value_form = di.value_and_pushforward(backend, f, X, t)
+        assert f.calls == (3 if method == "central" else 2)  # f(x) itself is the value
+        f.calls = 0
+        batch = di.pushforward(backend, f, X, (t, 2 * t))
+        assert f.calls == 1 + {"central": 4, "complex": 2}.get(method, 2)
+    finally:
+        di.prep_cache.enabled = True
+    np.testing.assert_array_equal(one_shot, prepared)
+    np.testing.assert_array_equal(value_form, prepared)
+    np.testing.assert_array_equal(batch[0], prepared)
+    np.testing.assert_array_equal(y, np.sin(X) * X)
+    exact = (np.cos(X) * X + np.sin(X)) * t
+    assert rel_err(one_shot, exact) < (1e-13 if method == "complex" else 1e-9 if method == "central" else 1e-6)
+
+
 def test_second_order_evaluation_counts():
     # closure="const": the counter is state of the callable object, which "duplicated" would copy
     n, f, fd = X.size, Counted(rosen), di.AutoFiniteDiff(closure="const")
