@@ -659,6 +659,7 @@ class Adapter(_Base):
         steps = []
         plus_of_first = None  # f(x + k t_0), where output_info evaluated it
         for j, t in enumerate(tangents):
+            k: float | None
             if j == 0 and stepped is not None:  # the one-shot call's x and tangent: the step output_info took
                 k = stepped.k
             else:
