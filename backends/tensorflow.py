@@ -900,6 +900,31 @@ class _Hashed:
 _GRAPHS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
+class _Taped:
+    """A one-shot reverse-mode gradient recorded by ``output_info`` as the eager runner records it
+    (:func:`_taped`): the tape, ``x`` and ``f(x)``, and what escaped on the way, left in
+    ``Info.value`` for the runner's first call: one evaluation of ``f`` where it took two."""
+
+    __slots__ = ("tape", "x", "y", "escapes")
+
+    def __init__(self, tape: Any, x: tf.Tensor, y: Any, escapes: list[str]) -> None:
+        self.tape, self.x, self.y, self.escapes = tape, x, y, escapes
+
+
+def _taped(fn: _Function, x: tf.Tensor, contexts: Contexts) -> _Taped:
+    """``f`` at ``x`` under a gradient tape that watches ``x`` (the gradient body's recording), the
+    escapes it recorded kept apart from the caller's."""
+    saved = _RECORDER.escapes
+    _RECORDER.escapes = []
+    try:
+        with _SCOPE, tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x, contexts)
+        return _Taped(tape, x, y, _RECORDER.escapes)
+    finally:
+        _RECORDER.escapes = saved
+
+
 class _Prepared:
     """One operator for one function: its eager runners, and its ``tf.function`` ones when traced."""
 
@@ -921,11 +946,17 @@ class _Prepared:
         self.graph: Any = None
         self.skeleton: _Skeleton | None = None
         self.use_graph = adapter.backend.function and not info.oneshot
+        self.taped = info.oneshot and type(info.value) is _Taped  # a gradient recorded by output_info
         if self.use_graph:
             self._trace(x, tangents, contexts, adapter.backend.jit_compile, (adapter.backend, forward))
 
     # eager: f at every call, what escaped checked
     def eager(self, x: Array, ts: tuple[Any, ...], contexts: Contexts, value: bool) -> Any:
+        if self.taped:
+            self.taped = False
+            recorded = self.info.take_value()
+            if type(recorded) is _Taped:
+                return self._from_tape(recorded, contexts, value)
         tensor = _as_tensor(x, self.dtype)
         fn, missing = self.fn, _Missing()
 
@@ -951,6 +982,23 @@ class _Prepared:
         elif escapes:
             with _SCOPE:
                 _check_escapes(fn, call, tensor, escapes, result)
+        return value_form(self.operator, primal, result, _detached) if value else result
+
+    def _from_tape(self, recorded: _Taped, contexts: Contexts, value: bool) -> Any:
+        """The gradient from a one-shot ``output_info``'s tape (see :class:`_Taped`), checked as
+        :meth:`eager` checks its own."""
+        fn, missing, tensor = self.fn, _Missing(), recorded.x
+
+        def call(z: Any) -> Any:
+            return fn(z, contexts)
+
+        with _SCOPE:
+            primal, result = recorded.y, missing(recorded.tape.gradient(recorded.y, tensor), tensor)
+        if missing.seen:
+            _lost(fn, call, tensor)
+        elif recorded.escapes:
+            with _SCOPE:
+                _check_escapes(fn, call, tensor, recorded.escapes, result)
         return value_form(self.operator, primal, result, _detached) if value else result
 
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
@@ -1061,15 +1109,26 @@ class Adapter(_Base):
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:
         fn = _Function(target, contexts)
+        recorded = None
         try:
-            with _SCOPE:
-                y = fn(_as_tensor(x), contexts)
+            if oneshot and self._tapes(target):
+                recorded = _taped(fn, _as_tensor(x), contexts)
+                y = recorded.y
+            else:
+                with _SCOPE:
+                    y = fn(_as_tensor(x), contexts)
         except (TypeError, ValueError) as error:
             known = standin_error(target, error, "TensorFlow")
             if known is not None:
                 raise known from error
             raise
-        return Info(tuple(y.shape), y.dtype.as_numpy_dtype, None, tuple(np.shape(x)), oneshot)
+        return Info(tuple(y.shape), y.dtype.as_numpy_dtype, recorded, tuple(np.shape(x)), oneshot)
+
+    def _tapes(self, target: Target) -> bool:
+        """Whether a one-shot ``output_info`` records the gradient's tape (:class:`_Taped`): a
+        reverse-mode gradient of a flat x."""
+        mode = getattr(self.backend, "mode", None)
+        return target.operator is GRADIENT and target.layout is None and mode != "forward"
 
     def prepare(
         self, operator: Operator, target: Target, x: Array, tangents: Any, contexts: Contexts, info: Info

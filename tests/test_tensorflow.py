@@ -181,6 +181,35 @@ def test_a_cut_graph_is_the_calls_lost_derivative_error(name, op):
             getattr(di, op)(backend, f, x)
 
 
+def test_a_one_shot_gradient_records_f_once():
+    """A gradient without ``prep=`` records ``f`` on a tape in its preparation's ``output_info`` and
+    hands the tape to the eager runner: one evaluation of ``f`` where it took two, for the plain and
+    the value form, with the closed form sin(2x) at two points; a lost derivative seen on that tape
+    is still the call's error (checked above, whose first calls are one-shot)."""
+    tf = _tf()
+    import types
+
+    calls = types.SimpleNamespace(n=0)  # not state: a captured list would be duplicated, this is not
+
+    def f(z):
+        calls.n += 1
+        return tf.reduce_sum(tf.sin(z) ** 2)
+
+    di.prep_cache.enabled = False
+    try:
+        for x in (np.linspace(0.1, 1.0, 4), np.linspace(-2.0, 0.5, 4)):
+            calls.n = 0
+            np.testing.assert_allclose(np.asarray(di.gradient(di.AutoTensorFlow(), f, x)), np.sin(2 * x), rtol=1e-13)
+            assert calls.n == 1
+            calls.n = 0
+            y, g = di.value_and_gradient(di.AutoTensorFlow(), f, x)
+            assert calls.n == 1
+            np.testing.assert_allclose(np.asarray(g), np.sin(2 * x), rtol=1e-13)
+            np.testing.assert_allclose(float(y), np.sum(np.sin(x) ** 2), rtol=1e-13)
+    finally:
+        di.prep_cache.enabled = True
+
+
 def test_a_value_read_for_control_flow_and_a_constant_f_are_not_errors():
     tf = _tf()
 
