@@ -91,17 +91,29 @@ from .mlx_rules import SECOND_ORDER
 # -- dtypes and conversions ------------------------------------------------------------------------
 
 
+# numpy dtype -> MLX dtype and back, as found (numpy's ``dtype.name`` is a Python property: 3 us, several
+# times per call, where a dict lookup is 0.1 us)
+_MX_DTYPES: dict[Any, Any] = {}
+_NP_DTYPES: dict[Any, Any] = {}
+
+
 def _mx_dtype(dtype: Any) -> Any:
     """MLX's dtype for ``dtype`` (an MLX dtype, numpy's, or a name)."""
     if isinstance(dtype, mx.Dtype):
         return dtype
-    name = np.dtype(dtype).name
-    return getattr(mx, "bool_" if name == "bool" else name)
+    found = _MX_DTYPES.get(dtype)
+    if found is None:
+        name = np.dtype(dtype).name
+        found = _MX_DTYPES[dtype] = getattr(mx, "bool_" if name == "bool" else name)
+    return found
 
 
 def _np_dtype(dtype: Any) -> Any:
     """numpy's dtype for an MLX dtype (``mlx.core.float64`` -> ``float64``)."""
-    return np.dtype(str(dtype).rpartition(".")[2])
+    found = _NP_DTYPES.get(dtype)
+    if found is None:
+        found = _NP_DTYPES[dtype] = np.dtype(str(dtype).rpartition(".")[2])
+    return found
 
 
 def _to_mx(value: Any, dtype: Any = None) -> Any:
