@@ -80,6 +80,7 @@ class ArrayFamily:
         "module_type",
         "children",
         "accuracy",
+        "_stateful_type",
     )
     name: str
     array_type: str
@@ -118,14 +119,19 @@ class ArrayFamily:
         self.copy_into = copy_into
         self.module_type, self.children = module_type, children
         self.accuracy = accuracy or _dtype_accuracy
+        self._stateful_type: Any = None  # module_type once resolved (a loaded module stays loaded)
 
     def type(self) -> Any:
         """The array type, if its module is imported (None otherwise)."""
         return _loaded(self.array_type)
 
     def stateful_type(self) -> Any:
-        """The type of :attr:`module_type`, if declared and its module is imported (None otherwise)."""
-        return _loaded(self.module_type) if self.module_type else None
+        """The type of :attr:`module_type`, if declared and its module is imported (None otherwise);
+        resolved once found (the closure walk asks for every callable it meets)."""
+        found = self._stateful_type
+        if found is None and self.module_type:
+            found = self._stateful_type = _loaded(self.module_type)
+        return found
 
     def __repr__(self) -> str:
         return f"ArrayFamily({self.name!r}, {self.array_type!r})"
