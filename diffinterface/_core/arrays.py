@@ -129,7 +129,7 @@ class ArrayFamily:
         """The type of :attr:`module_type`, if declared and its module is imported (None otherwise);
         resolved once found (the closure walk asks for every callable it meets)."""
         found = self._stateful_type
-        if found is None and self.module_type:
+        if found is None and self.module_type and self.module_type.partition(".")[0] in sys.modules:
             found = self._stateful_type = _loaded(self.module_type)
         return found
 
@@ -538,18 +538,33 @@ def real_floating_dtype(dtype: DType | None) -> bool:
         return "float" in str(dtype)
 
 
+# dtype -> complex_dtype(dtype), as found: np.issubdtype is a few microseconds, asked several times a call
+_COMPLEX: dict[Any, bool] = {}
+
+
 def complex_dtype(dtype: DType | None) -> bool:
     """Whether ``dtype`` (numpy's, JAX's or torch's) is complex."""
+    try:
+        return _COMPLEX[dtype]
+    except (KeyError, TypeError):  # not seen yet, or a dtype that does not hash
+        pass
     flag = getattr(dtype, "is_complex", None)  # torch.dtype
     if isinstance(flag, bool):
-        return flag
-    mlx = sys.modules.get("mlx.core")  # MLX's dtypes say so through mx.issubdtype (numpy does not know them)
-    if mlx is not None and isinstance(dtype, mlx.Dtype):
-        return bool(mlx.issubdtype(dtype, mlx.complexfloating))
+        answer = flag
+    else:
+        mlx = sys.modules.get("mlx.core")  # MLX's dtypes say so through mx.issubdtype (numpy does not know them)
+        if mlx is not None and isinstance(dtype, mlx.Dtype):
+            answer = bool(mlx.issubdtype(dtype, mlx.complexfloating))
+        else:
+            try:
+                answer = bool(np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.complexfloating))
+            except TypeError:
+                answer = False
     try:
-        return bool(np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.complexfloating))
+        _COMPLEX[dtype] = answer
     except TypeError:
-        return False
+        pass
+    return answer
 
 
 def as_input(value: Any) -> Any:
