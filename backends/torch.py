@@ -687,12 +687,12 @@ class _Pushed:
 
 
 def _pushed(fn: _Function, x: torch.Tensor, target: Target, contexts: Contexts) -> _Pushed | None:
-    """:func:`_jvps` along the one-shot call's tangent at ``x``, the preparation's private copy of
-    the user's x (``private``: no second copy), or None where an operation of ``f`` has no
-    forward-mode rule (the runner's direction fallback then decides, as for any call)."""
+    """:func:`_jvps` along the one-shot call's tangent at the user's ``x`` (``f`` gets its copy as the
+    primal, and the checks of a lost derivative see ``x`` as it was), or None where an operation of
+    ``f`` has no forward-mode rule (the runner's direction fallback then decides, as for any call)."""
     tangents = cast("tuple[Array, ...]", target.tangents)
     try:
-        return _Pushed(*_jvps(fn, x, _tangent(tangents[0], x), contexts, False, private=True))
+        return _Pushed(*_jvps(fn, x, _tangent(tangents[0], x), contexts, False))
     except NotImplementedError:
         return None
 
@@ -778,24 +778,17 @@ def _no_graph(t: torch.Tensor) -> torch.Tensor:
 
 
 def _jvps(
-    fn: _Function,
-    x: torch.Tensor,
-    tangents: torch.Tensor,
-    contexts: Contexts,
-    batched: bool,
-    loop: bool = False,
-    private: bool = False,
+    fn: _Function, x: torch.Tensor, tangents: torch.Tensor, contexts: Contexts, batched: bool, loop: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, J @ t)`` for one tangent, or for each row of ``tangents`` (``batched``), by dual tensors.
 
     ``f`` gets a copy of ``x`` as its primal (a dual tensor shares its primal's memory, and ``f`` may
-    write into its input: the user's ``x`` is never modified; ``private``: x is already the call's
-    own copy, the preparation's, and is the primal as it is). A batch is one vectorised pass, or a
+    write into its input: the user's ``x`` is never modified). A batch is one vectorised pass, or a
     loop of single passes with ``loop`` (complex outputs: torch's batched forward mode gets some of
     them wrong, e.g. ``stft``, where single passes are exact) and where ``f`` cannot be batched.
     Parameters ``f`` captures may require grad: the results are detached from any graph they record.
     An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
-    primal_x = x.detach() if private else x.detach().clone()
+    primal_x = x.detach().clone()
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
     watch = _watching(fn)
@@ -1004,7 +997,8 @@ class Adapter(_Base):
         return (type(error) is RuntimeError and _REFUSALS.search(str(error)) is not None) or _Base.refused_write(error)
 
     # x reaches output_info uncopied: a recording gives f a detached alias of x that requires grad (torch
-    # refuses f's writes into it, see _record), and the other evaluations run on a copy made here
+    # refuses f's writes into it, see _record), a pushforward a copy as its primal (_jvps), and the
+    # evaluation for f(x)'s shape alone a copy made here
     copies_x = True
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
@@ -1013,22 +1007,17 @@ class Adapter(_Base):
         # a one-shot reverse-mode call: f recorded here as its runner would record it (_Recorded)
         record = oneshot and self._records(target, xt)
         recorded: _Recorded | _Pushed | None = None
-        if not record:
-            xt = xt.detach().clone()  # f may write into its input: never into the user's x
         try:
             if record:
                 y, leaf = _record(fn, xt, contexts)
                 recorded = _Recorded(y, leaf)
-            elif oneshot and self._pushes(target, xt):
-                pushed = _pushed(fn, xt, target, contexts)
-                if pushed is None:  # an operation without a forward rule: the runner's fallback decides
-                    with torch.no_grad():
-                        y = fn.eager(xt, contexts)
-                else:
-                    y, recorded = pushed.y, pushed
             else:
-                with torch.no_grad():
-                    y = fn.eager(xt, contexts)
+                pushed = _pushed(fn, xt, target, contexts) if oneshot and self._pushes(target, xt) else None
+                if pushed is not None:
+                    y, recorded = pushed.y, pushed
+                else:  # f(x) for its shape (an operation without a forward rule: the runner's fallback decides)
+                    with torch.no_grad():
+                        y = fn.eager(xt.detach().clone(), contexts)  # f may write into its input: a copy
         except TypeError as error:  # f's first run: where captured numpy arrays meet tensors under "const"
             known = const_operand_error(target, error, "torch", lambda v: isinstance(v, _Tensor))
             if known is not None:
