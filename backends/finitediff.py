@@ -656,7 +656,7 @@ class Adapter(_Base):
         first = (want_value or method in ("forward", "backward")) and y0 is None and not complex_step
         recipes: list[Recipe] = [("x", None, ())] if first else []
         abs_h = None
-        steps = []
+        steps: list[float] = []
         plus_of_first = None  # f(x + k t_0), where output_info evaluated it
         for j, t in enumerate(tangents):
             k: float | None
