@@ -952,53 +952,40 @@ class _Prepared:
 
     # eager: f at every call, what escaped checked
     def eager(self, x: Array, ts: tuple[Any, ...], contexts: Contexts, value: bool) -> Any:
-        if self.taped:
-            self.taped = False
-            recorded = self.info.take_value()
-            if type(recorded) is _Taped:
-                return self._from_tape(recorded, contexts, value)
-        tensor = _as_tensor(x, self.dtype)
         fn, missing = self.fn, _Missing()
 
         def call(z: Any) -> Any:
             return fn(z, contexts)
 
-        saved = _RECORDER.escapes
-        _RECORDER.escapes = []
-        try:
+        recorded = None
+        if self.taped:  # the first call of a one-shot gradient: f was recorded by output_info (_Taped)
+            self.taped = False
+            recorded = self.info.take_value()
+        if type(recorded) is _Taped:
+            tensor, escapes = recorded.x, recorded.escapes
             with _SCOPE:
-                try:
-                    primal, result = self.body(call, tensor, ts, missing)
-                except (TypeError, ValueError) as error:
-                    known = standin_error(self.target, error, "TensorFlow")
-                    if known is not None:
-                        raise known from error
-                    raise
-            escapes = _RECORDER.escapes
-        finally:
-            _RECORDER.escapes = saved
+                primal, result = recorded.y, missing(recorded.tape.gradient(recorded.y, tensor), tensor)
+        else:
+            tensor = _as_tensor(x, self.dtype)
+            saved = _RECORDER.escapes
+            _RECORDER.escapes = []
+            try:
+                with _SCOPE:
+                    try:
+                        primal, result = self.body(call, tensor, ts, missing)
+                    except (TypeError, ValueError) as error:
+                        known = standin_error(self.target, error, "TensorFlow")
+                        if known is not None:
+                            raise known from error
+                        raise
+                escapes = _RECORDER.escapes
+            finally:
+                _RECORDER.escapes = saved
         if missing.seen:
             _lost(fn, call, tensor)
         elif escapes:
             with _SCOPE:
                 _check_escapes(fn, call, tensor, escapes, result)
-        return value_form(self.operator, primal, result, _detached) if value else result
-
-    def _from_tape(self, recorded: _Taped, contexts: Contexts, value: bool) -> Any:
-        """The gradient from a one-shot ``output_info``'s tape (see :class:`_Taped`), checked as
-        :meth:`eager` checks its own."""
-        fn, missing, tensor = self.fn, _Missing(), recorded.x
-
-        def call(z: Any) -> Any:
-            return fn(z, contexts)
-
-        with _SCOPE:
-            primal, result = recorded.y, missing(recorded.tape.gradient(recorded.y, tensor), tensor)
-        if missing.seen:
-            _lost(fn, call, tensor)
-        elif recorded.escapes:
-            with _SCOPE:
-                _check_escapes(fn, call, tensor, recorded.escapes, result)
         return value_form(self.operator, primal, result, _detached) if value else result
 
     # the tf.function: traced once, with x, the tangents and the arrays of contexts and state as
