@@ -758,7 +758,7 @@ class Adapter(_Base):
         """A one-shot call traced here as its runner would trace it, for the runner's first call
         (:class:`_Recorded`), its errors explained as the runner explains them: ``make_vjp`` for a
         reverse-mode gradient or pullback, ``make_jvp`` along the one tangent of a forward-mode
-        pushforward (``target.tangents``; None where a primitive has no JVP: the runner's direction
+        pushforward (``target.one_tangent``; None where a primitive has no JVP: the runner's direction
         fallback decides). None for the other operators, a structured x or f(x), and an ``f`` with
         captured state or contexts."""
         operator = target.operator
@@ -768,14 +768,13 @@ class Adapter(_Base):
             # failing with a TypeError the guard cannot tell from f's own: that run stays untraced
             return None
         mode = getattr(self.backend, "mode", None)
-        tangents = target.tangents
-        push = operator is PUSHFORWARD and mode != "reverse" and tangents is not None and len(tangents) == 1
-        if not push and (operator not in (GRADIENT, PULLBACK) or mode == "forward"):
+        tangent = target.one_tangent if mode != "reverse" else None  # a pushforward along one tangent
+        if tangent is None and (operator not in (GRADIENT, PULLBACK) or mode == "forward"):
             return None
         try:
             with _TRACES:
-                if push:
-                    t = _numpy(typing.cast("tuple[Array, ...]", tangents)[0], x.dtype)
+                if tangent is not None:
+                    t = _numpy(tangent, x.dtype)
                     try:
                         y, dy = make_jvp(lambda z: fn(z, contexts), x)(t)
                     except NotImplementedError:

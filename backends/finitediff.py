@@ -42,7 +42,6 @@ from array_api_compat import array_namespace, device
 
 from diffinterface.extend import (
     NUMPY,
-    PUSHFORWARD,
     Info,
     Operator,
     Runners,
@@ -512,18 +511,15 @@ class Adapter(_Base):
         return Info(tuple(y.shape), y.dtype, stepped, tuple(x.shape), oneshot)
 
     def _stepped(self, target: Target, x: Array, contexts: Contexts) -> _Stepped | None:
-        """For a one-shot pushforward along one tangent (``target.tangents``), central or forward with
-        the default steps, evaluated here one point at a time: ``f`` at the first point the runner
-        needs, ``x + k t``, instead of at ``x`` (:class:`_Stepped`); None otherwise (a zero or NaN
-        step too: the runner takes its own path there)."""
-        tangents = target.tangents
-        if target.operator is not PUSHFORWARD or tangents is None or len(tangents) != 1 or target.layout is not None:
-            return None
-        if self.method not in ("central", "forward") or self.rel_step is not None:
+        """For a one-shot pushforward along one tangent (``target.one_tangent``), central or forward
+        with the default steps, evaluated here one point at a time: ``f`` at the first point the
+        runner needs, ``x + k t``, instead of at ``x`` (:class:`_Stepped`); None otherwise (a zero or
+        NaN step too: the runner takes its own path there)."""
+        t = target.one_tangent
+        if t is None or self.method not in ("central", "forward") or self.rel_step is not None:
             return None
         if self.executor is not None or self.vectorized or not is_array(x):
             return None
-        t = tangents[0]
         with _computing(x):
             k = _step_along(array_namespace(x), x, t, _relative_step(x, self._exponent("first"), self.eps))
             if k is None or k == 0.0:
@@ -692,14 +688,11 @@ class Adapter(_Base):
                 results.append(xp.zeros(data.info.y_shape, dtype=x.dtype, device=device(x)))
             elif complex_step:
                 results.append(xp.imag(_complex_result(next(values), xp, target.call)) / k)
-            elif method == "central":
-                plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
-                results.append((plus - next(values)) / (2 * k))
-            elif method == "forward":
-                plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
-                results.append((plus - y0) / k)
-            else:
+            elif method == "backward":
                 results.append((y0 - next(values)) / k)
+            else:  # central and forward: f(x + k t) first
+                plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
+                results.append((plus - next(values)) / (2 * k) if method == "central" else (plus - y0) / k)
         return y0, tuple(results)
 
     def prepare_pushforward(

@@ -690,9 +690,8 @@ def _pushed(fn: _Function, x: torch.Tensor, target: Target, contexts: Contexts) 
     """:func:`_jvps` along the one-shot call's tangent at the user's ``x`` (``f`` gets its copy as the
     primal, and the checks of a lost derivative see ``x`` as it was), or None where an operation of
     ``f`` has no forward-mode rule (the runner's direction fallback then decides, as for any call)."""
-    tangents = cast("tuple[Array, ...]", target.tangents)
     try:
-        return _Pushed(*_jvps(fn, x, _tangent(tangents[0], x), contexts, False))
+        return _Pushed(*_jvps(fn, x, _tangent(target.one_tangent, x), contexts, False))
     except NotImplementedError:
         return None
 
@@ -1038,11 +1037,8 @@ class Adapter(_Base):
 
     def _pushes(self, target: Target, x: torch.Tensor) -> bool:
         """Whether a one-shot ``output_info`` computes the pushforward itself (:class:`_Pushed`): one
-        tangent (``target.tangents``), forward mode, a flat x, outside inference mode."""
-        tangents = target.tangents
-        if target.operator is not PUSHFORWARD or tangents is None or len(tangents) != 1 or target.layout is not None:
-            return False
-        if getattr(self.backend, "mode", None) == "reverse":
+        tangent of a flat x (``target.one_tangent``), forward mode, outside inference mode."""
+        if target.one_tangent is None or getattr(self.backend, "mode", None) == "reverse":
             return False
         return not (x.is_inference() or torch.is_inference_mode_enabled())
 

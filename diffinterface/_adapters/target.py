@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+from .._core.operators import PUSHFORWARD
 
 if TYPE_CHECKING:
     from .._core.contexts import Contexts
@@ -81,6 +82,15 @@ class Target:
     @property
     def has_state(self) -> bool:
         return self.plan is not None and not self.plan.empty
+
+    @property
+    def one_tangent(self) -> Any:
+        """The tangent of a one-shot pushforward along one tangent of a flat x (``tangents``), else
+        None: the call a one-shot ``output_info`` may compute whole, from one evaluation of ``f``."""
+        tangents = self.tangents
+        if self.operator is not PUSHFORWARD or tangents is None or len(tangents) != 1 or self.layout is not None:
+            return None
+        return tangents[0]
 
     def guarded(self, run: Callable[[bool], Any], refused_write: Callable[[BaseException], bool]) -> Any:
         """``run(aliased)``: first with ``aliased=True`` (``run`` then builds ``f`` with
