@@ -278,6 +278,7 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
     finally:
         _arrays._FAMILIES.pop("layerlib", None)
         _arrays._FAMILY_OF_TYPE.clear()
+        _arrays._STATEFUL_OF_TYPE.clear()
         _closure._declared.pop("layerlib", None)
         _closure._walk_cache.clear()
     with pytest.raises(ValueError, match="module_type='Layer'"):

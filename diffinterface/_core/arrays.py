@@ -9,6 +9,7 @@ between them read one table; apart, a family's description and the code that rea
 
 from __future__ import annotations
 
+import abc
 import builtins
 import contextlib
 import importlib
@@ -151,12 +152,29 @@ def _loaded(path: str) -> Any:
 
 
 def stateful_object(obj: Any) -> ArrayFamily | None:
-    """The family whose :attr:`ArrayFamily.module_type` ``obj`` is an instance of, or None."""
+    """The family whose :attr:`ArrayFamily.module_type` ``obj`` is an instance of, or None.
+
+    Kept per type of ``obj`` (the closure walk asks for every callable it meets, a function mostly):
+    a type's bases do not change, and a subclass of a module type exists only once its library is
+    imported, so a type's answer stays true; an abstract module type, whose virtual subclasses may
+    be registered later, is asked every time. :func:`register_family` clears what is kept."""
+    kind = type(obj)
+    try:
+        return _STATEFUL_OF_TYPE[kind]
+    except KeyError:
+        pass
+    found, keep = None, True
     for record in _FAMILIES.values():
-        kind = record.stateful_type()
-        if kind is not None and isinstance(obj, kind):
-            return record
-    return None
+        module_type = record.stateful_type()
+        if module_type is None:
+            continue
+        keep = keep and not isinstance(module_type, abc.ABCMeta)
+        if isinstance(obj, module_type):
+            found = record
+            break
+    if keep:
+        _STATEFUL_OF_TYPE[kind] = found
+    return found
 
 
 def _same(value: Any) -> Any:
@@ -174,6 +192,7 @@ def _dtype_accuracy(dtype: Any) -> None:
 
 _FAMILIES: dict[str, ArrayFamily] = {}
 _FAMILY_OF_TYPE: dict[Any, Any] = {}  # type -> family, filled as types are met (on the prepared fast path)
+_STATEFUL_OF_TYPE: dict[Any, Any] = {}  # type -> the family whose module type it is, or None (stateful_object)
 
 
 def register_family(record: ArrayFamily) -> ArrayFamily:
@@ -182,6 +201,7 @@ def register_family(record: ArrayFamily) -> ArrayFamily:
         raise TypeError(f"register_family({record!r}): expected a diffinterface.extend.ArrayFamily")
     _FAMILIES[record.name] = record
     _FAMILY_OF_TYPE.clear()
+    _STATEFUL_OF_TYPE.clear()
     return record
 
 
@@ -479,11 +499,24 @@ def dtype_name(value: Any) -> str:
     return dtype_str(dtype)
 
 
+_DTYPE_NAMES: dict[Any, str] = {}  # dtype -> name: numpy's str(dtype) costs 1.3 us, and a call asks twice
+
+
 def dtype_str(dtype: Any) -> str:
     """A dtype (numpy's, torch's, MLX's, TensorFlow's) by name: ``float64``."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # not met yet, or a dtype that is not hashable
+        pass
     if hasattr(dtype, "as_numpy_dtype"):  # TensorFlow's DType prints as "<dtype: 'float64'>"
-        return str(dtype.name)
-    return str(dtype).replace("torch.", "").replace("mlx.core.", "")
+        name = str(dtype.name)
+    else:
+        name = str(dtype).replace("torch.", "").replace("mlx.core.", "")
+    try:
+        _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
+    return name
 
 
 def describe(value: Any) -> str:
