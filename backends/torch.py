@@ -56,6 +56,7 @@ from diffinterface.extend import (
     GRADIENT,
     HESSIAN,
     HVP,
+    JACOBIAN,
     LOST_CAUSES,
     NUMPY,
     PULLBACK,
@@ -646,16 +647,17 @@ class _Recorded:
     """``f`` recorded by a one-shot ``output_info`` (:meth:`Adapter.output_info`) as the runner of a
     reverse-mode operator records it (:func:`_record`), left in ``Info.value`` for that runner's
     first call: a one-shot gradient evaluates ``f`` once, not once for f(x)'s shape and again with
-    its graph."""
+    its graph. ``fn``: the :class:`_Function` that ran it, which the runners go on with (what its
+    watch learned, see :func:`_function_for`)."""
 
-    __slots__ = ("y", "xt")
+    __slots__ = ("y", "xt", "fn")
 
-    def __init__(self, y: torch.Tensor, xt: torch.Tensor) -> None:
-        self.y, self.xt = y, xt
+    def __init__(self, y: torch.Tensor, xt: torch.Tensor, fn: _Function) -> None:
+        self.y, self.xt, self.fn = y, xt, fn
 
 
 # the operators whose runners start with _record in reverse mode (hvp and the Hessian: reverse over reverse)
-_RECORDING = (GRADIENT, PULLBACK, HVP, HESSIAN)
+_RECORDING = (GRADIENT, PULLBACK, JACOBIAN, HVP, HESSIAN)
 
 
 def _recorder(info: Info) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -680,10 +682,22 @@ class _Pushed:
     ``Target.tangents``): ``f(x)`` and its tangent from the one evaluation of ``f`` the call needs,
     left in ``Info.value`` for the runner's first call (:func:`_pusher`)."""
 
-    __slots__ = ("y", "dy")
+    __slots__ = ("y", "dy", "fn")
 
-    def __init__(self, y: torch.Tensor, dy: torch.Tensor) -> None:
-        self.y, self.dy = y, dy
+    def __init__(self, y: torch.Tensor, dy: torch.Tensor, fn: _Function) -> None:
+        self.y, self.dy, self.fn = y, dy, fn
+
+
+def _function_for(info: Info, target: Target, contexts: Contexts, compile_: bool) -> _Function:
+    """The runners' :class:`_Function`: the one a one-shot ``output_info`` ran ``f`` with (its
+    :class:`_Recorded` or :class:`_Pushed`), else a new one. Going on with it, the runners keep what
+    its first run learned: an ``f`` that read no tensor's value there runs unwatched from then on
+    (the straight-line program of :class:`_Watch`; a forward-mode Jacobian after a recording:
+    one watched run of f, not two), and one that wrote into its input gets a copy."""
+    value = info.value
+    if info.oneshot and not compile_ and type(value) in (_Recorded, _Pushed):
+        return cast("_Recorded | _Pushed", value).fn
+    return _Function(target, contexts, compile_)
 
 
 def _pushed(fn: _Function, x: torch.Tensor, target: Target, contexts: Contexts) -> _Pushed | None:
@@ -691,7 +705,7 @@ def _pushed(fn: _Function, x: torch.Tensor, target: Target, contexts: Contexts) 
     primal, and the checks of a lost derivative see ``x`` as it was), or None where an operation of
     ``f`` has no forward-mode rule (the runner's direction fallback then decides, as for any call)."""
     try:
-        return _Pushed(*_jvps(fn, x, _tangent(target.one_tangent, x), contexts, False))
+        return _Pushed(*_jvps(fn, x, _tangent(target.one_tangent, x), contexts, False), fn)
     except NotImplementedError:
         return None
 
@@ -883,7 +897,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             basis = cast("torch.Tensor", x_basis)  # built where forward and whole
             y, cols = _jvps(fn, x, basis, contexts, True, loop)  # (n, *y_shape)
             return y, torch.movedim(cols.reshape((n, m)), 0, 1).reshape(y_shape + x_shape)
-        y, xt = _record(fn, x, contexts)
+        y, xt = record(fn, x, contexts)
         rows = _vjps(y, xt, y_basis, True, unused=lambda: _lost(fn, x, contexts))  # (m, *x_shape)
         return y, rows.reshape(y_shape + x_shape)
 
@@ -1009,7 +1023,7 @@ class Adapter(_Base):
         try:
             if record:
                 y, leaf = _record(fn, xt, contexts)
-                recorded = _Recorded(y, leaf)
+                recorded = _Recorded(y, leaf, fn)
             else:
                 pushed = _pushed(fn, xt, target, contexts) if oneshot and self._pushes(target, xt) else None
                 if pushed is not None:
@@ -1026,8 +1040,10 @@ class Adapter(_Base):
 
     def _records(self, target: Target, x: torch.Tensor) -> bool:
         """Whether a one-shot ``output_info`` records ``f`` for the runner (:class:`_Recorded`): the
-        reverse-mode operators, on a flat x, outside inference mode (where the runner records on
-        a copy of x: ``_outside_inference_mode``)."""
+        reverse-mode operators, and the Jacobian unless ``mode="forward"`` (its direction follows from
+        f(x)'s size, known once f has run: a reverse-mode one takes the recording, a forward-mode one
+        leaves it, having paid what the evaluation for f(x)'s shape cost), on a flat x, outside
+        inference mode (where the runner records on a copy of x: ``_outside_inference_mode``)."""
         operator = target.operator
         if operator not in _RECORDING or target.layout is not None:
             return False
@@ -1052,7 +1068,7 @@ class Adapter(_Base):
         info: Info,
     ) -> Runners:
         compile_ = self.backend.compile and not info.oneshot and _compilable(target)
-        fn = _Function(target, contexts, compile_)
+        fn = _function_for(info, target, contexts, compile_)
         forward = self.forward(operator, info)
         if complex_dtype(info.y_dtype) and (not forward or operator.order == 2):
             raise TypeError(

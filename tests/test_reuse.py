@@ -15,6 +15,7 @@ from array_api_compat import array_namespace
 
 import diffinterface as di
 from conftest import backend_params
+from diffinterface import LostDerivativeError
 
 BACKENDS = backend_params(finite_diff=True)
 
@@ -279,7 +280,8 @@ def test_a_one_shot_call_evaluates_f_once(engine):
     for a gradient, its value form, a pullback, and torch's hvp and Hessian, where it took two. A
     pushforward along one tangent gets the tangent there too (``Target.tangents``) and computes
     ``f(x)`` and its tangent by forward mode: one evaluation for it and its value form, where it took
-    two. The results agree with the closed forms at two points; a batch of tangents and
+    two. torch's Jacobian is recorded too, and one in reverse mode (a wide one) takes the recording.
+    The results agree with the closed forms at two points; a batch of tangents and
     ``mode="reverse"`` keep their own evaluations and the same results, and torch's inference mode
     still gives the gradient."""
     pytest.importorskip(engine)
@@ -292,6 +294,10 @@ def test_a_one_shot_call_evaluates_f_once(engine):
     def vec(z):
         calls.n += 1
         return array_namespace(z).sin(z) * z
+
+    def wide(z):
+        calls.n += 1
+        return z[:2] * z[1:3]
 
     def once(run, expected, evaluations=1):
         calls.n = 0
@@ -308,6 +314,12 @@ def test_a_one_shot_call_evaluates_f_once(engine):
             if engine == "torch":  # autograd's hvp is forward over reverse: a trace of its own
                 once(lambda z=z: di.hvp(backend, _counting(calls), z, (t,))[0], 2 * np.cos(2 * z) * t)
                 once(lambda z=z: di.hessian(backend, _counting(calls), z), np.diag(2 * np.cos(2 * z)))
+                # a wide Jacobian (2 outputs of 5 inputs) runs in reverse mode: the recording is taken
+                jw = np.zeros((2, 5))
+                jw[0, :2], jw[1, 1:3] = (z[1], z[0]), (z[2], z[1])
+                once(lambda z=z: di.jacobian(backend, wide, z), jw)
+                once(lambda z=z: di.value_and_jacobian(backend, wide, z)[1], jw)
+                once(lambda z=z: di.value_and_jacobian(backend, wide, z)[0], z[:2] * z[1:3])
             jt = t * (np.cos(z) * z + np.sin(z))
             once(lambda z=z: di.pushforward(backend, vec, z, t), jt)
             once(lambda z=z: di.value_and_pushforward(backend, vec, z, t)[1], jt)
@@ -321,6 +333,46 @@ def test_a_one_shot_call_evaluates_f_once(engine):
             with torch.inference_mode():
                 g = di.gradient(backend, sum_sin2, torch.asarray(x))
             np.testing.assert_allclose(g.numpy(), np.sin(2 * x), rtol=1e-12)
+    finally:
+        di.prep_cache.enabled = True
+
+
+def test_a_one_shot_torch_call_watches_f_once(monkeypatch):
+    """torch's runners go on with the ``_Function`` that a one-shot ``output_info`` ran ``f`` with:
+    where that run read no tensor's value, ``f`` is not watched again (a Jacobian in forward mode
+    after its recording: one watched run, where there were two). An ``f`` that reads a value stays
+    watched, and a value read that reaches f(x) is still the call's error."""
+    torch = pytest.importorskip("torch")
+    from diffinterface.backends import torch as torch_backend
+
+    watches = types.SimpleNamespace(n=0)
+
+    class Counted(torch_backend._Watch):
+        def __init__(self):
+            super().__init__()
+            watches.n += 1
+
+    monkeypatch.setattr(torch_backend, "_Watch", Counted)
+    x = torch.linspace(0.1, 1.0, 3, dtype=torch.float64)
+
+    def tall(z):  # 6 outputs of 3 inputs: forward mode
+        return torch.cat([torch.sin(z), z**2])
+
+    def branching(z):  # reads a value: watched at every run
+        return torch.cat([torch.sin(z), z**2]) if z.max() > 0 else -z.repeat(2)
+
+    def lost(z):
+        return torch.cat([torch.sin(z), z * z[0].item()])
+
+    want = torch.cat([torch.diag(torch.cos(x)), torch.diag(2 * x)])
+    di.prep_cache.enabled = False
+    try:
+        for f, watched in ((tall, 1), (branching, 2)):
+            watches.n = 0
+            torch.testing.assert_close(di.jacobian(di.AutoTorch(), f, x), want, rtol=1e-12, atol=0)
+            assert watches.n == watched, f.__name__
+        with pytest.raises(LostDerivativeError, match=r"jacobian\(AutoTorch\(\), f, x\).*\.item\(\)"):
+            di.jacobian(di.AutoTorch(), lost, x)
     finally:
         di.prep_cache.enabled = True
 
