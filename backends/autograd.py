@@ -486,7 +486,11 @@ def _warn_nan(call: str, x: np.ndarray, ts: tuple[np.ndarray, ...], y: ArrayLike
 def _explained(target: Target, error: TypeError | ValueError) -> BaseException | None:
     """The message of an error autograd raised while tracing ``f`` (a value it cannot carry a
     derivative through, a write into a numpy array f made, a const-closure write), or None for f's
-    own error."""
+    own error. A :class:`LostDerivativeError` is the call's own error already (:func:`_output`'s):
+    None, whatever a stand-in's conversion mark says (JAX's hook leaves the mark on the thread after
+    a conversion that succeeded, and a later autograd error read it as a stand-in's)."""
+    if isinstance(error, LostDerivativeError):
+        return None
     call = target.call
     const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
     if const is not None:

@@ -142,6 +142,23 @@ def test_numpy_arrays_of_traced_values_are_an_error_on_autograd(mode):
     assert np.array_equal(di.jacobian(backend, lambda z: np.ones(3), x), np.zeros((3, 2)))  # constant: zeros
 
 
+@needs_autograd
+def test_a_stand_in_conversion_mark_left_on_the_thread_does_not_rename_autograds_errors():
+    """JAX's conversion hook marks the thread when a stand-in is converted (``note_conversion``), also
+    where the conversion succeeds, and nothing takes that mark then. A later autograd call whose f
+    builds its output with np.array still gets its own error, not the stand-in's (the suite met this
+    when a JAX test and this one shared a worker)."""
+    from diffinterface.extend import note_conversion, take_conversion
+
+    for mode in ("forward", "reverse"):
+        note_conversion()
+        try:
+            with pytest.raises(LostDerivativeError, match=r"AutoAutograd.*np\.array.*anp\.stack"):
+                di.jacobian(AutoAutograd(mode=mode), lambda z: np.array([z[0] ** 2, 3 * z[1]]), np.array([1.0, 2.0]))
+        finally:
+            take_conversion()
+
+
 # -- 14.3: f writes into x ------------------------------------------------------------------------------
 
 
