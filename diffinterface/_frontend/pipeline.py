@@ -625,7 +625,21 @@ def run_prepared(
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
-    prep.check(operator, backend, f, (x,) + contexts)
+    arrays = prep._arrays
+    # Prep.check's inline path for x alone, inline here: a call less (0.25 us of a 5.8 us prepared
+    # JAX gradient at n = 10, whose own jit(grad) takes 4.6); anything else takes the check
+    if not (
+        not contexts
+        and arrays is not None
+        and len(arrays) == 1
+        and operator is prep.operator
+        and backend is prep.backend
+        and f is prep.f
+        and type(x) is arrays[0][0]
+        and x.shape == arrays[0][1]
+        and (x.dtype is arrays[0][2] or x.dtype == arrays[0][2])
+    ):
+        prep.check(operator, backend, f, (x,) + contexts)
     if prep.structured:
         return _structured(prep, False, x, None, contexts, out, operator, backend)
     # _fast's body, inline: one call less on the prepared path (tests/test_prepared_work.py)
