@@ -68,6 +68,40 @@ def test_float64_is_exact_and_the_global_x64_flag_is_untouched():
     assert g32.dtype == np.float32
 
 
+def test_a_float64_prepared_call_enters_the_x64_context_only_where_x64_is_off(monkeypatch):
+    """A prep for a float64 x was traced with x64 on. Its runner calls the compiled function
+    directly where the process has x64 on (here the user's own ``jax.enable_x64``, as the global
+    setting does), and goes through ``_Prepared.run``, which enters the context, only where it is
+    off: float64 exact either way, for the gradient and a pushforward."""
+    import jax
+
+    from diffinterface.backends import jax as jax_backend
+
+    runs = itertools.count()
+    run = jax_backend._Prepared.run
+    monkeypatch.setattr(jax_backend._Prepared, "run", lambda self, *a, **k: (next(runs), run(self, *a, **k))[1])
+    backend = di.AutoJAX()
+
+    def f(z):
+        return (z**3).sum() / 3
+
+    def g(z):
+        return z**3 / 3
+
+    x = np.linspace(0.1, 1.0, 7)
+    for x64, calls in ((True, 0), (False, 2)):
+        with jax.enable_x64(x64):
+            xs = jax.numpy.asarray(x) if x64 else x  # a float64 JAX array exists with x64 on only
+            grad, push = di.prepare_gradient(backend, f, xs), di.prepare_pushforward(backend, g, xs, xs)
+            before = next(runs)
+            got, pushed = di.gradient(backend, f, xs, prep=grad), di.pushforward(backend, g, xs, xs, prep=push)
+            assert next(runs) - before - 1 == calls, x64
+        for result, want in ((got, x**2), (pushed, x**3)):
+            assert np.asarray(result).dtype == np.float64
+            np.testing.assert_allclose(np.asarray(result), want, rtol=1e-15)
+    assert not jax.config.jax_enable_x64
+
+
 def test_jax_arrays_in_jax_arrays_out_and_float64_with_x64_enabled():
     code = (
         "import jax; jax.config.update('jax_enable_x64', True)\n"
