@@ -1,6 +1,8 @@
 """AutoJAX prepared calls against JAX's own best calls, measured as interleaved ratios.
 
     python benchmarks/jax_overhead.py            # writes benchmarks/results/jax_overhead.{md,csv}
+    python benchmarks/jax_overhead.py --x64      # x64 on for the process: jax float64 arrays,
+                                                 # benchmarks/results/jax_overhead_x64.{md,csv}
 
 The natives: ``jax.jit(jax.grad(f))`` for the gradient, ``jax.jit(jax.jacfwd/jacrev)`` for tall and
 wide Jacobians, ``jax.jit`` of ``jvp(grad)`` for the hvp; each receives what ours receives (jax
@@ -94,9 +96,46 @@ def cases(quick: bool) -> list:
     return out
 
 
-def main(quick: bool = False, runs: int = 3) -> list[dict]:
+def x64_cases(quick: bool) -> list:
+    """The gradient and the hvp on jax float64 arrays with x64 on for the process (the setting a
+    float64 user has), against the same natives: no context is entered by either call."""
+    rng = np.random.default_rng(0)
+    jx = di.AutoJAX()
+    grad = jax.jit(jax.grad(sum_sin2))
+    hvp_native = jax.jit(lambda x, t: jax.jvp(jax.grad(sum_sin2), (x,), (t,))[1])
+    out = []
+    for n in (10, 10_000) if quick else (10, 10_000, 1_000_000):
+        x, t = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
+        prep, prep_h = di.prepare_gradient(jx, sum_sin2, x), di.prepare_hvp(jx, sum_sin2, x, t)
+        out.append(
+            (
+                "gradient",
+                n,
+                "jax float64 (x64 on)",
+                lambda x=x, p=prep: di.gradient(jx, sum_sin2, x, prep=p).block_until_ready(),
+                lambda x=x, grad=grad: grad(x).block_until_ready(),
+            )
+        )
+        if n <= 10_000:
+            out.append(
+                (
+                    "hvp",
+                    n,
+                    "jax float64 (x64 on)",
+                    lambda x=x, t=t, p=prep_h: di.hvp(jx, sum_sin2, x, t, prep=p).block_until_ready(),
+                    lambda x=x, t=t, native=hvp_native: native(x, t).block_until_ready(),
+                )
+            )
+    return out
+
+
+def main(quick: bool = False, runs: int = 3, x64: bool = False) -> list[dict]:
+    if x64:
+        jax.config.update("jax_enable_x64", True)
+        title = "AutoJAX prepared call / JAX's own best call, x64 on"
+        return run_and_write("jax_overhead_x64", title, x64_cases(quick), runs)
     return run_and_write("jax_overhead", "AutoJAX prepared call / JAX's own best call", cases(quick), runs)
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    main(quick="--quick" in sys.argv, x64="--x64" in sys.argv)
