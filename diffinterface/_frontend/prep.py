@@ -81,6 +81,7 @@ class Prep:
         "structured",
         "holomorphic",
         "_arrays",
+        "fast_key",
         "sparse",
         "result_type",
         "to_numpy",
@@ -103,6 +104,7 @@ class Prep:
     structured: bool  # x or f(x) a structure: data is a _core.structure runner, which checks x and the tangent
     holomorphic: bool  # made with holomorphic=True (jacobian, derivative of a complex x)
     _arrays: tuple[Any, ...] | None
+    fast_key: tuple[Any, ...] | None
     sparse: bool  # an AutoSparse prep: its results are sparse matrices
     # a numpy x's results, when the engine computes another dense array type: that type and the one
     # function that converts it (what finish does for it), remembered at the first call
@@ -145,6 +147,9 @@ class Prep:
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
         self._arrays = self.signature if arrays and self.signature else None
+        # the prepared fast path's test in one tuple comparison (run_prepared, run_prepared_tangent):
+        # (operator, backend, f, then each argument's type, shape and dtype); None where check decides
+        self.fast_key = (operator, backend, f, *(v for s in self._arrays for v in s)) if self._arrays else None
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
         self.has_aux, self.aux_signature, self.aux_description, self.aux_first = False, None, "", None
