@@ -30,6 +30,30 @@ def sum_sin2(x):
     return jnp.sum(jnp.sin(x) ** 2)
 
 
+def _gradient_case(n: int, inputs: str, x, grad) -> tuple:
+    """A prepared gradient on jax array ``x`` against the jitted ``grad``."""
+    prep = di.prepare_gradient(di.AutoJAX(), sum_sin2, x)
+    return (
+        "gradient",
+        n,
+        inputs,
+        lambda x=x, p=prep, b=prep.backend: di.gradient(b, sum_sin2, x, prep=p).block_until_ready(),
+        lambda x=x, grad=grad: grad(x).block_until_ready(),
+    )
+
+
+def _hvp_case(n: int, inputs: str, x, t, native) -> tuple:
+    """A prepared hvp on jax arrays ``x`` and ``t`` against the jitted ``jvp(grad)``."""
+    prep = di.prepare_hvp(di.AutoJAX(), sum_sin2, x, t)
+    return (
+        "hvp",
+        n,
+        inputs,
+        lambda x=x, t=t, p=prep, b=prep.backend: di.hvp(b, sum_sin2, x, t, prep=p).block_until_ready(),
+        lambda x=x, t=t, native=native: native(x, t).block_until_ready(),
+    )
+
+
 def cases(quick: bool) -> list:
     """(operator, size, inputs, ours, native); every callable binds what it uses as default arguments."""
     rng = np.random.default_rng(0)
@@ -37,19 +61,11 @@ def cases(quick: bool) -> list:
     out = []
     sizes = (10, 10_000) if quick else (10, 10_000, 1_000_000)
     grad = jax.jit(jax.grad(sum_sin2))
+    hvp_native = jax.jit(lambda x, t: jax.jvp(jax.grad(sum_sin2), (x,), (t,))[1])
     for n in sizes:
         x64 = rng.normal(size=n)
         x32 = jnp.asarray(x64, dtype=jnp.float32)
-        prep32 = di.prepare_gradient(jx, sum_sin2, x32)
-        out.append(
-            (
-                "gradient",
-                n,
-                "jax float32",
-                lambda x=x32, p=prep32: di.gradient(jx, sum_sin2, x, prep=p).block_until_ready(),
-                lambda x=x32, grad=grad: grad(x).block_until_ready(),
-            )
-        )
+        out.append(_gradient_case(n, "jax float32", x32, grad))
         prep64 = di.prepare_gradient(jx, sum_sin2, x64)
 
         def native64(x=x64, grad=grad):
@@ -60,18 +76,8 @@ def cases(quick: bool) -> list:
             ("gradient", n, "numpy float64", lambda x=x64, p=prep64: di.gradient(jx, sum_sin2, x, prep=p), native64)
         )
         t32 = jnp.asarray(rng.normal(size=n), dtype=jnp.float32)
-        hvp_native = jax.jit(lambda x, t: jax.jvp(jax.grad(sum_sin2), (x,), (t,))[1])
-        prep_h = di.prepare_hvp(jx, sum_sin2, x32, t32)
         if n <= 10_000:
-            out.append(
-                (
-                    "hvp",
-                    n,
-                    "jax float32",
-                    lambda x=x32, t=t32, p=prep_h: di.hvp(jx, sum_sin2, x, t, prep=p).block_until_ready(),
-                    lambda x=x32, t=t32, native=hvp_native: native(x, t).block_until_ready(),
-                )
-            )
+            out.append(_hvp_case(n, "jax float32", x32, t32, hvp_native))
     for shape, name, transform in [
         ((1000, 10), "jacobian tall", jax.jacfwd),
         ((10, 1000), "jacobian wide", jax.jacrev),
@@ -100,32 +106,14 @@ def x64_cases(quick: bool) -> list:
     """The gradient and the hvp on jax float64 arrays with x64 on for the process (the setting a
     float64 user has), against the same natives: no context is entered by either call."""
     rng = np.random.default_rng(0)
-    jx = di.AutoJAX()
     grad = jax.jit(jax.grad(sum_sin2))
     hvp_native = jax.jit(lambda x, t: jax.jvp(jax.grad(sum_sin2), (x,), (t,))[1])
     out = []
     for n in (10, 10_000) if quick else (10, 10_000, 1_000_000):
         x, t = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
-        prep, prep_h = di.prepare_gradient(jx, sum_sin2, x), di.prepare_hvp(jx, sum_sin2, x, t)
-        out.append(
-            (
-                "gradient",
-                n,
-                "jax float64 (x64 on)",
-                lambda x=x, p=prep: di.gradient(jx, sum_sin2, x, prep=p).block_until_ready(),
-                lambda x=x, grad=grad: grad(x).block_until_ready(),
-            )
-        )
+        out.append(_gradient_case(n, "jax float64 (x64 on)", x, grad))
         if n <= 10_000:
-            out.append(
-                (
-                    "hvp",
-                    n,
-                    "jax float64 (x64 on)",
-                    lambda x=x, t=t, p=prep_h: di.hvp(jx, sum_sin2, x, t, prep=p).block_until_ready(),
-                    lambda x=x, t=t, native=hvp_native: native(x, t).block_until_ready(),
-                )
-            )
+            out.append(_hvp_case(n, "jax float64 (x64 on)", x, t, hvp_native))
     return out
 
 
