@@ -29,8 +29,10 @@ one module, imported at first use).
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
@@ -88,6 +90,15 @@ if TYPE_CHECKING:
     from diffinterface.extend import Array, Contexts, Info, Layout, Target
 
 enable_x64: Any = jax_enable_x64()  # float64 inside a thread-local context
+
+
+def _x64_where(float64: bool) -> AbstractContextManager[Any]:
+    """JAX's x64 context where a float64 value meets x64 off (float64 stays float64, the global
+    setting untouched), else nothing: what a preparation, a trace, ``aux`` and ``evaluate`` run in.
+    The prepared runners test the setting inline instead (see ``_Prepared._runner``)."""
+    if float64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+        return enable_x64(True)
+    return contextlib.nullcontext()
 
 
 class WritableArray(_Writable):
@@ -867,18 +878,14 @@ class Adapter(_Base):
         """has_aux's aux: ``f`` at ``x`` as JAX arrays, inside the x64 context for a float64 ``x`` (or a
         structure with a float64 leaf)."""
         leaves = [x] if family(x) is not None else list(getattr(x, "values", lambda: x)())
-        if any(_is_float64(v) for v in leaves) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-            with enable_x64(True):
-                return super().aux(target, x, contexts)
-        return super().aux(target, x, contexts)
+        with _x64_where(any(_is_float64(v) for v in leaves)):
+            return super().aux(target, x, contexts)
 
     def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
         for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
-        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-            with enable_x64(True):
-                return super().evaluate(target, x, contexts)
-        return super().evaluate(target, x, contexts)
+        with _x64_where(_is_float64(x)):
+            return super().evaluate(target, x, contexts)
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         function = _Function(target, contexts)
@@ -893,10 +900,7 @@ class Adapter(_Base):
 
         take_conversion()  # a stand-in converted from here on is this trace's
         try:  # the first trace of f: where writes into captured state fail
-            if x64 and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-                with enable_x64(True):
-                    out = shape()
-            else:
+            with _x64_where(x64):
                 out = shape()
         except (TypeError, ValueError) as error:
             const = const_write_error(target, error, "JAX", _leaked) or standin_error(target, error, "JAX")
@@ -947,10 +951,8 @@ class Adapter(_Base):
             dyn, static = function.arguments(contexts)
             return jax.make_jaxpr(lambda z: function.pure(z, dyn, static))(xj)
 
-        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-            with enable_x64(True):
-                return trace()
-        return trace()
+        with _x64_where(_is_float64(x)):
+            return trace()
 
     def prepare_compressed(
         self,
@@ -972,10 +974,7 @@ class Adapter(_Base):
         indices (a device array made here, once) joined by the BCOO's pytree structure, outside the
         program. Built inside it, the BCOO's indices are an output that each call copies (56 MB for
         the 7e6 nonzeros of a 3-D stencil at n = 1e6: the call 1.7x the program without them)."""
-        if _is_float64(x) and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
-            with enable_x64(True):  # float64 seeds stay float64
-                body = _compressed(kind, seeds, index)
-        else:
+        with _x64_where(_is_float64(x)):  # float64 seeds stay float64
             body = _compressed(kind, seeds, index)
         if kind != "star":
             body = _preferring("forward" if kind == "columns" else "reverse", body)
