@@ -275,11 +275,10 @@ def prepare(
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
     names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
     args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
-    prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None)
+    prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None, has_aux)
     prep.holomorphic = holomorphic
     if has_aux:  # aux at x: its structure for later strict calls, and the one-shot call's own aux
         aux = adapter.aux(target, private_copy(x) if family(x) is not None else x, contexts)
-        prep.has_aux, prep._arrays, prep.fast_key = True, None, None
         prep.aux_signature, prep.aux_description = signature(aux), describe_arg(aux)
         prep.aux_first = (aux,) if oneshot else None
     return prep

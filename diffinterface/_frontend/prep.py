@@ -128,6 +128,7 @@ class Prep:
         strict: Any,
         oneshot: Any = False,
         structured: bool = False,
+        has_aux: bool = False,
     ) -> None:
         self.operator, self.backend, self.f, self.adapter = operator, backend, f, adapter
         self.structured = structured
@@ -145,14 +146,15 @@ class Prep:
             plain = self.plain
             self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
+        # (a has_aux prep takes the full check, which compares aux too)
         arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
-        self._arrays = self.signature if arrays and self.signature else None
+        self._arrays = self.signature if arrays and self.signature and not has_aux else None
         # the prepared fast path's test in one tuple comparison (run_prepared, run_prepared_tangent):
         # (operator, backend, f, then each argument's type, shape and dtype); None where check decides
         self.fast_key = (operator, backend, f, *(v for s in self._arrays for v in s)) if self._arrays else None
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
-        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = False, None, "", None
+        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = has_aux, None, "", None
 
     def _sparse(self, what: str) -> Any:
         if not self.sparse:
