@@ -194,6 +194,54 @@ def test_the_cache_is_bounded():
     assert all("__diffinterface_preps__" not in f.__dict__ for f in functions[:2])  # evicted
 
 
+def test_a_first_call_registers_nothing_and_the_second_holds_the_first_key():
+    """A first call leaves its key on the function alone: a new lambda at every call of a loop puts
+    nothing in the cache's own registry (nothing to evict, nothing to walk at clear()); the second
+    call registers the function with both calls' keys, and the third with one key prepares."""
+    x, y = np.array([0.1, 0.2]), np.array([0.1, 0.2, 0.3])
+    lambdas = [lambda z, k=k: k * sum_sin2(z) for k in range(3)]  # alive: only registration is counted
+    for k, g in enumerate(lambdas):
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), g, x), k * np.sin(2 * x), atol=1e-6)
+    assert (di.prep_cache.functions, di.prep_cache.misses, di.prep_cache.builds) == (0, 3, 0)
+    f = lambdas[1]
+    di.gradient(di.AutoFiniteDiff(), f, y)  # another key: two keys held, one call each
+    assert di.prep_cache.functions == 1
+    assert [e.calls for e in f.__dict__["__diffinterface_preps__"].keys.values()] == [1, 1]
+    di.gradient(di.AutoFiniteDiff(), f, x)  # the first key's second call
+    assert di.prep_cache.builds == 0
+    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), f, x), np.sin(2 * x), atol=1e-6)
+    assert di.prep_cache.builds == 1
+
+
+def test_clear_and_a_wrapper_forget_a_first_call():
+    """``clear()`` forgets first calls too (their marks are on the functions, out of its reach: they
+    carry the cache's token), and a ``functools.wraps`` wrapper, which copies ``f.__dict__``, does not
+    count ``f``'s first call as its own."""
+    import functools
+
+    x = np.array([0.3, 0.4])
+    f = lambda z: 2.0 * sum_sin2(z)  # noqa: E731
+    di.gradient(di.AutoFiniteDiff(), f, x)
+    di.prep_cache.clear()
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), f, x), 2 * np.sin(2 * x), atol=1e-6)
+    assert (di.prep_cache.misses, di.prep_cache.builds) == (2, 0)  # two first-and-second calls, no third
+
+    g = lambda z: 4.0 * sum_sin2(z)  # noqa: E731
+    di.gradient(di.AutoFiniteDiff(), g, x)  # g's first call: its mark
+
+    @functools.wraps(g)
+    def w(z):
+        return 3.0 * sum_sin2(z)
+
+    assert type(w.__dict__["__diffinterface_preps__"]).__name__ == "_First"  # g's mark, copied
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), w, x), 3 * np.sin(2 * x), atol=1e-6)
+    assert (di.prep_cache.misses, di.prep_cache.builds) == (5, 0)
+    di.gradient(di.AutoFiniteDiff(), w, x)
+    assert di.prep_cache.builds == 1
+
+
 def test_a_prepared_call_with_prep_still_checks_strictly_and_unprepared_calls_never_raise_a_mismatch():
     x = np.array([1.0, 2.0])
     for n in (2, 3, 2, 3, 4, 2):  # shapes alternate: each has its key, none gets another's preparation

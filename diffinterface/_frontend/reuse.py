@@ -19,7 +19,9 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
 - the entries of a function are held by the function itself, so they die with it (a preparation
   holds its function: a cache beside it would keep every function alive), and the cache holds at
   most ``max_functions`` functions and ``max_keys`` keys per function (the oldest go first); only
-  Python functions (``def``, ``lambda``, closures) are kept, other callables run unprepared;
+  Python functions (``def``, ``lambda``, closures) are kept, other callables run unprepared. A
+  function's first call leaves only its key on the function (:class:`_First`: nothing registered,
+  nothing evicted), so a loop that writes a new lambda at every call pays one dict store for it;
 - the state ``f`` captures is read at every call, as on any prepared path (contract section 7), so a
   rebound global or a written buffer is seen;
 - it is off for a backend config built with ``reuse_prep=False``, and process-wide with
@@ -58,6 +60,23 @@ class _Entry:
     def __init__(self) -> None:
         self.prep: Prep | None = None
         self.calls = 1
+
+
+class _First:
+    """The key of a function's first call without ``prep=``, left on the function itself
+    (``f.__dict__``) and nowhere else: it dies with ``f``, and a second call turns it into a
+    :class:`_Held`. ``owner`` is ``id(f)``: a wrapper that ``functools.wraps`` gave a copy of
+    ``f.__dict__`` has another id (it lives while ``f`` does), so it does not count ``f``'s call.
+    ``token`` is the cache's at the time (:meth:`PrepCache.clear` makes a new one: the marks it
+    cannot reach are forgotten all the same, and another cache's are not its own)."""
+
+    __slots__ = ("owner", "key", "token")
+
+    def __init__(self, owner: int, key: Any, token: object) -> None:
+        self.owner, self.key, self.token = owner, key, token
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Held, (None,))  # as a held cache pickles: empty, counting nothing
 
 
 class _Held:
@@ -110,6 +129,7 @@ class PrepCache:
         self.after = after  # one-shot calls with a key before the next one prepares
         self.hits = self.misses = self.builds = 0
         self._lock = threading.Lock()
+        self._token = object()  # what this cache's first-call marks (_First) carry; new at clear()
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
 
     def __repr__(self) -> str:
@@ -123,7 +143,8 @@ class PrepCache:
 
     @property
     def functions(self) -> int:
-        """The number of functions with kept keys (alive)."""
+        """The number of functions with kept keys (alive): those called twice or more without ``prep=``
+        (a first call leaves its key on the function alone, :class:`_First`)."""
         return len(self._alive())
 
     def __len__(self) -> int:
@@ -136,6 +157,7 @@ class PrepCache:
             for held in self._alive():
                 _detach(held)
             self._held.clear()
+            self._token = object()
             self.hits = self.misses = self.builds = 0
 
     @staticmethod
@@ -162,7 +184,7 @@ class PrepCache:
     @staticmethod
     def _held_by(f: Callable[..., Any]) -> _Held | None:
         held = f.__dict__.get(_HELD) if type(f) is types.FunctionType else None
-        if held is None or held.owner is None or held.owner() is not f:
+        if type(held) is not _Held or held.owner is None or held.owner() is not f:
             return None
         return held
 
@@ -203,7 +225,12 @@ class PrepCache:
             self.misses += 1
             held = self._held_by(f)
             if held is None:
-                held = _Held(f)
+                mark = f.__dict__.get(_HELD)
+                if type(mark) is not _First or mark.owner != id(f) or mark.token is not self._token:
+                    f.__dict__[_HELD] = _First(id(f), key, self._token)  # the first call: its key alone, on f
+                    return False
+                held = _Held(f)  # the second call: f's keys are held from now on, its first one too
+                held.keys[mark.key] = _Entry()
                 f.__dict__[_HELD] = held
                 self._held[id(held)] = weakref.ref(held)
                 while len(self._held) > self.max_functions:
