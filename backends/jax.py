@@ -120,7 +120,7 @@ class WritableArray(_Writable):
     def __jax_array__(self) -> Any:
         """The conversion hook, looked up on the instance: older JAX calls it (the current value), newer
         JAX refuses it with a generic error, which the lookup's mark lets the adapter recognise."""
-        note_conversion()
+        note_conversion("JAX")
         return lambda: self.value
 
 

@@ -159,6 +159,32 @@ def test_a_stand_in_conversion_mark_left_on_the_thread_does_not_rename_autograds
             take_conversion()
 
 
+@needs_autograd
+def test_a_jax_stand_in_conversion_mark_does_not_rename_an_autograd_fs_own_type_error():
+    """The mark is the engine's own (``note_conversion("JAX")``): left on the thread by a JAX
+    conversion that succeeded, it does not turn an autograd ``f``'s own TypeError into the stand-in's
+    error (it did: "f passes an array it writes into ... (my own problem)"). A mark with no engine
+    still counts for every engine (the kit's older hooks)."""
+    from diffinterface.extend import note_conversion, take_conversion
+
+    def f(z):
+        raise TypeError("my own problem with z")
+
+    try:
+        for mode in ("forward", "reverse"):
+            note_conversion("JAX")
+            with pytest.raises(TypeError, match="^my own problem with z$"):
+                di.gradient(AutoAutograd(mode=mode), f, np.array([1.0, 2.0]))
+        note_conversion("JAX")
+        assert not take_conversion("autograd") and not take_conversion("JAX")  # taken: cleared either way
+        note_conversion("JAX")
+        assert take_conversion("JAX")
+        note_conversion()
+        assert take_conversion("autograd")
+    finally:
+        take_conversion()
+
+
 # -- 14.3: f writes into x ------------------------------------------------------------------------------
 
 

@@ -149,10 +149,11 @@ def standin_error(target: Any, error: BaseException, engine: str) -> Exception |
     """The error for ``f`` passing a writable stand-in (what ``f`` gets for a captured array it
     writes into, a ``Cache`` or an output buffer under JAX and autograd) to a library function that
     wants the engine's own array: it names the captured arrays and says what to write instead.
-    Recognised by mechanism, not message: a stand-in's conversion hook ran (``take_conversion``), its
-    own ``StandInConversionError`` was raised, or a frame of library code (not ``f``'s, not this
-    package's stand-in methods) in the traceback holds a stand-in. None otherwise."""
-    converted = take_conversion()
+    Recognised by mechanism, not message: a stand-in's conversion hook ran (``take_conversion``:
+    this engine's mark only), its own ``StandInConversionError`` was raised, or a frame of library
+    code (not ``f``'s, not this package's stand-in methods) in the traceback holds a stand-in. None
+    otherwise."""
+    converted = take_conversion(engine)
     if not converted and not raised_by(error, lambda e: isinstance(e, StandInConversionError)):
         frames = [
             fr

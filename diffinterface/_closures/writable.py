@@ -36,18 +36,22 @@ class StandInConversionError(TypeError):
 _conversions = threading.local()
 
 
-def note_conversion() -> None:
+def note_conversion(engine: str | None = None) -> None:
     """Called by a stand-in's conversion hook (JAX's ``__jax_array__``): an engine function was
-    handed a stand-in. Newer JAX refuses the hook with a generic error; :func:`take_conversion`
-    lets the adapter recognise that error by this mark rather than by its message."""
-    _conversions.seen = True
+    handed a stand-in of ``engine`` (the name its adapter passes to :func:`standin_error`). Newer
+    JAX refuses the hook with a generic error; :func:`take_conversion` lets the adapter recognise
+    that error by this mark rather than by its message. The mark is the engine's own: one that
+    nothing took (the hook also runs where the conversion succeeds) never names another engine's
+    error; ``engine=None`` marks for every engine."""
+    _conversions.seen = engine if engine is not None else True
 
 
-def take_conversion() -> bool:
-    """Whether a stand-in was converted on this thread since the last call (and clear the mark)."""
+def take_conversion(engine: str | None = None) -> bool:
+    """Whether a stand-in was converted on this thread since the last call: one of ``engine``'s, or
+    any with ``engine=None``; the mark is cleared either way."""
     seen = getattr(_conversions, "seen", False)
     _conversions.seen = False
-    return seen
+    return seen is True or (seen is not False and (engine is None or seen == engine))
 
 
 class WritableArray:
