@@ -126,6 +126,29 @@ def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
         np.testing.assert_allclose(_numpy(mine), _numpy(theirs), rtol=1e-5, atol=1e-6, err_msg=f"{operator} {inputs}")
 
 
+@pytest.mark.parametrize("engine", ["finitediff", "torch"])
+def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch):
+    """``benchmarks/first_call_floor.py``: a row's calls (ours on a new function, the engine's own,
+    torch's under an empty function mode) give the same derivative, and its columns are the ratios
+    of the times it measured."""
+    if engine == "torch" and not installed("torch"):
+        pytest.skip('needs torch: pip install -e ".[all]"')
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    script = importlib.import_module("first_call_floor")
+    labels, calls = script.calls(engine, "pushforward", 10, False)
+    assert labels == {"shape": "10", "inputs": "torch float64" if engine == "torch" else "numpy float64"}
+    results = {name: call() for name, call in calls.items() if name != "walk"}
+    assert set(results) == ({"native", "ours", "mode"} if engine == "torch" else {"native", "ours"})
+    for name, result in results.items():
+        np.testing.assert_allclose(_numpy(result), _numpy(results["native"]), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert calls["walk"]().leaves == []  # the bench f captures no state: the walk finds none
+    r = script.row(engine, "pushforward", 10, False, seconds=0.01)
+    assert r["first_call_ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
+    floor = (r["mode_us"] if engine == "torch" else r["native_us"]) + r["walk_us"]
+    assert r["floor_ratio"] == pytest.approx(floor / r["native_us"])
+    assert r["rest_us"] == pytest.approx(r["ours_us"] - floor)
+
+
 @pytest.mark.skipif(not installed("jax"), reason="the XLA rows are JAX's")
 def test_the_structured_table_prices_jax_outputs_against_one(tmp_path):
     """The structured table's JAX rows: the gradient rows and XLA's own price of k outputs (k = 2, 8,

@@ -106,6 +106,8 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "native": native,
         # the cold call: the native built and called (BenchEngine.native_first), on the engine's own arrays
         "native_first": eng.native_first(operator, f, *(eng.arrays(x, t, A) if numpy_inputs else (x, t, A))),
+        "f": f,
+        "arrays": (x, t, A),  # as the row's calls take them (numpy with numpy_inputs)
         "shape": f"{A.shape[0]}x{A.shape[1]}" if A is not None else str(size),
         "inputs": f"numpy {eng.numpy_dtype}" if numpy_inputs else eng.inputs,
     }

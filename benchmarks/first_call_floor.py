@@ -1,0 +1,180 @@
+"""The first call of a new function on the eager engines, split into what it cannot avoid and the rest.
+
+    python benchmarks/first_call_floor.py          # writes benchmarks/results/first_call_floor.{md,csv}
+    python benchmarks/first_call_floor.py --quick  # n = 10 only
+
+A first call (a function never seen, nothing reused: ``gradient(backend, lambda *a: f(*a), x)``) is
+timed against the engine's own call, as the overhead table's ``first_call_ratio`` does, but
+interleaved: the three calls of a row alternate, one of each per round, and each column is the
+median over the rounds (the overhead table times three single calls). Beside them, what every first
+call must do before it differentiates, measured on its own:
+
+- ``mode_us`` (torch): the native call with ``f`` evaluated under an empty
+  ``torch.overrides.TorchFunctionMode``. A tensor's value read into Python (``.item()``,
+  ``float(t)``, ``.tolist()``) drops its derivative without an error; torch tells it only through
+  its function mode, which calls back into Python at every torch operation of ``f``, so the first
+  evaluation of a new ``f`` runs under it (later calls do not, where ``f`` read no value);
+- ``walk_us``: the walk of the new function's captured state (``StatePlan``, contract section 7):
+  what it captures is duplicated at each call, so it is found before the first evaluation.
+
+``floor_ratio`` is ``(mode_us or native_us) + walk_us`` over ``native_us``, and ``rest_us`` what our
+call adds beyond that floor: the checks, the preparation's objects and the conversions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, write_table  # noqa: E402
+
+from diffinterface._closures.plan import StatePlan  # noqa: E402
+from diffinterface.bench._engines import engine  # noqa: E402
+from diffinterface.bench.overhead import _case  # noqa: E402
+
+ENGINES = ("torch", "autograd", "finitediff")
+OPERATORS = ("gradient", "hvp", "pushforward", "pullback", "jacobian tall", "jacobian wide")
+
+
+def _under_mode(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` evaluated under an empty torch function mode (torch's own dispatch, and nothing else)."""
+    import torch
+
+    class Empty(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    def watched(*args: Any) -> Any:
+        with Empty():
+            return f(*args)
+
+    return watched
+
+
+def _interleaved(calls: dict[str, Callable[[], Any]], seconds: float) -> dict[str, float]:
+    """The median time of each call over rounds of one call each, in turn, for about ``seconds``."""
+    for call in calls.values():  # warm-up
+        for _ in range(5):
+            call()
+    start = time.perf_counter()
+    for call in calls.values():
+        call()
+    per_round = time.perf_counter() - start
+    rounds = max(15, min(2000, int(seconds / max(per_round, 1e-7))))
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def calls(
+    name: str, operator: str, size: int, numpy_inputs: bool
+) -> tuple[dict[str, str], dict[str, Callable[[], Any]]]:
+    """A row's labels (``shape``, ``inputs``) and calls: ``native`` (the engine's own first call),
+    ``ours`` (a new function's first call), ``mode`` (torch: the native with f under an empty
+    function mode) and ``walk`` (the walk of a new function's captured state); no calls where the
+    engine has no native for the row."""
+    eng = engine(name)
+    case = _case(name, eng, operator, size, numpy_inputs) if eng.allows(operator, size) else None
+    if case is None:
+        return {}, {}
+    f = case["f"]
+    out = {"native": case["native_first"], "ours": case["fresh"]}
+    if name == "torch":
+        arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
+        out["mode"] = eng.native_first(operator, _under_mode(f), *arrays)
+    out["walk"] = lambda: StatePlan(lambda *a: f(*a))
+    return {"shape": case["shape"], "inputs": case["inputs"]}, out
+
+
+def row(name: str, operator: str, size: int, numpy_inputs: bool, seconds: float) -> dict[str, Any] | None:
+    labels, row_calls = calls(name, operator, size, numpy_inputs)
+    if not row_calls:
+        return None
+    t = _interleaved(row_calls, seconds)
+    del row_calls
+    gc.collect()
+    floor = t.get("mode", t["native"]) + t["walk"]
+    return {
+        "engine": name,
+        "operator": operator,
+        "size": size,
+        **labels,
+        "native_us": t["native"] * 1e6,
+        "mode_us": t["mode"] * 1e6 if "mode" in t else "",
+        "walk_us": t["walk"] * 1e6,
+        "ours_us": t["ours"] * 1e6,
+        "first_call_ratio": t["ours"] / t["native"],
+        "floor_ratio": floor / t["native"],
+        "rest_us": (t["ours"] - floor) * 1e6,
+    }
+
+
+COLUMNS = [
+    "engine",
+    "operator",
+    "shape",
+    "inputs",
+    "native_us",
+    "mode_us",
+    "walk_us",
+    "ours_us",
+    "first_call_ratio",
+    "floor_ratio",
+    "rest_us",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n = 10 only")
+    parser.add_argument("--seconds", type=float, default=1.5, help="time per row (default 1.5 s)")
+    args = parser.parse_args()
+    sizes = (10,) if args.quick else (10, 1000)
+    rows = []
+    for name in ENGINES:
+        numpy_kinds = (False, True) if engine(name).numpy_dtype is not None else (False,)
+        for operator in OPERATORS:
+            for numpy_inputs in numpy_kinds:
+                for size in sizes:
+                    r = row(name, operator, size, numpy_inputs, args.seconds)
+                    if r is None:
+                        continue
+                    rows.append(r)
+                    print(
+                        f"{name:>10} {operator:>14} {r['shape']:>8} {r['inputs']:>14}: native {r['native_us']:8.1f} us"
+                        f"  ours {r['ours_us']:8.1f} us  ratio {r['first_call_ratio']:.2f}  floor {r['floor_ratio']:.2f}"
+                        f"  rest {r['rest_us']:6.1f} us",
+                        flush=True,
+                    )
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(results, exist_ok=True)
+    notes = (
+        "A new function's first call against the engine's own call, interleaved (one call of each per round, "
+        "medians over the rounds, about 1.5 s a row). `mode_us` (torch): the native with f evaluated under an "
+        "empty TorchFunctionMode, the dispatch a watch for values read out of tensors needs; `walk_us`: the "
+        "walk of the new function's captured state (contract section 7); `floor_ratio`: (mode or native) + walk "
+        "over native; `rest_us`: what the call adds beyond that floor. Budget (issue 39): first_call_ratio <= 1.3."
+    )
+    write_table(
+        os.path.join(results, "first_call_floor"),
+        "First call of a new function on the eager engines: the floor and the rest",
+        machine(),
+        rows,
+        COLUMNS,
+        notes=notes,
+    )
+
+
+if __name__ == "__main__":
+    main()
