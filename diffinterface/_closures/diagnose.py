@@ -13,9 +13,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .._core.arrays import is_array
 from .namespaces import is_user_module
-from .plan import StatePlan
+from .plan import ConstTracedWrite, StatePlan, const_guard
 from .writable import StandInConversionError, WritableArray, take_conversion
 
 
@@ -202,14 +204,69 @@ def _holds(value: Any, traced: Callable[[Any], bool]) -> bool:
     return traced(value)
 
 
+def _over_const_guards(
+    target: Any,
+    plan: StatePlan,
+    values: list[Any],
+    arrays: list[int],
+    run: Callable[[], Any],
+    traced: Callable[[Any], bool],
+    engine: str,
+) -> Callable[[], Any]:
+    """``run`` with ``f`` rebuilt over :class:`ConstGuardView` s of its captured numpy arrays (the
+    user's memory, and every other value as it is: ``plan.transparent``), put back afterwards: an
+    in-place operator of ``f`` that meets a traced value raises the call's error."""
+    where = plan.where()
+    guarded = list(values)
+    for i in arrays:
+        message = (
+            f"{target.call}: with closure='const', f writes a value that depends on x into its own captured "
+            f"array ({where[i]}) with an in-place operator ({{operator}}); numpy hands that to the {engine} "
+            f"value's own operator, which leaves the array unchanged, so the derivative through it would be "
+            f"lost without an error. Use closure='duplicated' (the default): f then writes into duplicates "
+            f"that carry derivatives, and your objects stay as they were."
+        )
+        guarded[i] = const_guard(values[i], traced, message)
+    fn = plan.rebuild(guarded)
+
+    def guarded_run() -> Any:
+        user_f, f = target.user_f, target.f
+        target.user_f, target.f = fn, target.over(fn)
+        try:
+            return run()
+        except Exception as error:
+            found: list[BaseException] = []
+
+            def guards(e: BaseException) -> bool:
+                if isinstance(e, ConstTracedWrite):
+                    found.append(e)
+                    return True
+                return False
+
+            if raised_by(error, guards):
+                raise ValueError(str(found[0])) from None  # the call's error, as the other const errors
+            raise
+        finally:
+            target.user_f, target.f = user_f, f
+
+    return guarded_run
+
+
 def const_trace_checked(target: Any, run: Callable[[], Any], traced: Callable[[Any], bool], engine: str) -> Any:
     """``run()`` (an engine's first trace of ``f``, at preparation) under ``closure="const"``, with
     the lists and dicts ``f`` captures checked afterwards: a traced value (a JAX tracer, an autograd
     box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
     their contents are put back and the error names them (contract section 7). Also put back when
-    ``run`` raises. Discovery runs at preparation only; prepared calls pay nothing."""
+    ``run`` raises. Its numpy arrays reach ``f`` in this trace as :class:`ConstGuardView` s, where
+    ``f``'s functions allow it (``StatePlan.transparent``): an in-place operator with a traced
+    operand is the call's error, not a silent zero. Discovery runs at preparation only; prepared
+    calls pay nothing."""
     plan = StatePlan(target.user_f)
-    containers = [(where, v) for where, v in zip(plan.where(), plan.read()) if isinstance(v, (list, dict))]
+    values = plan.read()
+    containers = [(where, v) for where, v in zip(plan.where(), values) if isinstance(v, (list, dict))]
+    arrays = [i for i, v in enumerate(values) if type(v) is np.ndarray]
+    if arrays and plan.transparent:  # f over guards of its own numpy arrays for this trace (ConstGuardView)
+        run = _over_const_guards(target, plan, values, arrays, run, traced, engine)
     if not containers:
         return run()
     saved = [copy.copy(v) for _, v in containers]

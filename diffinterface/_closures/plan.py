@@ -81,8 +81,70 @@ def _inplace(name: str) -> Callable[[ReadOnlyView, Any], Any]:
     return update
 
 
-for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift"):
+_SYMBOLS = {
+    "add": "+=",
+    "sub": "-=",
+    "mul": "*=",
+    "truediv": "/=",
+    "floordiv": "//=",
+    "mod": "%=",
+    "pow": "**=",
+    "matmul": "@=",
+    "and": "&=",
+    "or": "|=",
+    "xor": "^=",
+    "lshift": "<<=",
+    "rshift": ">>=",
+}
+_INPLACE = tuple(_SYMBOLS)
+for _op in _INPLACE:
     setattr(ReadOnlyView, f"__i{_op}__", _inplace(f"__i{_op}__"))
+
+
+class ConstTracedWrite(ValueError):
+    """An in-place operator of a :class:`ConstGuardView` met the engine's traced value."""
+
+
+class ConstGuardView(np.ndarray):
+    """A captured numpy array as ``f`` gets it in the first trace under ``closure="const"``: a
+    writable view of the user's own memory (const uses the state as it is) whose in-place operators
+    refuse the engine's traced value. numpy hands ``part *= t`` to ``t``'s reflected operator where
+    ``t`` ranks above numpy arrays (a JAX tracer, a PyTensor or TensorFlow symbolic value), which
+    rebinds ``part`` and leaves the array unchanged: a zero derivative and no error. Here it raises
+    :class:`ConstTracedWrite` with ``message``; any other operand is numpy's own operator. Slices
+    of the view are guards too; what numpy computes from it is a plain array. ``guard`` holds
+    ``(traced, message)``: the adapter's test of its traced values and the call's error."""
+
+    guard: tuple[Callable[[Any], bool], str] | None = None
+
+    def __array_finalize__(self, obj: object) -> None:
+        self.guard = getattr(obj, "guard", None)
+
+    def __array_wrap__(self, array: np.ndarray, context: object = None, return_scalar: bool = False) -> Any:
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar else array
+
+
+def _const_inplace(name: str) -> Callable[[ConstGuardView, Any], Any]:
+    def update(self: ConstGuardView, other: object) -> Any:
+        guard = self.guard
+        if guard is not None and guard[0](other):
+            raise ConstTracedWrite(guard[1].format(operator=_SYMBOLS[name[3:-2]]))
+        return getattr(np.ndarray, name)(self, other)
+
+    update.__name__ = name
+    return update
+
+
+def const_guard(value: np.ndarray, traced: Callable[[Any], bool], message: str) -> ConstGuardView:
+    """``value`` as a :class:`ConstGuardView` (``message``'s ``{operator}`` is filled in)."""
+    view = value.view(ConstGuardView)
+    view.guard = (traced, message)
+    return view
+
+
+for _op in _INPLACE:
+    setattr(ConstGuardView, f"__i{_op}__", _const_inplace(f"__i{_op}__"))
 
 
 def read_only_alias(value: Any) -> Any:
@@ -110,7 +172,7 @@ def read_only_refused(error: BaseException) -> bool:
 class StatePlan:
     """The state ``f`` captures, discovered once; see the module docstring."""
 
-    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "_cached")
+    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "transparent", "_cached")
 
     def __init__(self, f: Callable[..., Any]) -> None:
         walker = Walker()
@@ -125,6 +187,9 @@ class StatePlan:
         # and f over them reused while the user's objects are the same (see the module docstring).
         self.aliases = True
         self.cacheable = not walker.structural
+        # f rebuilt over the very same values is f itself (no object copied, no function that stores:
+        # what f sets lands where it would), except for the values given in place of its leaves
+        self.transparent = not walker.copies_effects
         self._cached: tuple[Any, ...] | None = None
 
     @property

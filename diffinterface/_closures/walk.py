@@ -127,6 +127,9 @@ class Walker:
         # a list or dict leaf, a function that rebinds or stores, an object, or module globals: a
         # rebuilt f holds something f may change, or that the user may rebind, so it is not reused
         self.structural = False
+        # an object (rebuilt as a copy) or a function that rebinds or stores: what f sets on them lands
+        # in the rebuild's copies, so a rebuild over the very same values is not f itself
+        self.copies_effects = False
 
     def leaf(self, get: Callable[..., Any], where: str) -> int:
         self.leaves.append(_Leaf(get, where))
@@ -167,7 +170,7 @@ class Walker:
         name = fn.__qualname__
         stores, names = _code_facts(fn.__code__)
         if stores:
-            self.writable = self.structural = True
+            self.writable = self.structural = self.copies_effects = True
         cells: dict[int, Any] = {}
         for i, (var, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
             try:
@@ -279,7 +282,7 @@ class Walker:
         return build
 
     def _object(self, obj: Any, where: str) -> Any:
-        self.writable = self.structural = True  # its methods may set attributes: not scanned, so duplicated
+        self.writable = self.structural = self.copies_effects = True  # its methods may set attributes: not scanned
         attrs = {}
         record = stateful_object(obj)
         children = record.children if record is not None else None
