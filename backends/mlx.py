@@ -603,7 +603,9 @@ ONESHOT_COMPILED_FROM = 100_000
 
 
 class _Prepared:
-    """One operator for one function: its ``plain`` and ``value`` runners. Compiled
+    """One operator for one function: its ``plain`` and ``value`` runners (:meth:`runners`: they hold
+    this object and it does not hold them, so a one-shot call's preparation, its function and its
+    captured arrays are freed when the call returns, with no cycle for the garbage collector). Compiled
     (``mx.compile``) when prepared with ``compile=True`` and ``f``'s arguments allow it; at MLX's
     first refusal to evaluate inside the compiled trace, eager from then on (batches looped)."""
 
@@ -616,8 +618,6 @@ class _Prepared:
         "x_dtype",
         "y_dtype",
         "compiled",
-        "plain",
-        "value",
     )
 
     def __init__(
@@ -637,7 +637,10 @@ class _Prepared:
         self.compiled: dict[bool, Any] | None = None
         if jit:
             self.compiled = {flag: mx.compile(self._program(flag, True)) for flag in (False, True)}
-        self.plain, self.value = self._runner(False), self._runner(True)
+
+    def runners(self) -> Runners:
+        """The plain and value runners (:meth:`_runner`), this object as their data."""
+        return Runners(self._runner(False), self._runner(True), self)
 
     def _program(self, value: bool, vectorize: bool) -> Any:
         body = _body(self.operator, self.forward, self.info, vectorize)
@@ -814,7 +817,7 @@ class Adapter(_Base):
         large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_COMPILED_FROM
         jit = bool(self.backend.compile) and (not info.oneshot or large)
         prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit)
-        return Runners(prepared.plain, prepared.value, prepared)
+        return prepared.runners()
 
 
 def _check_lost(function: _Function, args: tuple[Any, Any], x: Any, y: Any, call: str) -> None:
