@@ -248,3 +248,103 @@ def test_numbers_f_cannot_change_need_no_duplicate_and_rebinding_ones_do():
     counting = Counting()
     di.gradient(FD, counting, x)
     assert count == 0 and COUNTER == 0 and counting.calls == 0  # the calls went to duplicates
+
+
+def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots_is_seen():
+    """A user function found stateless is kept as a summary (its slots' objects) and checked by
+    identity at the next walk instead of walked again; any slot bound to something else since (a
+    module global, a closure cell, ``__defaults__``, ``__code__``, a module declared otherwise) and
+    the walk finds what is there now: its state is duplicated and its derivative flows."""
+    from diffinterface._closures import namespaces, walk
+    from diffinterface._closures.plan import StatePlan
+
+    space: dict = {"__name__": "summarymod", "np": np}
+    exec(
+        "def scale(z):\n"
+        "    return W * z\n"
+        "def outer(z):\n"
+        "    return np.sum(scale(z) ** 2)\n"
+        "def entry(z):\n"
+        "    return outer(z)\n"
+        "W = np.sum\n",  # a library function: no state
+        space,
+    )
+    f, x = space["entry"], np.array([1.0, 2.0])
+    assert StatePlan(lambda z: f(z)).empty  # a new function around the helpers, as a loop writes it
+    assert all(walk._summary_of(space[name]) is not None for name in ("entry", "outer", "scale"))
+    checked = []
+    real = walk._Summary.holds
+
+    def counted(self, fn, checking):
+        checked.append(fn.__name__)
+        return real(self, fn, checking)
+
+    walk._Summary.holds = counted
+    try:
+        assert StatePlan(lambda z: f(z)).empty
+    finally:
+        walk._Summary.holds = real
+    assert checked == ["entry", "outer", "scale"]  # entry checked (and through it the others), none walked
+    # a global of the innermost helper rebound to an array: found, duplicated, differentiated
+    space["W"] = np.array([3.0, -1.0])
+    plan = StatePlan(lambda z: f(z))
+    assert plan.where() == ["global 'W' of summarymod"]
+    np.testing.assert_allclose(di.gradient(FD, lambda z: f(z), x), 2 * space["W"] ** 2 * x, rtol=1e-7)
+    # __defaults__ and __code__ rebound
+    space["W"] = None
+    assert StatePlan(lambda z: f(z)).empty
+    scale = space["scale"]
+    scale.__defaults__ = (np.zeros(2),)
+    assert len(StatePlan(lambda z: f(z)).leaves) == 1
+    scale.__defaults__ = None
+    assert StatePlan(lambda z: f(z)).empty
+    exec("def scale2(z):\n    return Q * z\nQ = 1.5\n", space)
+    scale.__code__ = space["scale2"].__code__
+    assert StatePlan(lambda z: f(z)).where() == ["global 'Q' of summarymod"]
+    # a closure cell rebound from a builtin to a list (state)
+    k = abs
+
+    def helper(z):
+        return k(z)
+
+    g = lambda z: np.sum(helper(z))  # noqa: E731
+    assert StatePlan(lambda z: g(z)).empty and walk._summary_of(helper) is not None
+    k = [2.0]  # noqa: F841 - read by helper through its cell
+    assert StatePlan(lambda z: g(z)).where() == ["'k' captured by test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots_is_seen.<locals>.helper"]
+    # a library function among the slots, declared user code since: walked into
+    lib: dict = {"__name__": "disummarylib"}
+    exec("RATE = 2.0\ndef rate(z):\n    return RATE * z\n", lib)
+    space["W"] = lib["rate"]
+    exec("def scale(z):\n    return W(z)\n", space)  # outer reads the new scale
+    try:
+        di.declare_modules("disummarylib", walk=False)
+        assert StatePlan(lambda z: f(z)).empty  # rate is a library's: called as it is
+        di.declare_modules("disummarylib", walk=True)
+        assert StatePlan(lambda z: f(z)).where() == ["global 'RATE' of disummarylib"]
+    finally:
+        namespaces._declared.pop("disummarylib", None)
+        namespaces._walk_cache.clear()
+
+
+def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():
+    """Mutually recursive helpers: walked from ``a``, ``b``'s walk meets ``a`` still being walked (its
+    answer there is provisional), so ``b`` gets no summary, and a later walk from ``b`` finds the
+    state that ``a`` captures."""
+    from diffinterface._closures import walk
+    from diffinterface._closures.plan import StatePlan
+
+    buffer = np.zeros(2)
+
+    def a(z, depth=0):
+        buffer[0] = 1.0
+        return b(z, depth) if depth == 0 else np.sum(z * buffer[0])
+
+    def b(z, depth):
+        return a(z, depth + 1)
+
+    root = lambda z: a(z)  # noqa: E731
+    assert len(StatePlan(lambda z: root(z)).leaves) == 2  # buffer, and a's default 0
+    assert walk._summary_of(b) is None
+    assert len(StatePlan(lambda z: b(z, 0)).leaves) == 2
+    np.testing.assert_allclose(di.gradient(FD, lambda z: b(z, 0), np.array([1.0, 2.0])), [1.0, 1.0], rtol=1e-8)
+    np.testing.assert_array_equal(buffer, [0.0, 0.0])

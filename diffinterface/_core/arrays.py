@@ -193,15 +193,20 @@ def _dtype_accuracy(dtype: Any) -> None:
 _FAMILIES: dict[str, ArrayFamily] = {}
 _FAMILY_OF_TYPE: dict[Any, Any] = {}  # type -> family, filled as types are met (on the prepared fast path)
 _STATEFUL_OF_TYPE: dict[Any, Any] = {}  # type -> the family whose module type it is, or None (stateful_object)
+# how many families register_family has added: what the closure walk's summaries of objects that were
+# neither arrays nor modules were found under (diffinterface._closures.walk)
+FAMILIES_GENERATION = 0
 
 
 def register_family(record: ArrayFamily) -> ArrayFamily:
     """Add an array library (see :class:`ArrayFamily`); a later record of the same name replaces it."""
     if not isinstance(record, ArrayFamily):
         raise TypeError(f"register_family({record!r}): expected a diffinterface.extend.ArrayFamily")
+    global FAMILIES_GENERATION
     _FAMILIES[record.name] = record
     _FAMILY_OF_TYPE.clear()
     _STATEFUL_OF_TYPE.clear()
+    FAMILIES_GENERATION += 1
     return record
 
 
