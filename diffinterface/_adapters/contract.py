@@ -531,13 +531,16 @@ class DirectionFallback:
     direction are built with ``build(not forward)`` and used from then on. With an explicit ``mode``
     the error is raised, prefixed with the call and the fix."""
 
-    __slots__ = ("_current", "_build", "_call", "_backend", "_lock", "_forward")
+    __slots__ = ("_current", "_build", "_call", "_backend", "_forward")
+
+    # one lock for every fallback's switch (rare: once per preparation at most), not one made per
+    # preparation (a one-shot call makes one and drops it); reentrant: a build may prepare another
+    _lock = threading.RLock()
 
     def __init__(self, build: Build, call: str, backend: Backend, switch: bool, forward: bool = True) -> None:
         self._current = build(forward)  # (plain, value), the chosen direction first
         self._build = build if switch else None
         self._call, self._backend, self._forward = call, backend, forward
-        self._lock = threading.Lock()
 
     # The runners hold the fallback; it does not hold them (no reference cycle: a one-shot call's
     # preparation is freed as soon as the call returns, not at the garbage collector's next pass)

@@ -560,8 +560,25 @@ def is_real_floating(value: Array | complex) -> bool:
     return real_floating_dtype(getattr(value, "dtype", None))
 
 
+# dtype -> real_floating_dtype(dtype), as found (np.issubdtype costs 1-2 us, asked at every call's check of x)
+_REAL_FLOATING: dict[Any, bool] = {}
+
+
 def real_floating_dtype(dtype: DType | None) -> bool:
     """Whether ``dtype`` (numpy's, JAX's or torch's; None: no dtype) is real floating."""
+    try:
+        return _REAL_FLOATING[dtype]
+    except (KeyError, TypeError):  # not seen yet, or a dtype that does not hash
+        pass
+    answer = _real_floating(dtype)
+    try:
+        _REAL_FLOATING[dtype] = answer
+    except TypeError:
+        pass
+    return answer
+
+
+def _real_floating(dtype: DType | None) -> bool:
     if dtype is None:
         return False
     flag = getattr(dtype, "is_floating_point", None)  # torch's dtypes say so themselves
@@ -571,7 +588,7 @@ def real_floating_dtype(dtype: DType | None) -> bool:
     if mlx is not None and isinstance(dtype, mlx.Dtype):
         return bool(mlx.issubdtype(dtype, mlx.floating))
     try:
-        return np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.floating)  # torch's and MLX's answered above
+        return bool(np.issubdtype(np.dtype(cast("DTypeLike", dtype)), np.floating))  # torch's and MLX's answered above
     except TypeError:  # dtypes numpy does not know (bfloat16 from ml_dtypes) are floating if named so
         return "float" in str(dtype)
 

@@ -9,6 +9,7 @@ its public call through validation, preparation and the runners back to the user
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -273,8 +274,10 @@ def prepare(
     if layout is not None:
         data = StructuredRunners(data, layout, inner_operator, adapter.structures_inside, call, strict)
     names = ("x",) + ((tangent_name,) if tangent_name else ()) + ("y",) * (y is not None)
-    names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
-    args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ()) + tuple(contexts)
+    args = (x,) + ((tangent,) if tangent_name else ()) + ((y,) if y is not None else ())
+    if contexts:
+        names += tuple(f"contexts[{i}]" for i in range(len(contexts)))
+        args += tuple(contexts)
     prep = Prep(operator, backend, f, adapter, data, target, names, args, strict, oneshot, layout is not None, has_aux)
     prep.holomorphic = holomorphic
     if has_aux:  # aux at x: its structure for later strict calls, and the one-shot call's own aux
@@ -394,17 +397,18 @@ def reused(
 ) -> Prep | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
     made now if these arguments were seen once before; None: the call runs unprepared."""
-    if not reusable(backend):
+    if type(f) is not types.FunctionType or not reusable(backend):  # only Python functions are kept
         return None
     args = _arguments(operator, x, tangent, y, contexts)
-    if not has_aux:
+    fresh = prep_cache.fresh(f)  # a function never called without prep= before: nothing kept to find
+    if not (has_aux or fresh):
         last = prep_cache.latest(operator, backend, f, args, holomorphic)
         if last is not None:
             return last
     key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
     if key is None:
         return None
-    kept = prep_cache.find(f, key)
+    kept = None if fresh else prep_cache.find(f, key)
     if kept is not None:
         kept.check(operator, backend, f, args, has_aux)
         return kept
@@ -449,12 +453,15 @@ def tangents_of(tangent: Tangent, x: Array) -> tuple[Any, ...]:
     return tuple(to_family(as_input(t), fam, like=x) for t in items)
 
 
-def _convert(kind: str, result: Any, x: Array, tangent: Tangent, out: Out, name: str, backend: Backend) -> Any:
+def _convert(
+    kind: str, result: Any, x: Array, tangent: Tangent, out: Out, name: str, backend: Backend, sparse: bool
+) -> Any:
+    """One result of a runner in the user's arrays (``sparse``: the prep's results may be sparse)."""
     if kind == "tangents":
         return tangent_result(result, tangent, x)
-    if kind == "out":
+    if kind == "out" and (out is not None or sparse):
         return finish(result, x, out, name, backend)
-    return output_like(result, x)
+    return output_like(result, x)  # what finish does for a dense result without out=
 
 
 def run(
@@ -548,12 +555,14 @@ def _execute(
     x_in = as_input(x)
     if not value:
         kind = operator.plain_conversion
-        result = _convert(kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend)
+        result = _convert(
+            kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend, p.sparse
+        )
         return result if out is None or kind == "out" else _into(result, out, x, operator.name, backend)
     results = p.data.value(x_in, tangents, contexts)
     name = operator.value_method
     converted = tuple(
-        _convert(kind, r, x, tangent, out, name, backend) for kind, r in zip(operator.conversions, results)
+        _convert(kind, r, x, tangent, out, name, backend, p.sparse) for kind, r in zip(operator.conversions, results)
     )
     if out is None or operator.conversions[-1] == "out":
         return converted
@@ -723,6 +732,9 @@ def _structured(
 def finish(result: Any, x: Array, out: Out = None, name: str = "", backend: Backend | None = None) -> Any:
     """``result`` in the family of the user's ``x``; written into ``out`` when given (``name``: the
     function called, an operator taking ``out=`` or its value form, for messages)."""
+
+    if out is None and type(result) is type(x):  # computed in the user's own array type (a sparse one too)
+        return result
 
     def call() -> str:
         return call_repr(name, backend, "f, x")  # the operators taking out= take no tangent

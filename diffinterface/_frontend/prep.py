@@ -147,8 +147,10 @@ class Prep:
             self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         # (a has_aux prep takes the full check, which compares aux too)
-        arrays = all(type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args))
-        self._arrays = self.signature if arrays and self.signature and not has_aux else None
+        arrays = bool(self.signature) and all(
+            type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args)
+        )  # a one-shot prep has no signature: never checked
+        self._arrays = self.signature if arrays and not has_aux else None
         # the prepared fast path's test in one tuple comparison (run_prepared, run_prepared_tangent):
         # (operator, backend, f, then each argument's type, shape and dtype); None where check decides
         self.fast_key = (operator, backend, f, *(v for s in self._arrays for v in s)) if self._arrays else None
