@@ -233,6 +233,12 @@ def _summary_holds(fn: types.FunctionType, checking: set[int]) -> bool:
     return summary is not None and summary.holds(fn, checking)
 
 
+def _text(where: Any) -> str:
+    """Where a captured value lives, for messages: a string, or ``(template, *args)`` formatted only
+    where a message may need it (a leaf, a partial's or an object's parts), not for every slot walked."""
+    return where if type(where) is str else where[0].format(*where[1:])
+
+
 class _Leaf:
     __slots__ = ("get", "where")
 
@@ -265,14 +271,14 @@ class Walker:
 
     # Each visit_* returns None when the object holds no state (a user object: always a copy), or
     # build(values, memo) -> new object.
-    def visit(self, obj: Any, where: str) -> Any:
+    def visit(self, obj: Any, where: Any) -> Any:
         key = id(obj)
         if key in self._seen:
             if key in self._active:
                 self._cycles += 1
             return self._seen[key]
         self._seen[key] = None  # cycles (recursive functions) are left as they are
-        if is_user_function(obj):
+        if is_user_function(obj):  # (where is not read there)
             summary = _summary_of(obj)
             if summary is not None:
                 if summary.holds(obj, set()):  # stateless as it was: not walked again
@@ -284,26 +290,27 @@ class Walker:
             build = self._function(obj, where)
             self._active.discard(key)
         elif isinstance(obj, functools.partial):
-            build = self._partial(obj, where)
+            build = self._partial(obj, _text(where))
         elif isinstance(obj, types.MethodType):
-            build = self._method(obj, where)
+            build = self._method(obj, _text(where))
         elif callable(obj) and hasattr(obj, "__dict__") and is_user_module(type(obj).__module__):
-            build = self._object(obj, where)
+            build = self._object(obj, _text(where))
         elif callable(obj) and stateful_object(obj) is not None:  # torch's nn.Module (its ArrayFamily record)
-            build = self._object(obj, where)
+            build = self._object(obj, _text(where))
         else:
             build = None
         self._seen[id(obj)] = build
         return build
 
-    def _part(self, value: Any, get: Callable[..., Any], where: str) -> Any:
-        """A rebuild for one captured slot: a leaf index, a nested rebuild, or None."""
-        if is_state(value):
-            index = self.leaf(get, where)
+    def _part(self, value: Any, get: Callable[..., Any], where: Any) -> Any:
+        """A rebuild for one captured slot: a leaf index, a nested rebuild, or None (``where``: see
+        :func:`_text`)."""
+        if type(value) is not types.FunctionType and is_state(value):  # a function is never state
+            index = self.leaf(get, _text(where))
             return lambda values, memo: values[index]
         return self.visit(value, where)
 
-    def _function(self, fn: types.FunctionType, where: str) -> Any:
+    def _function(self, fn: types.FunctionType, where: Any) -> Any:
         name = fn.__qualname__
         stores, names = _code_facts(fn.__code__)
         if stores:
@@ -320,18 +327,20 @@ class Walker:
                 continue
             slots.append((cell, value))
             read.append(value)
-            part = self._part(value, (lambda c=cell: c.cell_contents), f"{var!r} captured by {name}")
+            part = self._part(value, (lambda c=cell: c.cell_contents), ("{!r} captured by {}", var, name))
             if part is not None:
                 cells[i] = part
         defaults = {}
         read.extend(fn.__defaults__ or ())
         for i, value in enumerate(fn.__defaults__ or ()):
-            part = self._part(value, (lambda f=fn, i=i: f.__defaults__[i]), f"default argument {i} of {name}")
+            part = self._part(value, (lambda f=fn, i=i: f.__defaults__[i]), ("default argument {} of {}", i, name))
             if part is not None:
                 defaults[i] = part
         kwdefaults = {}
         for k, value in (fn.__kwdefaults__ or {}).items():
-            part = self._part(value, (lambda f=fn, k=k: f.__kwdefaults__[k]), f"default argument {k!r} of {name}")
+            part = self._part(
+                value, (lambda f=fn, k=k: f.__kwdefaults__[k]), ("default argument {!r} of {}", k, name)
+            )
             if part is not None:
                 kwdefaults[k] = part
         module_globals = fn.__globals__
@@ -343,7 +352,7 @@ class Walker:
             if value is _MISSING or isinstance(value, (types.ModuleType, type)):
                 continue
             read.append(value)
-            part = self._part(value, (lambda g=module_globals, v=var: g[v]), f"global {var!r} of {fn.__module__}")
+            part = self._part(value, (lambda g=module_globals, v=var: g[v]), ("global {!r} of {}", var, fn.__module__))
             if part is not None:
                 global_parts[var] = part
         if not (cells or defaults or kwdefaults or global_parts):
