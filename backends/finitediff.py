@@ -75,6 +75,28 @@ if TYPE_CHECKING:
 _ORDER_EXPONENT = {"forward": 1 / 2, "backward": 1 / 2, "complex": 1 / 2, "central": 1 / 3, "second": 1 / 4}
 
 
+# (array type, dtype) -> array_namespace of such an array: the lookup costs 1.5 us, and a one-shot
+# pushforward asked three times (a namespace is the same for every array of a type and dtype)
+_NAMESPACES: dict[Any, Any] = {}
+
+
+def _namespace(x: Array) -> Any:
+    """``array_namespace(x)``, kept per array type and dtype."""
+    try:
+        key = (type(x), x.dtype)
+        return _NAMESPACES[key]
+    except (KeyError, TypeError, AttributeError):  # not met yet, an unhashable dtype, or no dtype
+        pass
+    xp = array_namespace(x)
+    try:
+        if len(_NAMESPACES) >= 256:
+            _NAMESPACES.clear()
+        _NAMESPACES[(type(x), x.dtype)] = xp
+    except (TypeError, AttributeError):
+        pass
+    return xp
+
+
 def _complex_leaf(value: Array) -> Array:
     value = copy_leaf(value)
     xp = array_namespace(value)
@@ -171,14 +193,30 @@ class _Along:
     def namespace(self, x: Array) -> tuple[Any, float]:
         """``x``'s array namespace and relative step ``eps ** exponent``."""
         if type(x) is not self.kind or x.dtype != self.dtype:
-            self.kind, self.dtype, self.xp = type(x), x.dtype, array_namespace(x)
+            self.kind, self.dtype, self.xp = type(x), x.dtype, _namespace(x)
             self.r = _relative_step(x, self.exponent, self.eps)
         return self.xp, self.r
 
 
+# (array type, dtype, exponent, eps) -> the relative step: the same for every array of a type and dtype
+_RELATIVE_STEPS: dict[Any, float] = {}
+
+
 def _relative_step(x: Array, exponent: float, eps: float | None) -> float:
     """The relative step of a pushforward along a tangent: ``eps ** exponent`` for x's dtype (:func:`_eps`)."""
-    return _eps(x, float(np.finfo(np.dtype(dtype_name(x))).eps), eps) ** exponent
+    try:
+        key = (type(x), x.dtype, exponent, eps)
+        return _RELATIVE_STEPS[key]
+    except (KeyError, TypeError):
+        pass
+    r = _eps(x, float(np.finfo(np.dtype(dtype_name(x))).eps), eps) ** exponent
+    try:
+        if len(_RELATIVE_STEPS) >= 256:
+            _RELATIVE_STEPS.clear()
+        _RELATIVE_STEPS[key] = r
+    except TypeError:
+        pass
+    return r
 
 
 class _Stepped:
@@ -199,7 +237,7 @@ class _Points:
     __slots__ = ("xp", "x", "flat", "shape", "n", "idx", "h", "plus", "minus", "dev", "finite")
 
     def __init__(self, x: Array, exponent: float, rel_step: float | None, eps: float | None = None) -> None:
-        xp = self.xp = array_namespace(x)
+        xp = self.xp = _namespace(x)
         self.x, self.shape, self.dev = x, tuple(x.shape), device(x)
         flat = self.flat = xp.reshape(x, (-1,))
         self.n = flat.shape[0]
@@ -275,10 +313,22 @@ def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool 
         f = target.f
         return lambda point: as_array(f(point))
 
+    def duplicated(v: Any) -> Any:
+        return duplicate(v, leaf)
+
+    def aliased_constant(v: Any) -> Any:
+        return duplicate(v, _constant_alias)
+
+    def copied_constant(v: Any) -> Any:
+        return duplicate(v, copy_leaf)
+
     def evaluate(point: Array) -> Any:
         def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
-            constant = _constant_alias if aliased else copy_leaf
-            values = context_values(contexts, lambda v: duplicate(v, leaf), lambda v: duplicate(v, constant))
+            values = (
+                context_values(contexts, duplicated, aliased_constant if aliased else copied_constant)
+                if contexts
+                else ()
+            )
             return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
 
         return target.guarded_with(run, bool(contexts), Adapter.refused_write)
@@ -348,9 +398,14 @@ class _PointSet:
         v = vectors[base]
         xp = self._xp
         if xp is None:
-            xp = self._xp = array_namespace(v)
+            xp = self._xp = _namespace(v)
         if replace is not None:  # a Jacobian's column: one coordinate replaced
-            v = xp.where(self.idx == replace[0], vectors[replace[1]], v)
+            i, name = replace
+            if type(v) is np.ndarray:  # a copy with one entry set: the same values as the mask, in one pass
+                v = v.copy()
+                v[i] = vectors[name][i]
+            else:
+                v = xp.where(self.idx == i, vectors[name], v)
         elif not adds:  # the base itself: a copy, f may write into it
             v = private_copy(v)
         position = 0
@@ -521,7 +576,7 @@ class Adapter(_Base):
         if self.executor is not None or self.vectorized or not is_array(x):
             return None
         with _computing(x):
-            k = _step_along(array_namespace(x), x, t, _relative_step(x, self._exponent("first"), self.eps))
+            k = _step_along(_namespace(x), x, t, _relative_step(x, self._exponent("first"), self.eps))
             if k is None or k == 0.0:
                 return None
             point = x + k * t  # as the runner's point set builds it: x + (k t)
