@@ -292,7 +292,7 @@ def _computing_for(fam: str | None, dtype: DType) -> AbstractContextManager[Any]
 
 def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool = False) -> Callable[[Array], Any]:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
-    dtype, dev = x.dtype, device(x)
+    dtype = x.dtype
     leaf = _complex_leaf if complex_step else copy_leaf
     const = target.closure == "const"
 
@@ -302,8 +302,8 @@ def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool 
         if not is_array(y):  # a Python number
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
-            xp = array_namespace(x)  # here only: the lookup costs a few microseconds a call
-            return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=dev)
+            xp = _namespace(x)  # here only: x's device too (a lookup of a microsecond)
+            return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=device(x))
         if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
             return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
         # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array

@@ -807,8 +807,11 @@ def _jvps(
     watch = _watching(fn)
 
     def one(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with _dual_level(), _under(watch):
-            y, dy = fwAD.unpack_dual(eager(fwAD.make_dual(primal_x, t), contexts))
+        with _dual_level():
+            dual = fwAD.make_dual(primal_x, t)
+            with _under(watch):  # f alone: the mode costs a Python call per torch operation it sees
+                out = eager(dual, contexts)
+            y, dy = fwAD.unpack_dual(out)
         if dy is None:
             lost.append(True)
             dy = torch.zeros_like(y)
@@ -944,8 +947,10 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             xt = x.detach().requires_grad_()
             watch = _watching(fn)
             with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
-                with _under(watch):
-                    y, der = fwAD.unpack_dual(fn.eager(fwAD.make_dual(xt, torch.ones_like(xt)), contexts))
+                dual = fwAD.make_dual(xt, torch.ones_like(xt))
+                with _under(watch):  # f alone (see _jvps)
+                    out = fn.eager(dual, contexts)
+                y, der = fwAD.unpack_dual(out)
                 _after_watch(fn, watch, x, contexts, True)
                 if der is None:
                     _lost(fn, x, contexts, forward=True)
