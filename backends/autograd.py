@@ -277,14 +277,34 @@ class _Function:
         target = self.target
 
         def run(aliased: bool) -> Any:
-            constant = _constant_alias if aliased else _constant_copy
-            values = context_values(contexts, lambda v: duplicate(v, WritableArray), lambda v: duplicate(v, constant))
+            values = (
+                context_values(
+                    contexts,
+                    _writable,
+                    _aliased_constant if aliased else _copied_constant,
+                )
+                if contexts
+                else ()
+            )
             fn = target.f if target.plain else target.instance(WritableArray, guard=_read_only if aliased else None)
             return unwrap(fn(x, *values))
 
         # f reads its captured arrays and constants as read-only numpy views (built once, see
         # StatePlan.aliased) until it writes into one; from then on it gets writable stand-ins and copies
         return _output(target.guarded_with(run, bool(contexts), Adapter.refused_write), x, target)
+
+
+def _writable(value: Any) -> Any:
+    """A Cache value's duplicate: writable stand-ins for its arrays."""
+    return duplicate(value, WritableArray)
+
+
+def _aliased_constant(value: Any) -> Any:
+    return duplicate(value, _constant_alias)
+
+
+def _copied_constant(value: Any) -> Any:
+    return duplicate(value, _constant_copy)
 
 
 def _output(y: Any, x: Traced, target: Target) -> Any:
