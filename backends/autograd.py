@@ -776,7 +776,7 @@ class Adapter(_Base):
                 f"AutoJAX(mode='forward'), AutoTorch(mode='forward') or AutoFiniteDiff(), or return the real "
                 f"and imaginary parts as one real array (xp.stack([xp.real(z), xp.imag(z)]))"
             )
-        return Info(tuple(y.shape), y.dtype, recorded, tuple(np.shape(x)), oneshot)
+        return Info(tuple(y.shape), y.dtype, recorded, tuple(xn.shape), oneshot)
 
     def _record(self, target: Target, x: np.ndarray, contexts: Contexts, fn: _Function) -> _Recorded | None:
         """A one-shot call traced here as its runner would trace it, for the runner's first call

@@ -465,6 +465,7 @@ def _lost(fn: _Function, x: torch.Tensor, contexts: Contexts, forward: bool = Fa
 # computes with it. The floating ones (_ESCAPES) drop the derivative of what they read.
 _READS = frozenset(("__bool__", "__int__", "__index__", "equal", "is_nonzero"))
 _VALUE_ESCAPES = frozenset(("item", "tolist", "numpy", "__array__", "__float__", "__complex__"))
+_WATCHED = _READS | _VALUE_ESCAPES  # one test per operation for the common case: neither
 
 
 def _carries(value: Any) -> bool:
@@ -503,7 +504,7 @@ class _Watch(torch.overrides.TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         name = getattr(func, "__name__", "")
-        if name in _VALUE_ESCAPES or name in _READS:
+        if name in _WATCHED:
             self.reads = True
             if name in _VALUE_ESCAPES and args and _carries(args[0]):  # recorded before .numpy() raises
                 self.escapes.append(_ESCAPES[name])
@@ -1041,7 +1042,7 @@ class Adapter(_Base):
             if known is not None:
                 raise known from error
             raise
-        return Info(tuple(y.shape), y.dtype, recorded, tuple(np.shape(x)), oneshot)
+        return Info(tuple(y.shape), y.dtype, recorded, tuple(xt.shape), oneshot)
 
     def _records(self, target: Target, x: torch.Tensor) -> bool:
         """Whether a one-shot ``output_info`` records ``f`` for the runner (:class:`_Recorded`): the
