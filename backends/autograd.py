@@ -293,6 +293,28 @@ class _Function:
         # StatePlan.aliased) until it writes into one; from then on it gets writable stand-ins and copies
         return _output(target.guarded_with(run, bool(contexts), Adapter.refused_write), x, target)
 
+    def bound(self, contexts: Contexts) -> Callable[[Traced], Any]:
+        """``z -> self(z, contexts)`` for the evaluations of one call (a forward Jacobian's columns).
+        Where ``f``'s state is arrays and numbers it cannot rebind (``StatePlan.cacheable``) and no
+        contexts, ``f`` over read-only views of it is looked up once for them all instead of at each
+        evaluation (the state stays what it was: nothing else runs in between); the first write into
+        a view goes through :meth:`__call__`, which reruns over stand-ins and copies from then on."""
+        target, plan = self.target, self.target.plan
+        if self.simple or contexts or target.y is not None or plan is None or not (plan.cacheable and plan.aliases):
+            return lambda z: self(z, contexts)
+        aliased = target.instance(WritableArray, guard=_read_only)
+
+        def call(z: Traced) -> Any:
+            if plan.aliases:
+                try:
+                    return _output(unwrap(aliased(z)), z, target)
+                except Exception as error:
+                    if not raised_by(error, Adapter.refused_write):
+                        raise  # f's own error, after one run of f
+            return self(z, contexts)  # over copies (a write into a view: learnt there, for this prep)
+
+        return call
+
 
 def _writable(value: Any) -> Any:
     """A Cache value's duplicate: writable stand-ins for its arrays."""
@@ -595,7 +617,8 @@ def _build(
 
     def jacobian(x: np.ndarray, contexts: Contexts) -> tuple[Any, np.ndarray]:  # (y, J shaped y_shape + x_shape)
         if forward and n:
-            cols = [jvp(x, e, contexts) for e in x_basis]
+            call = fn.bound(contexts)  # f over the same views of its state for every column
+            cols = [make_jvp(call, x)(e) for e in x_basis]
             y = cols[0][0]
             flat = np.stack([np.reshape(c[1], (m,)) for c in cols], axis=1)
         elif forward:  # an empty x: no basis to push forward, f(x) from one evaluation

@@ -139,6 +139,49 @@ def test_a_prepared_jacobian_traces_once_in_reverse_and_once_per_column_forward(
         assert len(calls) == traces and np.allclose(jac, expected, rtol=1e-14)
 
 
+def test_a_forward_jacobian_reads_its_state_through_one_lookup_and_a_write_reruns_over_copies():
+    """A forward Jacobian's columns run f over read-only views of its captured arrays looked up once
+    for the call (StatePlan.aliased: one lookup, not one per column); an f that writes into its
+    captured array fails over the views at the first column and reruns over copies, with the right
+    Jacobian and the user's array untouched, on this call and the next."""
+    from diffinterface._closures.plan import StatePlan
+
+    A = np.arange(12.0).reshape(4, 3) / 10
+    work = np.zeros(4)
+
+    def reads(x):
+        return np.sin(A @ x)
+
+    def writes(x):
+        work[...] = A @ x  # autograd boxes: the view refuses the write, the stand-in carries it
+        return np.sin(work) * work[0]
+
+    x = np.array([0.3, -0.2, 0.5])
+    backend = di.AutoAutograd(mode="forward")
+    lookups = []
+    real = StatePlan.aliased
+
+    def counted(self, *args, **kwargs):
+        lookups.append(1)
+        return real(self, *args, **kwargs)
+
+    StatePlan.aliased = counted
+    try:
+        prep = di.prepare_jacobian(backend, reads, x)
+        lookups.clear()
+        jac = di.jacobian(backend, reads, x, prep=prep)
+    finally:
+        StatePlan.aliased = real
+    assert len(lookups) == 1  # three columns, one lookup
+    np.testing.assert_allclose(jac, np.cos(A @ x)[:, None] * A, rtol=1e-14)
+    u = A @ x
+    expected = (np.cos(u) * u[0])[:, None] * A + np.sin(u)[:, None] * A[0][None, :]
+    prep = di.prepare_jacobian(backend, writes, x)
+    for p in (None, prep, prep):
+        np.testing.assert_allclose(di.jacobian(backend, writes, x, prep=p), expected, rtol=1e-13)
+        np.testing.assert_array_equal(work, np.zeros(4))
+
+
 def test_float32_stays_float32():
     x = np.linspace(0.1, 1.0, 5, dtype=np.float32)
     f = lambda z: np.sum(np.sin(z) ** 2)  # noqa: E731
