@@ -882,13 +882,16 @@ def _detached(value: torch.Tensor) -> torch.Tensor:
 def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array) -> tuple[Runner, Runner]:
     """The ``(plain, value)`` runners of ``operator``; the bodies below work on tensors and return
     ``(primal, result)`` (:data:`diffinterface.extend.Body`)."""
-    x_like = as_tensor(x_user)
     x_shape, y_shape = info.x_shape, info.y_shape
     n, m = shape_size(x_shape), shape_size(y_shape)
-    # the bases only where a Jacobian is built or contracted (an identity of n = 1e6 would be 8 TB)
+    # the bases only where a Jacobian is built or contracted (an identity of n = 1e6 would be 8 TB), on
+    # x's dtype and device: x as a tensor (numpy: zero-copy) only where one is built
     whole = operator.through_jacobian(forward)
-    x_basis = _basis(n, x_shape, x_like) if (whole and forward) or operator is HESSIAN else None
-    y_basis = _basis(m, y_shape, x_like) if (whole and not forward) or operator is SECOND_DERIVATIVE else None
+    x_basis = y_basis = None
+    if (whole and forward) or operator is HESSIAN:
+        x_basis = _basis(n, x_shape, as_tensor(x_user))
+    if (whole and not forward) or operator is SECOND_DERIVATIVE:
+        y_basis = _basis(m, y_shape, as_tensor(x_user))
 
     # complex outputs: batched forward passes run as loops (see _jvps)
     loop = complex_dtype(info.y_dtype)
@@ -928,6 +931,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             y, jac = jacobian(x, contexts)
             return y, contract_all(jac, tuple(_stack(ts, x)), x, operator is PUSHFORWARD)
     elif operator is DERIVATIVE and forward:
+        x_like = as_tensor(x_user)
         one = torch.ones((), dtype=x_like.dtype, device=x_like.device)
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
