@@ -142,3 +142,43 @@ def test_numpy_inputs_get_numpy_results_at_every_prepared_call(engine):
         assert type(p) is np.ndarray and p.dtype == np.float64 and np.allclose(p, np.sin(2 * z) @ t, rtol=1e-12)
         J = di.jacobian(sparse_backend, sine, z, prep=jac)
         assert sparse.issparse(J) and np.allclose(J.toarray(), np.diag(np.cos(z)), rtol=1e-12)
+
+
+def test_a_preps_descriptions_come_from_its_signatures_as_the_arguments_would_describe_themselves():
+    """A prep keeps each argument's signature (type, shape, dtype), not the argument: the descriptions
+    its messages show (``prep.args``) are made from the signatures when a message needs them, and read
+    exactly as the arguments themselves would be described."""
+    from collections import namedtuple
+
+    from conftest import installed
+    from diffinterface._frontend.prep import describe_arg, describe_signature, signature
+
+    Pair = namedtuple("Pair", "a b")
+    values = [
+        np.zeros(3),
+        np.zeros((2, 0), dtype=np.float32),
+        np.float64(1.5),
+        1.5,
+        3,
+        True,
+        2j,
+        "label",
+        None,
+        di.Constant((1.0, np.ones(2))),
+        di.Cache([np.zeros(2), 4]),
+        di.Constant({"w": np.ones((2, 2)), "n": 3}),
+        di.Constant(Pair(np.ones(1), 2.0)),
+        di.Constant((np.ones(1),)),
+    ]
+    if installed("torch"):
+        import torch
+
+        values += [torch.ones(2, dtype=torch.float64), di.Constant([torch.zeros(1)])]
+    if installed("jax"):
+        import jax.numpy as jnp
+
+        values.append(jnp.ones(3))
+    for value in values:
+        assert describe_signature(signature(value)) == describe_arg(value), value
+    prep = di.prepare_pushforward(FD, f, np.zeros(3), np.ones(3), di.Constant((1.0, 0.0)))
+    assert prep.args == ("numpy float64 (3,)", "numpy float64 (3,)", "Constant((Python float, Python float))")

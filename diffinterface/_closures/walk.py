@@ -356,8 +356,13 @@ class Walker:
             if part is not None:
                 global_parts[var] = part
         if not (cells or defaults or kwdefaults or global_parts):
-            # kept for the functions f reaches, not for f itself (often a lambda written at the call)
-            if self._cycles == cycles and len(self._active) > 1 and not fn.__kwdefaults__:
+            # kept for the functions f reaches and for a named f, not for a lambda f (often written
+            # at the call, a new one each time: its summary would never be read)
+            if (
+                self._cycles == cycles
+                and (len(self._active) > 1 or fn.__name__ != "<lambda>")
+                and not fn.__kwdefaults__
+            ):
                 self._summarize(fn, slots, names, found, read, stores)
             return None
         self.structural = self.structural or bool(global_parts)  # a copy of the module's globals

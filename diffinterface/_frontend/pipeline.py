@@ -126,23 +126,30 @@ def _tangents(
     batched = isinstance(tangent, tuple)
     items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
     out = []
+    fam = family(x)
     for i, t in enumerate(items):
-        label = f"{name}[{i}]" if batched else name
-        if family(t) is None:
+        fam_t = family(t)
+        if fam_t is None:
             raise TypeError(
-                f"{call}: {label} must be an array shaped like {what} {expected} (or a tuple of such arrays "
-                f"for a batch), got {type(t).__name__}"
+                f"{call}: {_label(name, i, batched)} must be an array shaped like {what} {expected} (or a tuple of "
+                f"such arrays for a batch), got {type(t).__name__}"
             )
         if shape(t) != expected:
-            raise ValueError(f"{call}: {label} has shape {shape(t)}, expected {what} shape {expected}")
+            raise ValueError(f"{call}: {_label(name, i, batched)} has shape {shape(t)}, expected {what} shape {expected}")
         if not complex_ok and (type(t) is complex or complex_dtype(getattr(t, "dtype", None))):
             # engines would cast it to its real part (torch with a warning) or refuse it (JAX)
             raise ValueError(
-                f"{call}: {label} is complex ({describe(t)}) and {what} is real; pass a real tangent, or a "
-                f"complex x (its leaves are differentiated as real pairs)"
+                f"{call}: {_label(name, i, batched)} is complex ({describe(t)}) and {what} is real; pass a real "
+                f"tangent, or a complex x (its leaves are differentiated as real pairs)"
             )
-        out.append(to_family(as_input(t), family(x), like=x))
+        t = as_input(t)
+        out.append(t if fam_t == fam else to_family(t, fam, like=x))
     return tuple(out), batched
+
+
+def _label(name: str, i: int, batched: bool) -> str:
+    """A tangent as messages name it: ``tx``, or ``tx[1]`` in a batch."""
+    return f"{name}[{i}]" if batched else name
 
 
 def _check_output(operator: Operator, info: Info, call: str) -> None:

@@ -6,7 +6,9 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core.arrays import as_input, describe, is_native
+import numpy as np
+
+from .._core.arrays import as_input, describe, dtype_str, family_of_type, is_native
 from .._core.contexts import Context
 from .._core.errors import PreparationMismatchError
 from .._core.operators import Operator
@@ -45,6 +47,27 @@ def describe_arg(value: Any) -> str:
     return describe(value)
 
 
+def describe_signature(sig: Any) -> str:
+    """:func:`describe_arg` of a value, from its :func:`signature` alone (a prep keeps signatures, not
+    the arrays it was made with): ``numpy float64 (3,)``, ``Python float``, ``Constant([numpy ...])``."""
+    if type(sig) is tuple and len(sig) == 3:  # an array: (type, shape, dtype)
+        kind, dims, dtype = sig
+        fam = family_of_type(kind)
+        return kind.__name__ if fam is None else f"{fam} {dtype_str(dtype)} {dims}"
+    if type(sig) is tuple:  # (Context type, signature), (sequence type, signatures) or (dict, items)
+        kind, inner = sig
+        if issubclass(kind, Context):
+            return f"{kind.__name__}({describe_signature(inner)})"
+        if kind is dict:
+            return "{" + ", ".join(f"{k!r}: {describe_signature(v)}" for k, v in inner) + "}"
+        if issubclass(kind, list):
+            return "[" + ", ".join(describe_signature(v) for v in inner) + "]"
+        return "(" + ", ".join(describe_signature(v) for v in inner) + ("," if len(inner) == 1 else "") + ")"
+    if isinstance(sig, type) and issubclass(sig, (float, int, complex)) and not issubclass(sig, np.generic):
+        return f"Python {sig.__name__}"
+    return sig.__name__ if isinstance(sig, type) else str(sig)
+
+
 def same_function(f: Callable[..., Any], g: Any) -> bool:
     """Identity, except that bound methods (a new object at every attribute access) compare by value."""
     return f is g or (isinstance(f, types.MethodType) and f == g)
@@ -74,7 +97,7 @@ class Prep:
         "data",
         "target",
         "names",
-        "args",
+        "_described",
         "signature",
         "strict",
         "plain",
@@ -97,7 +120,7 @@ class Prep:
     data: Any  # what the adapter's prepare returned (its runners)
     target: Any  # f as adapters call it (_adapters.target.Target)
     names: tuple[str, ...]  # the argument names, for messages
-    args: tuple[str, ...]  # a description of each argument, for messages
+    _described: tuple[str, ...] | None  # a structured prep's descriptions, made at preparation (else: args)
     signature: tuple[Any, ...]  # what a later call's arguments are compared with
     strict: bool
     plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
@@ -134,10 +157,12 @@ class Prep:
         self.structured = structured
         self.holomorphic = False
         self.data, self.target, self.names, self.strict = data, target, names, strict
-        # a one-shot prep (inside an unprepared call) is never checked: skip describing its arguments
-        self.args = () if oneshot else tuple(describe_arg(a) for a in args)
+        # a one-shot prep (inside an unprepared call) is never checked: no signature. The descriptions
+        # for messages (args) are made from the signature when a message needs them
         self.signature = () if oneshot else tuple(signature(a) for a in args)
+        self._described = None
         if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
+            self._described = tuple(describe_arg(a) for a in args)
             held = 2 if names[1:2] in (("tx",), ("ty",)) else 1
             self.signature = (None,) * held + self.signature[held:]
         # the plain operator bound to this preparation: what the frontend's fast path calls
@@ -157,6 +182,13 @@ class Prep:
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
         self.has_aux, self.aux_signature, self.aux_description, self.aux_first = has_aux, None, "", None
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """A description of each argument the prep was made for (``numpy float64 (3,)``), for messages."""
+        if self._described is not None:
+            return self._described
+        return tuple(describe_signature(s) for s in self.signature)
 
     def _sparse(self, what: str) -> Any:
         if not self.sparse:
