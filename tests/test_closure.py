@@ -255,7 +255,7 @@ def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots
     identity at the next walk instead of walked again; any slot bound to something else since (a
     module global, a closure cell, ``__defaults__``, ``__code__``, a module declared otherwise) and
     the walk finds what is there now: its state is duplicated and its derivative flows."""
-    from diffinterface._closures import namespaces, walk
+    from diffinterface._closures import namespaces, summaries
     from diffinterface._closures.plan import StatePlan
 
     space: dict = {"__name__": "summarymod", "np": np}
@@ -271,19 +271,19 @@ def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots
     )
     f, x = space["entry"], np.array([1.0, 2.0])
     assert StatePlan(lambda z: f(z)).empty  # a new function around the helpers, as a loop writes it
-    assert all(walk._summary_of(space[name]) is not None for name in ("entry", "outer", "scale"))
+    assert all(summaries.summary_of(space[name]) is not None for name in ("entry", "outer", "scale"))
     checked = []
-    real = walk._Summary.holds
+    real = summaries.Summary.holds
 
     def counted(self, fn, checking):
         checked.append(fn.__name__)
         return real(self, fn, checking)
 
-    walk._Summary.holds = counted
+    summaries.Summary.holds = counted
     try:
         assert StatePlan(lambda z: f(z)).empty
     finally:
-        walk._Summary.holds = real
+        summaries.Summary.holds = real
     assert checked == ["entry", "outer", "scale"]  # entry checked (and through it the others), none walked
     # a global of the innermost helper rebound to an array: found, duplicated, differentiated
     space["W"] = np.array([3.0, -1.0])
@@ -308,9 +308,11 @@ def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots
         return k(z)
 
     g = lambda z: np.sum(helper(z))  # noqa: E731
-    assert StatePlan(lambda z: g(z)).empty and walk._summary_of(helper) is not None
+    assert StatePlan(lambda z: g(z)).empty and summaries.summary_of(helper) is not None
     k = [2.0]  # noqa: F841 - read by helper through its cell
-    assert StatePlan(lambda z: g(z)).where() == ["'k' captured by test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots_is_seen.<locals>.helper"]
+    assert StatePlan(lambda z: g(z)).where() == [
+        "'k' captured by test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots_is_seen.<locals>.helper"
+    ]
     # a library function among the slots, declared user code since: walked into
     lib: dict = {"__name__": "disummarylib"}
     exec("RATE = 2.0\ndef rate(z):\n    return RATE * z\n", lib)
@@ -330,7 +332,7 @@ def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answe
     """Mutually recursive helpers: walked from ``a``, ``b``'s walk meets ``a`` still being walked (its
     answer there is provisional), so ``b`` gets no summary, and a later walk from ``b`` finds the
     state that ``a`` captures."""
-    from diffinterface._closures import walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
 
     buffer = np.zeros(2)
@@ -344,7 +346,7 @@ def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answe
 
     root = lambda z: a(z)  # noqa: E731
     assert len(StatePlan(lambda z: root(z)).leaves) == 2  # buffer, and a's default 0
-    assert walk._summary_of(b) is None
+    assert summaries.summary_of(b) is None
     assert len(StatePlan(lambda z: b(z, 0)).leaves) == 2
     np.testing.assert_allclose(di.gradient(FD, lambda z: b(z, 0), np.array([1.0, 2.0])), [1.0, 1.0], rtol=1e-8)
     np.testing.assert_array_equal(buffer, [0.0, 0.0])

@@ -17,14 +17,13 @@ import copy
 import dis
 import functools
 import types
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._core import arrays as _arrays
 from .._core.arrays import is_array, stateful_object
+from . import summaries
 from .namespaces import is_user_function, is_user_module
 
 
@@ -112,127 +111,6 @@ def _code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:
     return facts
 
 
-# -- summaries: a user function found stateless, checked instead of walked again ----------------------
-#
-# A function's walk reads its code, its closure cells, its defaults and the module globals its code
-# names, and recurses into the user functions among them. Where nothing under it is state (its build is
-# None: the common case for the helpers a loss calls), what it read is kept: the very objects in each
-# slot. A later walk that meets the same function checks those slots by identity (one dict read or
-# cell read each, and the same again for the user functions among them) instead of walking it: a loop
-# that writes a new lambda around the same helper at every call walks the lambda alone (the
-# helper's walk of 2-3 us becomes a check of under one). Any slot bound to another object, a rebound
-# ``__code__`` or ``__defaults__``, or a module declared otherwise (``declare_modules``) since, and
-# the function is walked as before. Only slots whose walk cannot change while they hold the same
-# object are kept: modules and classes (skipped), library functions and other objects the walk left
-# as they are (a library's callable object, numpy's dispatchers, a dtype: whether the walk looks
-# into one depends on its module's declaration, checked again, and on the registered array families,
-# whose number is kept), builtins, strings, None and booleans (``_TERMINAL``), and user functions
-# with a summary of their own; a function with anything else (state, a user's object, a partial, a
-# bound method, keyword defaults), or whose walk met a function still being walked (recursion: the
-# answer there is provisional), has none.
-_TERMINAL = (
-    types.BuiltinFunctionType,
-    types.MethodDescriptorType,
-    types.WrapperDescriptorType,
-    types.MethodWrapperType,
-    types.ModuleType,
-    type,
-    str,
-    bytes,
-    bool,
-    type(None),
-    type(Ellipsis),
-    np.ufunc,
-)
-_MISSING = object()  # a global name the code reads that the module does not define
-_EMPTY = object()  # an empty closure cell
-
-
-class _Summary:
-    """A stateless user function's slots as its walk found them (see above)."""
-
-    __slots__ = (
-        "owner",
-        "code",
-        "defaults",
-        "cells",
-        "names",
-        "values",
-        "library",
-        "objects",
-        "functions",
-        "stores",
-        "families",
-    )
-
-    def __init__(
-        self,
-        fn: types.FunctionType,
-        cells: tuple[tuple[Any, Any], ...],
-        names: tuple[str, ...],
-        values: tuple[Any, ...],
-        library: tuple[types.FunctionType, ...],
-        objects: tuple[Any, ...],
-        functions: tuple[types.FunctionType, ...],
-        stores: bool,
-    ) -> None:
-        self.owner = weakref.ref(fn, functools.partial(_forget, id(fn)))  # dropped with fn
-        self.code, self.defaults = fn.__code__, fn.__defaults__
-        self.cells, self.names, self.values = cells, names, values
-        self.library, self.objects, self.functions, self.stores = library, objects, functions, stores
-        self.families = _arrays.FAMILIES_GENERATION
-
-    def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
-        """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs)."""
-        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults or fn.__kwdefaults__:
-            return False
-        for cell, value in self.cells:
-            try:
-                if cell.cell_contents is not value:
-                    return False
-            except ValueError:  # emptied since
-                if value is not _EMPTY:
-                    return False
-        get = fn.__globals__.get
-        for name, value in zip(self.names, self.values):
-            if get(name, _MISSING) is not value:
-                return False
-        for f in self.library:
-            if is_user_module(f.__module__):
-                return False
-        if self.families != _arrays.FAMILIES_GENERATION:  # an object may be a new family's array now
-            return False
-        for obj in self.objects:
-            if is_user_module(type(obj).__module__):
-                return False
-        if self.functions:
-            checking.add(id(fn))
-            for f in self.functions:
-                if id(f) not in checking and not _summary_holds(f, checking):
-                    return False
-        return True
-
-
-_SUMMARIES: dict[int, _Summary] = {}  # id(function) -> its summary (its owner checked at each read)
-_SUMMARIES_MAX = 4096
-
-
-def _forget(key: int, owner: weakref.ref[Any]) -> None:
-    summary = _SUMMARIES.get(key)
-    if summary is not None and summary.owner is owner:
-        del _SUMMARIES[key]
-
-
-def _summary_of(fn: Any) -> _Summary | None:
-    summary = _SUMMARIES.get(id(fn))
-    return summary if summary is not None and summary.owner() is fn else None
-
-
-def _summary_holds(fn: types.FunctionType, checking: set[int]) -> bool:
-    summary = _summary_of(fn)
-    return summary is not None and summary.holds(fn, checking)
-
-
 def _text(where: Any) -> str:
     """Where a captured value lives, for messages: a string, or ``(template, *args)`` formatted only
     where a message may need it (a leaf, a partial's or an object's parts), not for every slot walked."""
@@ -279,13 +157,13 @@ class Walker:
             return self._seen[key]
         self._seen[key] = None  # cycles (recursive functions) are left as they are
         if is_user_function(obj):  # (where is not read there)
-            summary = _summary_of(obj)
+            summary = summaries.summary_of(obj)
             if summary is not None:
                 if summary.holds(obj, set()):  # stateless as it was: not walked again
                     if summary.stores:
                         self.writable = self.structural = self.copies_effects = True
                     return None
-                _SUMMARIES.pop(key, None)  # what it held is not kept alive (the walk may keep a new one)
+                summaries.drop(obj)  # what it held is not kept alive (the walk may keep a new one)
             self._active.add(key)
             build = self._function(obj, where)
             self._active.discard(key)
@@ -316,14 +194,14 @@ class Walker:
         if stores:
             self.writable = self.structural = self.copies_effects = True
         cycles = self._cycles
-        read: list[Any] = []  # what the slots hold, for a summary (see _Summary)
+        read: list[Any] = []  # what the slots hold, for a summary (see summaries.Summary)
         slots: list[tuple[Any, Any]] = []
         cells: dict[int, Any] = {}
         for i, (var, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
             try:
                 value = cell.cell_contents
             except ValueError:  # empty cell
-                slots.append((cell, _EMPTY))
+                slots.append((cell, summaries.EMPTY))
                 continue
             slots.append((cell, value))
             read.append(value)
@@ -338,18 +216,16 @@ class Walker:
                 defaults[i] = part
         kwdefaults = {}
         for k, value in (fn.__kwdefaults__ or {}).items():
-            part = self._part(
-                value, (lambda f=fn, k=k: f.__kwdefaults__[k]), ("default argument {!r} of {}", k, name)
-            )
+            part = self._part(value, (lambda f=fn, k=k: f.__kwdefaults__[k]), ("default argument {!r} of {}", k, name))
             if part is not None:
                 kwdefaults[k] = part
         module_globals = fn.__globals__
         global_parts = {}
-        found = []  # each name's object, or _MISSING
+        found = []  # each name's object, or summaries.MISSING
         for var in names:
-            value = module_globals.get(var, _MISSING)
+            value = module_globals.get(var, summaries.MISSING)
             found.append(value)
-            if value is _MISSING or isinstance(value, (types.ModuleType, type)):
+            if value is summaries.MISSING or isinstance(value, (types.ModuleType, type)):
                 continue
             read.append(value)
             part = self._part(value, (lambda g=module_globals, v=var: g[v]), ("global {!r} of {}", var, fn.__module__))
@@ -411,12 +287,12 @@ class Walker:
         read: list[Any],
         stores: bool,
     ) -> None:
-        """Keep ``fn``'s summary (see :class:`_Summary`), where every slot it read is kept as it is."""
+        """Keep ``fn``'s summary (``summaries``), where every slot it read is one a summary can check."""
         library, objects, functions = [], [], []
         for value in read:
             if type(value) is types.FunctionType:
                 if is_user_function(value):
-                    summary = _summary_of(value)
+                    summary = summaries.summary_of(value)
                     if summary is None:
                         return
                     stores = stores or summary.stores
@@ -425,16 +301,12 @@ class Walker:
                     library.append(value)
             elif isinstance(value, (functools.partial, types.MethodType)):
                 return  # walked through to what they bind
-            elif not isinstance(value, _TERMINAL):
+            elif not isinstance(value, summaries.TERMINAL):
                 if is_state(value) or (callable(value) and stateful_object(value) is not None):
                     return
                 if callable(value) and hasattr(value, "__dict__"):  # a library's object: its declaration counts
                     objects.append(value)
-        if len(_SUMMARIES) >= _SUMMARIES_MAX:
-            _SUMMARIES.clear()
-        _SUMMARIES[id(fn)] = _Summary(
-            fn, tuple(slots), names, tuple(found), tuple(library), tuple(objects), tuple(functions), stores
-        )
+        summaries.keep(fn, tuple(slots), names, tuple(found), tuple(library), tuple(objects), tuple(functions), stores)
 
     def _partial(self, p: functools.partial, where: str) -> Any:
         func = self.visit(p.func, where)

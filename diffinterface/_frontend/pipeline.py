@@ -135,7 +135,9 @@ def _tangents(
                 f"such arrays for a batch), got {type(t).__name__}"
             )
         if shape(t) != expected:
-            raise ValueError(f"{call}: {_label(name, i, batched)} has shape {shape(t)}, expected {what} shape {expected}")
+            raise ValueError(
+                f"{call}: {_label(name, i, batched)} has shape {shape(t)}, expected {what} shape {expected}"
+            )
         if not complex_ok and (type(t) is complex or complex_dtype(getattr(t, "dtype", None))):
             # engines would cast it to its real part (torch with a warning) or refuse it (JAX)
             raise ValueError(
