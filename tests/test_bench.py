@@ -147,6 +147,41 @@ def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch)
     floor = (r["mode_us"] if engine == "torch" else r["native_us"]) + r["walk_us"]
     assert r["floor_ratio"] == pytest.approx(floor / r["native_us"])
     assert r["rest_us"] == pytest.approx(r["ours_us"] - floor)
+    assert r["rest_ratio"] == pytest.approx(r["rest_us"] / r["native_us"])
+
+
+def test_the_overhead_grids_read_the_recorded_table(monkeypatch):
+    """``benchmarks/overhead_grids.py``: a row's ratio lands in its backend's pair and size, bold where
+    over budget in the prepared grid; an unsteady row and a pair's missing second operator show as
+    such; the repeated and first-call grids keep the engines' own arrays."""
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    script = importlib.import_module("overhead_grids")
+
+    def row(backend, operator, size, inputs, ratio, within="yes", steady="yes"):
+        return {
+            "backend": backend,
+            "operator": operator,
+            "size": str(float(size)),
+            "inputs": inputs,
+            "prepared_ratio": str(ratio),
+            "first_call_ratio": str(ratio * 2),
+            "within_budget": within,
+            "steady": steady,
+        }
+
+    rows = [
+        row("AutoTorch()", "gradient", 10, "torch float64", 1.1),
+        row("AutoTorch()", "hvp", 10, "torch float64", 1.3, within="NO"),
+        row("AutoTorch()", "gradient", 1000, "torch float64", 1.0, steady="NO"),
+        row("AutoTorch()", "gradient", 10, "numpy float64", 1.02),
+    ]
+    prepared = script.grid(rows, "prepared_ratio", "prepared / native", own_arrays_only=False, bold=True)
+    assert prepared.splitlines()[2:] == [
+        "| AutoTorch gradient / hvp (torch float64) | 1.10 / **1.30** | unsteady / - |  |  |",
+        "| AutoTorch gradient / hvp (numpy float64) | 1.02 / - |  |  |  |",
+    ]
+    first = script.grid(rows, "first_call_ratio", "first call", own_arrays_only=True, bold=False)
+    assert first.splitlines()[2:] == ["| AutoTorch gradient / hvp (torch float64) | 2.20 / 2.60 | unsteady / - |  |  |"]
 
 
 @pytest.mark.skipif(not installed("jax"), reason="the XLA rows are JAX's")
