@@ -285,3 +285,22 @@ def test_the_overhead_table_is_written_as_it_grows(tmp_path):
     partial = [n for title, n in written if "partial" in title]
     assert partial == list(range(1, len(rows) + 1)) and written[-1][1] == len(rows)
     assert "partial" not in written[-1][0] and "partial" not in (tmp_path / "overhead.md").read_text()
+
+
+def test_medians_times_each_call_in_every_round_in_a_rotating_order():
+    """``medians``: one batch of each call per round, the call that starts a round rotating, and a
+    positive median per call (the first-call columns of the overhead table use it)."""
+    from diffinterface.bench._timing import Timing, medians
+
+    log: list[str] = []
+    calls = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}
+    timing = Timing(rounds=4, seconds=1e-12, warmup=0.0)  # batches of one call, no warm-up
+    times = medians(calls, timing)
+    assert sorted(times) == ["a", "b", "c"] and all(t > 0 for t in times.values())
+    rounds = log[6:]  # after batch_size's two calls of each
+    assert [rounds[i : i + 3] for i in range(0, 12, 3)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]

@@ -117,6 +117,30 @@ def _interleaved(
     }
 
 
+def medians(calls: dict[str, Callable[[], Any]], timing: Timing = FULL) -> dict[str, float]:
+    """The median time of each call over ``timing.rounds`` rounds of one batch of each (about
+    ``timing.seconds`` a batch, each call its own batch size), after ``timing.warmup`` seconds of
+    them all; the order within a round rotates, so that no call always runs on another's leftovers.
+    :func:`ratio` for more than two calls whose times are compared with one of them (a first call and
+    a preparation with the engine's own first call): their ratios come from the same rounds."""
+    sizes = {name: batch_size(fn, timing.seconds) for name, fn in calls.items()}
+    names = list(calls)
+    warm_until = time.perf_counter() + timing.warmup
+    while time.perf_counter() < warm_until:
+        for name in names:
+            for _ in range(sizes[name]):
+                calls[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(timing.rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn, number = calls[name], sizes[name]
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[name].append((time.perf_counter() - start) / number)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def columns(r: dict[Any, Any], ours: str, native: str, ratio_name: str = "ratio") -> dict[str, Any]:
     """One :func:`ratio` as a table's columns: the two times under the table's names for them, the
     ratio, its spread over the rounds (``min``, ``max``) and whether it is ``steady``."""
