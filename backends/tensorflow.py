@@ -998,15 +998,19 @@ class _Prepared:
             self.graph, self.skeleton = shared
             return
         fn, body = self.fn, self.body
+        # flat positional tensors, x, the tangents, then the leaves: TensorFlow binds and flattens a
+        # call's arguments in Python at every call, and nested lists cost it more than flat ones
         specs = [
             tf.TensorSpec(tuple(np.shape(x)), self.dtype),
-            [tf.TensorSpec(tuple(np.shape(t)), self.dtype) for t in tangents],
-            [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in skeleton.leaves],
+            *(tf.TensorSpec(tuple(np.shape(t)), self.dtype) for t in tangents),
+            *(tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in skeleton.leaves),
         ]
         has_state = self.target.has_state
         lost: list[bool] = []
+        n_tangents = len(tangents)
 
-        def graph(x: tf.Tensor, ts: tuple[Any, ...], leaves: Any) -> Any:
+        def graph(x: tf.Tensor, *flat: Any) -> Any:
+            ts, leaves = flat[:n_tangents], flat[n_tangents:]
             values, state = skeleton.build(list(leaves))
             missing = _Missing()
 
@@ -1071,14 +1075,10 @@ class _Prepared:
             else:
                 leaves = []
             dtype = self.dtype
-            args = (
-                x if type(x) is _EagerTensor and x.dtype == dtype else _as_tensor(x, dtype),
-                [_as_tensor(t, dtype) for t in ts],
-                leaves,
-            )
+            tensor = x if type(x) is _EagerTensor and x.dtype == dtype else _as_tensor(x, dtype)
             # the graph was traced at preparation for this input signature: a call runs it, f is not
             # called, and the call's scope (the array API on tensors) is not needed
-            primal, result = self.graph(*args)
+            primal, result = self.graph(tensor, *(_as_tensor(t, dtype) for t in ts), *leaves)
             return value_form(self.operator, primal, result, _detached) if value else result
         return self.eager(x, ts, contexts, value)
 

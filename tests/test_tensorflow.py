@@ -116,6 +116,28 @@ def test_prepared_jit_compile_and_a_captured_array_read_at_every_call():
         A[:] = [1.0, 2.0, 3.0]
 
 
+def test_a_prepared_graph_takes_flat_tensors_x_the_tangents_then_the_captured_arrays():
+    """The traced ``tf.function`` takes its arguments as flat tensors (TensorFlow binds and flattens a
+    call's arguments in Python at every call: nested lists of them cost 50 us a call at n = 10, a
+    fifth of TensorFlow's own call), and a prepared hvp over a captured array is exact at new points
+    and after the array is updated."""
+    tf = _tf()
+    A = np.array([1.0, 2.0, 3.0])
+
+    def f(z):
+        return tf.reduce_sum(A * z**3)
+
+    x, t = np.array([0.5, -1.0, 2.0]), np.array([1.0, 0.5, -2.0])
+    prep = di.prepare_hvp(di.AutoTensorFlow(), f, x, t)
+    signature = prep.data.data.graph.input_signature
+    assert [tuple(s.shape) for s in signature] == [(3,), (3,), (3,)]  # x, tx, A
+    assert all(isinstance(s, tf.TensorSpec) for s in signature)
+    for scale in (1.0, 2.0):
+        A[:] = scale * np.array([1.0, 2.0, 3.0])
+        np.testing.assert_allclose(di.hvp(di.AutoTensorFlow(), f, 2 * x, t, prep=prep), 6 * A * 2 * x * t, rtol=1e-14)
+    A[:] = [1.0, 2.0, 3.0]
+
+
 # -- closures: writes carry derivatives, the user's state untouched ------------------------------------
 
 
