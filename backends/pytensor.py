@@ -628,13 +628,25 @@ class _Prepared:
         operator = self.operator
         tangents_op = operator.tangent is not None
 
-        simple = not tangents_op and not value and self.target.stateless
+        stateless = self.target.stateless
+        simple = not tangents_op and not value and stateless
+        # a plain tangent operator of a stateless f on numpy arrays (hvp, pullback, pushforward): its
+        # key built from x and the one tangent and one call, where the general path below converts
+        # each argument and walks the contexts first (2 us of a 7 us hvp at n = 10)
+        one_tangent = tangents_op and not value and stateless
+        tangent_dtype = self.y_dtype if operator is PULLBACK else None  # else x's dtype
 
         def run(x: Any, ts: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
             if simple and not contexts and type(x) is np.ndarray:  # the common case: one dict lookup, one call
                 compiled = self.compiled.get((False, x.shape, x.dtype.str, (), ()))
                 if compiled is not None:
                     return compiled.fn(x)[0]
+            elif one_tangent and not contexts and len(ts) == 1 and type(x) is np.ndarray:
+                t = ts[0]
+                if type(t) is np.ndarray and t.dtype == (tangent_dtype or x.dtype):
+                    compiled = self.compiled.get((False, x.shape, x.dtype.str, ((t.shape, t.dtype.str),), ()))
+                    if compiled is not None:
+                        return tuple(compiled.fn(x, t)[compiled.lead :])
             xn = _numpy(x)
             ts = self.tangents(xn, ts) if tangents_op else ()
             compiled, leaves = self.fetch(xn, ts, contexts, value)
