@@ -417,3 +417,38 @@ def test_reverse_mode_differentiates_through_writes_into_x_and_learns_them_once(
     with pytest.raises(ValueError, match="f's own error"):
         di.gradient(backend, fails, x)
     assert _Runs.count == 1  # not the guard's refusal: no second run
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-shot", "prepared"])
+def test_a_large_pushforward_s_primal_is_x_itself_and_a_write_into_it_reruns_on_a_copy(prepared):
+    """From 1e4 elements a pushforward along one tangent gives f x itself as the primal of its dual
+    tensor (a detached alias that requires grad: no copy of x), and an f that writes into its input
+    is refused there and runs again on a copy: the derivative of what it computes, the user's x
+    unchanged, on every call."""
+    import torch
+    import torch.autograd.forward_ad as fwAD
+
+    n = 10_000
+    x = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+    t = torch.ones(n, dtype=torch.float64)
+    before = x.clone()
+    seen = []
+
+    def reads(z):
+        seen.append(fwAD.unpack_dual(z).primal.data_ptr())
+        return torch.sin(z) * 2
+
+    def writes(z):
+        z[0] = 5.0
+        return z**2
+
+    backend = di.AutoTorch(closure="const")  # reads appends to the user's own list
+    zero = torch.zeros(1, dtype=torch.float64)
+    for f, expected in ((reads, 2 * torch.cos(x)), (writes, torch.cat([zero, 2 * x[1:]]))):
+        prep = di.prepare_pushforward(backend, f, x, t) if prepared else None
+        seen.clear()  # preparation evaluates f on a copy, for f(x)'s shape alone
+        for _ in range(2):
+            torch.testing.assert_close(di.pushforward(backend, f, x, t, prep=prep), expected * t)
+            torch.testing.assert_close(x, before, rtol=0, atol=0)
+        if f is reads:
+            assert len(seen) == 2 and all(p == x.data_ptr() for p in seen)  # no copy of x
