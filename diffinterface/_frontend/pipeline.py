@@ -408,12 +408,14 @@ def reused(
     made now if these arguments were seen once before; None: the call runs unprepared."""
     if type(f) is not types.FunctionType or not reusable(backend):  # only Python functions are kept
         return None
-    args = _arguments(operator, x, tangent, y, contexts)
-    fresh = prep_cache.fresh(f)  # a function never called without prep= before: nothing kept to find
-    if not (has_aux or fresh):
-        last = prep_cache.latest(operator, backend, f, args, holomorphic)
-        if last is not None:
-            return last
+    if y is None and not contexts:  # _arguments' common case, inline (a call in a loop's every call)
+        args: tuple[Any, ...] = (x,) if operator.tangent is None else (x, tangent)
+    else:
+        args = _arguments(operator, x, tangent, y, contexts)
+    last = prep_cache.latest(operator, backend, f, args, holomorphic, has_aux)
+    if type(last) is Prep:
+        return last
+    fresh = last is False  # a function never called without prep= before: nothing kept to find
     key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
     if key is None:
         return None

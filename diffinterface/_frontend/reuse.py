@@ -188,21 +188,27 @@ class PrepCache:
             return None
         return held
 
-    @staticmethod
-    def fresh(f: Callable[..., Any]) -> bool:
-        """Whether ``f`` (a Python function) holds nothing of this cache: its first call without
-        ``prep=`` (nothing to find; :meth:`seen` leaves its mark)."""
-        return _HELD not in f.__dict__
-
     def latest(
-        self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], holomorphic: bool
-    ) -> Prep | None:
-        """The prep of ``f``'s latest hit, where it serves these arguments as they are (the same
-        operator, backend object and options, arrays of its types, shapes and dtypes: ``Prep.serves``),
-        else None. A loop that calls ``f`` the same way finds its prep here without building a key
-        (2-3 us of a 7 us JAX gradient at n = 10); any other call looks it up by key (:meth:`find`)."""
-        held = self._held_by(f)
-        last = held.last if held is not None else None
+        self,
+        operator: Operator,
+        backend: Backend,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        holomorphic: bool,
+        has_aux: bool = False,
+    ) -> Prep | None | bool:
+        """The prep of ``f``'s latest hit (a Python function), where it serves these arguments as they
+        are (the same operator, backend object and options, arrays of its types, shapes and dtypes:
+        ``Prep.serves``); ``False`` where ``f`` holds nothing of this cache (its first call without
+        ``prep=``: nothing to find, :meth:`seen` leaves its mark); else None. A loop that calls ``f``
+        the same way finds its prep here without building a key (2-3 us of a 7 us JAX gradient at
+        n = 10); any other call looks it up by key (:meth:`find`), a has_aux call always."""
+        held = f.__dict__.get(_HELD)
+        if held is None:
+            return False
+        if has_aux or type(held) is not _Held or held.owner is None or held.owner() is not f:
+            return None
+        last = held.last
         if last is None or not last.serves(operator, backend, f, args, holomorphic):
             return None
         self.hits += 1
