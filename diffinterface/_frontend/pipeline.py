@@ -662,6 +662,9 @@ def _fast(
     """The prepared fast path after the check (a kept or a given prep, a flat x): the plain runner,
     and its result in ``x``'s own type (``out=`` for an operator without a tangent)."""
     if operator.tangent is not None:
+        if type(tangent) is type(x) is not float:  # one tangent of x's own type: run_prepared_tangent's body
+            (result,) = prep.plain(x, (tangent,), contexts)
+            return result if type(result) is type(x) else _like_x(prep, result, x)
         return tangent_result(prep.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
     result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
     if out is None:
