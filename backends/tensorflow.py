@@ -10,8 +10,8 @@
 - hvp and hessian: reverse over reverse (nested tapes; the Hessian is the outer tape's ``jacobian``
   of the gradient); second derivative: nested forward accumulators.
 - preparation (``function=True``, the default): the operator's body is traced once into a
-  ``tf.function`` with a fixed input signature (x, the tangents, the arrays of the contexts and of the
-  captured state: read at every call, never baked in, and never a retrace), XLA-compiled with
+  ``tf.function`` with a fixed input signature of flat tensors (x, each tangent, each array of the
+  contexts and of the captured state: read at every call, never baked in, and never a retrace), XLA-compiled with
   ``jit_compile=True``. An ``f`` that cannot be traced into a graph (it reads a value into Python:
   ``.numpy()``, ``float(t)``) runs eagerly for that prep. Unprepared calls run eagerly.
 
