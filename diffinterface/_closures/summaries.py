@@ -135,20 +135,11 @@ def _holds(fn: types.FunctionType, checking: set[int]) -> bool:
     return summary is not None and summary.holds(fn, checking)
 
 
-def keep(
-    fn: types.FunctionType,
-    cells: tuple[tuple[Any, Any], ...],
-    names: tuple[str, ...],
-    values: tuple[Any, ...],
-    library: tuple[types.FunctionType, ...],
-    objects: tuple[Any, ...],
-    functions: tuple[types.FunctionType, ...],
-    stores: bool,
-) -> None:
-    """Keep ``fn``'s summary (the arguments as :class:`Summary` takes them)."""
+def keep(fn: types.FunctionType, summary: Summary) -> None:
+    """Keep ``fn``'s summary."""
     if len(SUMMARIES) >= MAX_SUMMARIES:
         SUMMARIES.clear()
-    SUMMARIES[id(fn)] = Summary(fn, cells, names, values, library, objects, functions, stores)
+    SUMMARIES[id(fn)] = summary
 
 
 def drop(fn: types.FunctionType) -> None:

@@ -306,7 +306,10 @@ class Walker:
                     return
                 if callable(value) and hasattr(value, "__dict__"):  # a library's object: its declaration counts
                     objects.append(value)
-        summaries.keep(fn, tuple(slots), names, tuple(found), tuple(library), tuple(objects), tuple(functions), stores)
+        summary = summaries.Summary(
+            fn, tuple(slots), names, tuple(found), tuple(library), tuple(objects), tuple(functions), stores
+        )
+        summaries.keep(fn, summary)
 
     def _partial(self, p: functools.partial, where: str) -> Any:
         func = self.visit(p.func, where)
