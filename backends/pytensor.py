@@ -340,6 +340,22 @@ def _walk(target: Target, x: Any, contexts: tuple[Any, ...], building: bool) -> 
     return leaves, state, values
 
 
+def _inputs(target: Target, x: Any, contexts: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any]]:
+    """The signature of the captured state and contexts (part of a compiled function's key) and the
+    values fed to it, as :func:`_walk` finds them at a call. State that is numpy arrays alone (a
+    captured matrix, the common case) is read directly: its signature is each array's shape and dtype,
+    as the walk records them, and its values the arrays themselves (the walk's ``_Leaves`` cost 3 us
+    of an 11 us prepared Jacobian of ``sin(A @ x)`` at 10x10, 2-core Xeon VM)."""
+    if not (contexts or target.has_state):
+        return (), []
+    if not contexts and target.plan is not None:
+        values = target.plan.read()
+        if all(type(v) is np.ndarray for v in values):
+            return tuple((v.shape, v.dtype.str) for v in values), values
+    leaves = _walk(target, x, contexts, False)[0]
+    return tuple(leaves.signature), leaves.values
+
+
 # -- the graph of f -------------------------------------------------------------------------------
 
 
@@ -607,22 +623,15 @@ class _Prepared:
         """The compiled function for these arguments and form (built at the first of its signature:
         ``value``, the one returning the primal too), and the values of the contexts and captured
         state to feed it."""
-        target = self.target
-        leaves = _walk(target, x, contexts, False)[0] if (contexts or target.has_state) else None
-        key = (
-            value,
-            x.shape,
-            x.dtype.str,
-            tuple((t.shape, t.dtype.str) for t in ts),
-            tuple(leaves.signature) if leaves is not None else (),
-        )
+        signature, values = _inputs(self.target, x, contexts)
+        key = (value, x.shape, x.dtype.str, tuple((t.shape, t.dtype.str) for t in ts), signature)
         compiled = self.compiled.get(key)
         if compiled is None:
             with self.lock:
                 compiled = self.compiled.get(key)
                 if compiled is None:
                     compiled = self.compiled[key] = self._build(x, ts, contexts, value)
-        return compiled, leaves
+        return compiled, values
 
     def _runner(self, value: bool) -> Any:
         operator = self.operator
@@ -649,8 +658,8 @@ class _Prepared:
                         return tuple(compiled.fn(x, t)[compiled.lead :])
             xn = _numpy(x)
             ts = self.tangents(xn, ts) if tangents_op else ()
-            compiled, leaves = self.fetch(xn, ts, contexts, value)
-            outs = compiled.fn(xn, *ts, *(leaves.values if leaves is not None else ()))
+            compiled, values = self.fetch(xn, ts, contexts, value)
+            outs = compiled.fn(xn, *ts, *values)
             lead = compiled.lead
             result: Any = tuple(outs[lead:]) if tangents_op else outs[lead]
             if not value:

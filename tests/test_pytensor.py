@@ -186,6 +186,40 @@ def test_captured_arrays_are_inputs_read_at_every_call():
     assert len(prep.data.data.compiled) == 1
 
 
+def test_a_rebound_captured_array_of_another_dtype_or_shape_gets_its_own_compiled_function():
+    # state that is numpy arrays alone is keyed by each array's shape and dtype without the walk
+    # (_inputs): a rebinding to another dtype or shape compiles again, never feeds the old function
+    import pytensor.tensor as pt
+
+    b = di.AutoPyTensor(compile_mode=FAST)
+    x = np.array([0.5, -1.0, 2.0])
+    A = np.arange(6.0).reshape(2, 3)
+    f = lambda z: pt.sin(A @ z)  # noqa: E731
+    prep = di.prepare_jacobian(b, f, x)
+    compiled = prep.data.data.compiled
+
+    def expected(a: np.ndarray) -> np.ndarray:
+        return np.cos(a @ x)[:, None] * a
+
+    assert np.allclose(di.jacobian(b, f, x, prep=prep), expected(A), rtol=1e-14)
+    A = np.arange(6.0, dtype=np.float32).reshape(2, 3) + 0.5  # another dtype: a second function
+    assert np.allclose(di.jacobian(b, f, x, prep=prep), expected(A.astype(np.float64)), rtol=1e-6)
+    assert len(compiled) == 2
+    A = np.arange(6.0).reshape(2, 3)[:, ::-1]  # a strided view of the first shape and dtype: the first
+    assert np.allclose(di.jacobian(b, f, x, prep=prep), expected(A), rtol=1e-14)
+    assert len(compiled) == 2
+    A = np.linspace(-1.0, 1.0, 12).reshape(4, 3)  # another shape (and f(x)'s): a third function
+    assert np.allclose(di.jacobian(b, f, x, prep=prep), expected(A), rtol=1e-14)
+    assert len(compiled) == 3
+    A = np.ones((2, 3))
+    g = lambda z: pt.sin(A @ z) + pt.sum(ws[0] * z)  # noqa: E731 - a list beside the array: the walk
+    ws = [np.array([1.0, 2.0, 3.0])]
+    prep = di.prepare_jacobian(b, g, x)
+    assert np.allclose(di.jacobian(b, g, x, prep=prep), expected(A) + ws[0], rtol=1e-14)
+    ws[0] = np.array([3.0, 2.0, 1.0])
+    assert np.allclose(di.jacobian(b, g, x, prep=prep), expected(A) + ws[0], rtol=1e-14)
+
+
 def test_shared_variables_are_read_at_every_call_and_never_written():
     import pytensor
     import pytensor.tensor as pt
