@@ -569,12 +569,21 @@ ONESHOT_COMPILED_FROM = 500_000
 
 
 class _Compiled:
-    """One compiled function: its inputs' order and how many primal outputs lead."""
+    """One compiled function: its inputs' order and how many primal outputs lead, called one call at a
+    time. A PyTensor ``Function`` keeps its inputs and outputs in storage cells of its own, set by
+    a call and read back after its run: two threads calling it at once get each other's inputs
+    (a derivative at another thread's x, with no error) or an output cleared by the other call."""
 
-    __slots__ = ("fn", "lead")
+    __slots__ = ("fn", "lead", "_lock")
 
     def __init__(self, fn: Any, lead: int) -> None:
         self.fn, self.lead = fn, lead
+        self._lock = threading.Lock()
+
+    def __call__(self, *inputs: Any) -> list[Any]:
+        """The outputs at ``inputs`` (a new list: the function's storage is not shared with the caller)."""
+        with self._lock:
+            return self.fn(*inputs)
 
 
 class _Prepared:
@@ -649,17 +658,17 @@ class _Prepared:
             if simple and not contexts and type(x) is np.ndarray:  # the common case: one dict lookup, one call
                 compiled = self.compiled.get((False, x.shape, x.dtype.str, (), ()))
                 if compiled is not None:
-                    return compiled.fn(x)[0]
+                    return compiled(x)[0]
             elif one_tangent and not contexts and len(ts) == 1 and type(x) is np.ndarray:
                 t = ts[0]
                 if type(t) is np.ndarray and t.dtype == (tangent_dtype or x.dtype):
                     compiled = self.compiled.get((False, x.shape, x.dtype.str, ((t.shape, t.dtype.str),), ()))
                     if compiled is not None:
-                        return tuple(compiled.fn(x, t)[compiled.lead :])
+                        return tuple(compiled(x, t)[compiled.lead :])
             xn = _numpy(x)
             ts = self.tangents(xn, ts) if tangents_op else ()
             compiled, values = self.fetch(xn, ts, contexts, value)
-            outs = compiled.fn(xn, *ts, *values)
+            outs = compiled(xn, *ts, *values)
             lead = compiled.lead
             result: Any = tuple(outs[lead:]) if tangents_op else outs[lead]
             if not value:
