@@ -568,22 +568,46 @@ _ONESHOT_MODE = Mode(linker="py", optimizer=cast(Any, None))  # a few millisecon
 ONESHOT_COMPILED_FROM = 500_000
 
 
+def _aligned(value: Any) -> Any:
+    """``value``, or an aligned copy of an unaligned numpy array (PyTensor refuses those)."""
+    return np.require(value, requirements="A") if isinstance(value, np.ndarray) and not value.flags.aligned else value
+
+
 class _Compiled:
     """One compiled function: its inputs' order and how many primal outputs lead, called one call at a
     time. A PyTensor ``Function`` keeps its inputs and outputs in storage cells of its own, set by
     a call and read back after its run: two threads calling it at once get each other's inputs
-    (a derivative at another thread's x, with no error) or an output cleared by the other call."""
+    (a derivative at another thread's x, with no error) or an output cleared by the other call.
 
-    __slots__ = ("fn", "lead", "_lock")
+    A call whose inputs are what the function's input types hold as they are (numpy arrays of
+    exactly their dtypes, native byte order, aligned: what the prepared calls pass) sets PyTensor's
+    ``trust_input``, which skips its check and conversion of each input (2.5 of a 4.8 us call of a
+    10x10 Jacobian with a captured matrix, 2-core Xeon VM). Their shapes need no check: a compiled
+    function is found by its inputs' shapes and dtypes (``_Prepared.fetch``), and its input types
+    have those static shapes. Any other input goes through PyTensor's own check, which converts it
+    (another byte order); an unaligned array, which that check refuses, is copied first."""
 
-    def __init__(self, fn: Any, lead: int) -> None:
+    __slots__ = ("fn", "lead", "_lock", "_dtypes")
+
+    def __init__(self, fn: Any, lead: int, inputs: list[Any]) -> None:
         self.fn, self.lead = fn, lead
         self._lock = threading.Lock()
+        self._dtypes = tuple(np.dtype(v.type.dtype) for v in inputs)  # numpy's own dtype objects
 
     def __call__(self, *inputs: Any) -> list[Any]:
         """The outputs at ``inputs`` (a new list: the function's storage is not shared with the caller)."""
+        trusted = len(inputs) == len(self._dtypes)
+        if trusted:
+            for value, dtype in zip(inputs, self._dtypes):
+                if type(value) is not np.ndarray or value.dtype is not dtype or not value.flags.aligned:
+                    trusted = False
+                    break
+        if not trusted:
+            inputs = tuple(_aligned(v) for v in inputs)
         with self._lock:
-            return self.fn(*inputs)
+            fn = self.fn
+            fn.trust_input = trusted
+            return fn(*inputs)
 
 
 class _Prepared:
@@ -618,10 +642,9 @@ class _Prepared:
             raise NotImplementedError(
                 f"{target.call}: PyTensor has no derivative for an operation of f: {error}"
             ) from error
-        fn = pytensor_function(
-            [xs, *t_syms, *symbols], outs, mode=self.mode, on_unused_input="ignore", accept_inplace=True
-        )
-        return _Compiled(fn, lead)
+        inputs = [xs, *t_syms, *symbols]
+        fn = pytensor_function(inputs, outs, mode=self.mode, on_unused_input="ignore", accept_inplace=True)
+        return _Compiled(fn, lead, inputs)
 
     def tangents(self, x: Any, ts: tuple[Any, ...]) -> tuple[Any, ...]:
         """The tangents as numpy arrays of the dtype of x (of f(x) for a pullback)."""

@@ -186,6 +186,50 @@ def test_captured_arrays_are_inputs_read_at_every_call():
     assert len(prep.data.data.compiled) == 1
 
 
+def _unaligned(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64) in an array whose data starts one byte into a buffer: not aligned."""
+    buffer = np.zeros(values.nbytes + 1, dtype=np.uint8)
+    out = np.ndarray(values.shape, dtype=np.float64, buffer=buffer, offset=1)
+    out[...] = values
+    return out
+
+
+@pytest.mark.parametrize("compile_mode", [None, FAST, "CVM"])  # numba, Python, C: each reads inputs its way
+def test_inputs_of_another_byte_order_alignment_or_layout_give_the_same_derivatives(compile_mode):
+    # prepared calls skip PyTensor's input check where the inputs are what its types hold as they are
+    # (_Compiled); any other input goes through the check, which converts it
+    import pytensor.tensor as pt
+
+    b = di.AutoPyTensor() if compile_mode is None else di.AutoPyTensor(compile_mode=compile_mode)
+    A = np.array([[1.0, 2.0, -1.0], [0.5, 0.0, 3.0]])
+    f = lambda z: pt.sin(A @ z)  # noqa: E731
+    h = lambda z: pt.sum(pt.sin(z) ** 2)  # noqa: E731
+    x = np.array([0.3, -0.7, 1.1])
+    t = np.array([1.0, 2.0, -0.5])
+    strided = np.array([0.3, 9.0, -0.7, 9.0, 1.1])[::2]
+    for z, u in ((x, t), (x.astype(">f8"), t.astype(">f8")), (_unaligned(x), _unaligned(t)), (strided, t[::1])):
+        preps = {  # a prep for the arrays' own dtype (a byte order is part of it)
+            "jacobian": di.prepare_jacobian(b, f, z),
+            "gradient": di.prepare_gradient(b, h, z),
+            "pushforward": di.prepare_pushforward(b, f, z, u),
+        }
+        for _ in range(2):  # a second call, after the first has set how the function is called
+            np.testing.assert_allclose(
+                di.jacobian(b, f, z, prep=preps["jacobian"]), np.cos(A @ x)[:, None] * A, rtol=1e-14
+            )
+            np.testing.assert_allclose(di.gradient(b, h, z, prep=preps["gradient"]), np.sin(2 * x), rtol=1e-14)
+            np.testing.assert_allclose(
+                di.pushforward(b, f, z, u, prep=preps["pushforward"]), np.cos(A @ x) * (A @ t), rtol=1e-14
+            )
+            np.testing.assert_allclose(
+                di.pushforward(b, f, x, t, prep=di.prepare_pushforward(b, f, x, t)), np.cos(A @ x) * (A @ t)
+            )
+    prep = di.prepare_jacobian(b, f, x)
+    A = _unaligned(A)  # captured state too
+    assert not A.flags.aligned
+    np.testing.assert_allclose(di.jacobian(b, f, x, prep=prep), np.cos(A @ x)[:, None] * A, rtol=1e-14)
+
+
 def test_a_rebound_captured_array_of_another_dtype_or_shape_gets_its_own_compiled_function():
     # state that is numpy arrays alone is keyed by each array's shape and dtype without the walk
     # (_inputs): a rebinding to another dtype or shape compiles again, never feeds the old function
