@@ -297,6 +297,50 @@ def test_the_latest_hit_is_tried_first_and_a_call_it_does_not_serve_takes_the_ke
     assert held.last is None
 
 
+def test_a_loops_call_is_served_by_the_latest_hit_s_fast_key_and_nothing_else():
+    """PrepCache.serving: a call with x alone or one tangent of x's own type, found by the latest hit's
+    fast_key (an equal config built anew too); any other call takes the keyed path, and a cache
+    switched off serves nothing."""
+    backend = di.AutoFiniteDiff()
+    x, t = np.array([0.1, 0.2, 0.3]), np.array([1.0, -1.0, 0.5])
+    for _ in range(3):
+        di.gradient(backend, sum_sin2, x)
+        di.pushforward(backend, _square, x, t)
+    gradient = sum_sin2.__dict__["__diffinterface_preps__"].last
+    push = _square.__dict__["__diffinterface_preps__"].last
+    serving = di.prep_cache.serving
+    hits = di.prep_cache.hits
+    assert serving(gradient.operator, di.AutoFiniteDiff(), sum_sin2, x, None, False) is gradient
+    assert serving(push.operator, di.AutoFiniteDiff(), _square, x, t, False) is push
+    assert di.prep_cache.hits == hits + 2
+    for call in (
+        (gradient.operator, backend, sum_sin2, x[:2], None, False),  # another shape
+        (gradient.operator, backend, sum_sin2, x.astype(np.float32), None, False),  # another dtype
+        (gradient.operator, backend, sum_sin2, x, None, True),  # holomorphic
+        (gradient.operator, di.AutoFiniteDiff(method="forward"), sum_sin2, x, None, False),  # another config
+        (push.operator, backend, sum_sin2, x, t, False),  # another operator than the latest hit's
+        (push.operator, backend, _square, x, (t, t), False),  # a batch of tangents
+        (push.operator, backend, _square, x, t[:2], False),  # a tangent of another shape
+        (push.operator, backend, _square, x, t.astype(np.float32), False),  # a tangent of another dtype
+        (push.operator, backend, lambda z: _square(z), x, t, False),  # another function
+    ):
+        assert serving(*call) is None
+    assert di.prep_cache.hits == hits + 2
+    # the calls themselves: the latest hit serves, and every other call still gets its right answer
+    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), sum_sin2, x), np.sin(2 * x), atol=1e-6)
+    np.testing.assert_allclose(di.pushforward(backend, _square, x, t), 2 * x * t, atol=1e-6)
+    np.testing.assert_allclose(di.pushforward(backend, _square, x, (t, 2 * t))[1], 4 * x * t, atol=1e-6)
+    np.testing.assert_allclose(di.pushforward(backend, _square, x, t.astype(np.float32)), 2 * x * t, atol=1e-6)
+    di.prep_cache.enabled = False
+    try:
+        assert serving(gradient.operator, backend, sum_sin2, x, None, False) is None
+        builds = di.prep_cache.builds
+        np.testing.assert_allclose(di.gradient(backend, sum_sin2, x), np.sin(2 * x), atol=1e-6)
+        assert di.prep_cache.builds == builds
+    finally:
+        di.prep_cache.enabled = True
+
+
 def test_configs_keep_their_hash_and_repr_and_pickle_without_them():
     import pickle
 

@@ -494,6 +494,10 @@ def run(
     returns (every operator module is this one call; the prepared fast path is :func:`run_prepared`).
     With ``has_aux`` (f returns ``(y, aux)``): ``(result, aux)``, or ``((y, aux), results...)`` for
     the value form, in JAX's order (:func:`_with_aux`)."""
+    if prep is None and not (has_aux or value or contexts) and y is None and (out is None or operator.tangent is None):
+        latest = prep_cache.serving(operator, backend, f, x, tangent, holomorphic)  # a loop's calls
+        if latest is not None:
+            return _fast(operator, latest, backend, x, tangent, contexts, out)
     if has_aux:
         return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
     p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False)

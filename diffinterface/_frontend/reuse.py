@@ -214,6 +214,39 @@ class PrepCache:
         self.hits += 1
         return last
 
+    def serving(
+        self, operator: Operator, backend: Backend, f: Callable[..., Any], x: Any, tangent: Any, holomorphic: bool
+    ) -> Prep | None:
+        """The prep of ``f``'s latest hit where it serves a call with ``x`` alone, or with one tangent
+        of ``x``'s own array type, by its ``fast_key`` (the prepared fast path's one tuple comparison:
+        operator, backend, ``f``, the arrays' types, shapes and dtypes), a flat prep for the same
+        ``holomorphic``; else None (:meth:`latest` decides, for any other call). A kept prep's
+        backend allows reuse (``reusable``: configs are frozen, and equal ones answer alike); the
+        process-wide switch is read here. A loop that calls
+        ``f`` the same way: one dict read and one comparison (0.5 us of a PyTensor gradient's 4.5 at
+        n = 10 before, through :meth:`latest`)."""
+        if type(f) is not types.FunctionType or not self.enabled:
+            return None
+        held = f.__dict__.get(_HELD)
+        if type(held) is not _Held:
+            return None
+        last = held.last
+        if last is None or held.owner is None or held.owner() is not f:
+            return None
+        key = last.fast_key
+        kind = type(x)
+        if key is None or kind is not key[3] or last.structured or last.holomorphic != holomorphic:
+            return None
+        if tangent is None:
+            if (operator, backend, f, kind, x.shape, x.dtype) != key:
+                return None
+        elif type(tangent) is not kind or (
+            (operator, backend, f, kind, x.shape, x.dtype, kind, tangent.shape, tangent.dtype) != key
+        ):
+            return None
+        self.hits += 1
+        return last
+
     def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
         """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
         :meth:`seen` says whether to prepare it."""
