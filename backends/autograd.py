@@ -336,6 +336,7 @@ def _output(y: Any, x: Traced, target: Target) -> Any:
     independent of input"), so it is an error."""
     if isinstance(y, (tuple, list, dict)):
         raise structured_output(y, target.call)
+    target.checked(y)  # f(x) of the shape the runner's bases were made for (autograd would broadcast)
     if isinstance(y, Box) or not isinstance(x, Box):
         return y
     if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):

@@ -291,9 +291,14 @@ def _computing_for(fam: str | None, dtype: DType) -> AbstractContextManager[Any]
     return record.computing(dtype)
 
 
-def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool = False) -> Callable[[Array], Any]:
-    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state."""
+def _evaluator(
+    target: Target, contexts: Contexts, x: Array, complex_step: bool = False, batched: bool = False
+) -> Callable[[Array], Any]:
+    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state, and of
+    the shape ``f(x)`` had at preparation (``Target.checked``; ``batched``: a vectorized ``f`` at a
+    stack of points, whose values ``_unbatch`` checks)."""
     dtype = x.dtype
+    check = not batched
     leaf = _complex_leaf if complex_step else copy_leaf
     const = target.closure == "const"
 
@@ -304,7 +309,10 @@ def _evaluator(target: Target, contexts: Contexts, x: Array, complex_step: bool 
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
             xp = _namespace(x)  # here only: x's device too (a lookup of a microsecond)
-            return xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=device(x))
+            y = xp.asarray(y, dtype=dtype if not isinstance(y, complex) else None, device=device(x))
+            return target.checked(y) if check else y
+        if check and y.shape != target.y_shape and target.y_shape is not None:  # inline: no call when it holds
+            target.checked(y)  # f(x) no longer of the shape the prep's steps and reshapes were made for: raises
         if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
             return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
         # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array
@@ -479,7 +487,7 @@ class _Job:
 
     def _evaluate(self) -> Any:
         if self._f is None:
-            self._f = _evaluator(self.target, self.contexts, self.x, self.complex_step)
+            self._f = _evaluator(self.target, self.contexts, self.x, self.complex_step, self.vectorized)
         return self._f
 
     def one(self, recipe: Recipe) -> Any:
@@ -588,7 +596,7 @@ class Adapter(_Base):
             self._vectorizable(target)
             with _computing(x):
                 point = private_copy(x)
-                ys = _evaluator(target, contexts, x)(array_namespace(x).reshape(point, (1, *x.shape)))
+                ys = _evaluator(target, contexts, x, batched=True)(array_namespace(x).reshape(point, (1, *x.shape)))
                 return _unbatch(ys, 1, target.call, None)[0]
         if type(x) is np.ndarray:  # no dtype context to enter (the prepared hessian's value: no extra call)
             return _evaluator(target, contexts, x)(private_copy(x))

@@ -431,13 +431,13 @@ class _Function:
         target, call = self.target, self.target.call
         if self.simple:
             f = target.f
-            return lambda z: _output(f(z), call)
+            return lambda z: target.checked(_output(f(z), call))
         kinds = self.kinds
 
         def fn(z: Any) -> Any:
             instance = target.instance(_standin, values=state if target.has_state else None)
             values = [duplicate(v, _standin) if kind is Cache else v for kind, v in zip(kinds, ctx)]
-            return _output(instance(z, *values), call)
+            return target.checked(_output(instance(z, *values), call))
 
         return fn
 

@@ -226,7 +226,7 @@ class _Function:
 
             def run(x: torch.Tensor, contexts: Contexts) -> torch.Tensor:
                 y = call(x)
-                return y if type(y) is _Tensor else _output(y, x, target)
+                return target.checked(y if type(y) is _Tensor else _output(y, x, target))
 
             return run
         plain = target.plain
@@ -250,7 +250,7 @@ class _Function:
                 y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(
                     x, *values
                 )
-                return y if type(y) is _Tensor else _output(y, x, target)
+                return target.checked(y if type(y) is _Tensor else _output(y, x, target))
 
             # Under grad mode the captured arrays and Constant contexts are guarded aliases until f
             # writes into one (outside grad mode, copies: an alias does not guard there). In forward
@@ -280,7 +280,7 @@ class _Function:
                     raise  # f's own error, after one run of f
                 plan.aliases = False  # f wrote into an alias: over copies from now on (this call too)
                 return run_with_state(x, contexts)
-            return y if type(y) is _Tensor else _output(y, x, target)
+            return target.checked(y if type(y) is _Tensor else _output(y, x, target))
 
         return run_aliased
 

@@ -4,6 +4,7 @@ stays right when the captured state, the shapes, dtypes, families or contexts ch
 
 from __future__ import annotations
 
+import collections
 import gc
 import importlib.util
 import threading
@@ -77,6 +78,44 @@ def test_changing_captured_state_between_unprepared_calls_is_seen(backend):
         scale[0] = c  # a captured array written between calls
         np.testing.assert_allclose(di.gradient(backend, f, x), s * c * 2 * x, atol=_tol(backend) * 100)
     assert di.prep_cache.hits >= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_captured_state_that_changes_shape_between_calls_is_prepared_again_or_refused(backend):
+    """f(x)'s shape follows a captured matrix. Calls without prep= are right before and after it
+    changes shape (the kept prep is dropped and the call prepared again); a prep given with prep= is
+    right (an engine that traces again) or refused with the shapes and the fix, never wrong (autograd's
+    reverse Jacobian broadcast the old basis over the new f(x) without an error before)."""
+    x = np.array([0.5, -1.0, 2.0])
+    t = np.array([1.0, 0.5, -2.0])
+    state = {"A": np.arange(6.0).reshape(2, 3) / 3}
+
+    def f(z):
+        xp = array_namespace(z)
+        return xp.sin(xp.asarray(state["A"]) @ z)
+
+    def jac(A):
+        return np.cos(A @ x)[..., None] * A
+
+    tol = _tol(backend) * 10
+    prep = di.prepare_jacobian(backend, f, x)
+    push = di.prepare_pushforward(backend, f, x, t)
+    for A in (state["A"], np.arange(12.0).reshape(2, 2, 3) / 7 + 0.1, np.ones((1, 3)), state["A"]):
+        state["A"] = A
+        for _ in range(4):  # one-shot calls, the kept prep, then its reuse
+            np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), jac(A), atol=tol)
+            np.testing.assert_allclose(np.asarray(di.pushforward(backend, f, x, t)), jac(A) @ t, atol=tol)
+        for p, call, expected in (
+            (prep, lambda p: di.jacobian(backend, f, x, prep=p), jac(A)),
+            (push, lambda p: di.pushforward(backend, f, x, t, prep=p), jac(A) @ t),
+        ):
+            try:
+                got = np.asarray(call(p))
+            except di.PreparationMismatchError as error:
+                assert A.shape != (2, 3)
+                assert "f(x) has shape" in str(error) and "changed shape since preparation" in str(error)
+            else:
+                np.testing.assert_allclose(got, expected, atol=tol)
 
 
 SCALE = 1.0
@@ -529,7 +568,15 @@ def test_a_one_shot_call_leaves_no_reference_cycle(engine):
         try:
             for call in calls:
                 call()
-            assert gc.collect() == 0
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage, to be named
+            try:
+                found = gc.collect()
+                kinds = collections.Counter(type(o).__qualname__ for o in gc.garbage).most_common(10)
+                named = sorted({getattr(o, "__qualname__", "") for o in gc.garbage if callable(o)} - {""})[:10]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert found == 0, (kinds, named)
         finally:
             gc.enable()
     finally:

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+from .._core.errors import OutputShapeChanged
 from .._core.operators import PUSHFORWARD
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ class Target:
         "aux",
         "operator",
         "tangents",
+        "y_shape",
     )
 
     def __init__(
@@ -64,6 +68,9 @@ class Target:
         # With them a one-shot ``output_info`` may compute the whole result (a forward-mode
         # pushforward: f(x) and its tangent from one evaluation) and leave it in ``Info.value``
         self.tangents = tangents
+        # f(x)'s shape at preparation (the frontend sets it after output_info): a call's evaluations
+        # are checked against it (checked), None until then and for targets no preparation made
+        self.y_shape: tuple[int, ...] | None = None
         self.plan = StatePlan(f) if closure == "duplicated" else None
         self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
@@ -100,6 +107,28 @@ class Target:
         copies, and if that succeeds the plan learns that ``f`` writes into its arrays (copies from
         then on). Any other error is ``f``'s own and is raised as it is, after one run of ``f``."""
         return self.guarded_with(run, False, refused_write)
+
+    def checked(self, y: Any) -> Any:
+        """``y`` (an evaluation of ``f`` by a prepared runner), after checking that it has the shape
+        ``f(x)`` had at preparation (:attr:`y_shape`): where what ``f`` captures changed shape since,
+        the runner's bases and reshapes were made for the old shape, and an engine that broadcasts
+        would combine them into a wrong derivative without an error (autograd's reverse Jacobian
+        did). Raises :class:`~diffinterface.PreparationMismatchError` (``OutputShapeChanged``). An
+        eager engine's adapter calls it on each evaluation; a compiling engine's traces again for
+        new shapes of the state it passes as arguments, and needs none."""
+        expected = self.y_shape
+        if expected is not None:
+            shape = getattr(y, "shape", None)
+            if shape is None:
+                shape = np.shape(y)
+            if shape != expected:
+                raise OutputShapeChanged(
+                    f"{self.call}: f(x) has shape {tuple(shape)} here; the prep was made where it had shape "
+                    f"{expected}, so what f captures changed shape since preparation (a rebound array, a "
+                    f"number that sizes an array). Prepare again with the new state; a call without prep= "
+                    f"prepares again by itself"
+                )
+        return y
 
     def over(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (the user's ``f`` rebuilt over other state: ``StatePlan.aliased``) as adapters call

@@ -35,6 +35,13 @@ def call_repr(operator: str, backend: object, args: str = "f, x") -> str:
     return f"{operator}({backend!r}, {args})"
 
 
+class OutputShapeChanged(PreparationMismatchError):
+    """A prepared call's ``f(x)`` no longer has the shape it had at preparation: what ``f`` captures
+    changed shape since (a rebound matrix), and the prep's bases and reshapes were made for the old one.
+    A prep given with ``prep=`` raises it; a prep the cache kept for calls without ``prep=`` is dropped
+    and the call prepared again (``_frontend.pipeline.run``)."""
+
+
 class EvaluationError(RuntimeError):
     """``f`` failed at a point sent to an executor, or the executor failed the task: no result.
 

@@ -32,7 +32,7 @@ from .._core.arrays import (
 )
 from .._core.configs import SecondOrder, adapter_for
 from .._core.contexts import check_contexts
-from .._core.errors import PreparationMismatchError, StructuredOutputError, call_repr
+from .._core.errors import OutputShapeChanged, PreparationMismatchError, StructuredOutputError, call_repr
 from .._core.operators import DERIVATIVE, HESSIAN, JACOBIAN, Operator
 from .._core.structure import (
     Layout,
@@ -268,6 +268,7 @@ def prepare(
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
     _check_output(operator, info, call)
+    target.y_shape = info.y_shape  # the runners' evaluations of f are checked against it (Target.checked)
     if tangent_name == "ty":
         if layout is None:
             tangents, _ = _tangents(tangent, x_in, info.y_shape, "f(x)", call, "ty", complex_dtype(info.y_dtype))
@@ -497,12 +498,33 @@ def run(
     if prep is None and not (has_aux or value or contexts) and y is None and (out is None or operator.tangent is None):
         latest = prep_cache.serving(operator, backend, f, x, tangent, holomorphic)  # a loop's calls
         if latest is not None:
-            return _fast(operator, latest, backend, x, tangent, contexts, out)
+            try:
+                return _fast(operator, latest, backend, x, tangent, contexts, out)
+            except OutputShapeChanged:  # what f captures changed shape since the cache prepared it
+                prep_cache.forget(f, latest)
     if has_aux:
         return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
     p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False)
-    if kept and not value and y is None and not p.structured and (out is None or operator.tangent is None):
-        return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
+    try:
+        if kept and not value and y is None and not p.structured and (out is None or operator.tangent is None):
+            return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
+        return _execute(operator, p, backend, x, tangent, contexts, out, value)
+    except OutputShapeChanged:
+        if not kept:
+            raise  # a prep given with prep=: the caller's to make again
+        prep_cache.forget(f, p)  # a kept one: dropped, and this call prepared again (as a one-shot call)
+    p = prepare(
+        operator,
+        backend,
+        f,
+        x,
+        tangent=tangent,
+        contexts=contexts,
+        y=y,
+        strict=False,
+        oneshot=True,
+        holomorphic=holomorphic,
+    )
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
 
 

@@ -298,6 +298,19 @@ class PrepCache:
                     held.last = None
             return False
 
+    def forget(self, f: Callable[..., Any], prep: Prep) -> None:
+        """Drop ``prep``, kept for ``f``, that no longer serves it (what ``f`` captures changed shape:
+        ``OutputShapeChanged``): its key is prepared again at its next call, for the state as it is."""
+        with self._lock:
+            held = self._held_by(f)
+            if held is None:
+                return
+            for entry in held.keys.values():
+                if entry.prep is prep:
+                    entry.prep = None
+            if held.last is prep:
+                held.last = None
+
     def keep(self, f: Callable[..., Any], key: Any, prep: Prep) -> None:
         with self._lock:
             held = self._held_by(f)
