@@ -513,18 +513,7 @@ def run(
         if not kept:
             raise  # a prep given with prep=: the caller's to make again
         prep_cache.forget(f, p)  # a kept one: dropped, and this call prepared again (as a one-shot call)
-    p = prepare(
-        operator,
-        backend,
-        f,
-        x,
-        tangent=tangent,
-        contexts=contexts,
-        y=y,
-        strict=False,
-        oneshot=True,
-        holomorphic=holomorphic,
-    )
+    p = _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False)
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
 
 
@@ -559,7 +548,22 @@ def _prep_for(
     kept = reused(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux=has_aux)
     if kept is not None:
         return kept, True
-    p = prepare(
+    return _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux), False
+
+
+def _oneshot(
+    operator: Operator,
+    backend: Backend,
+    f: Callable[..., Any],
+    x: Array,
+    tangent: Tangent,
+    contexts: tuple[Any, ...],
+    y: Array | None,
+    holomorphic: bool,
+    has_aux: bool,
+) -> Prep:
+    """The preparation of a call that reuses none: made for this call alone (never checked)."""
+    return prepare(
         operator,
         backend,
         f,
@@ -572,7 +576,6 @@ def _prep_for(
         holomorphic=holomorphic,
         has_aux=has_aux,
     )
-    return p, False
 
 
 def _execute(
