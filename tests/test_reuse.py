@@ -563,12 +563,15 @@ def test_a_one_shot_call_leaves_no_reference_cycle(engine):
             lambda: di.pullback(backend, lambda z: array_namespace(z).sin(z) * a, x, t),
         ]
         # the closure walk's summaries hold the objects a stateless function reached (a library's callable
-        # object: another test's DifferentiateWith, whose target and plan are cyclic); cleared at 4096, they
-        # would free those cycles inside the measured calls: cleared here, the walk keeps the calls' own
+        # object: another test's DifferentiateWith, whose target and plan are cyclic), and a summary goes
+        # when its function dies, by a weakref callback that can run inside a collection: what it held
+        # then becomes garbage for the next collection, which must not be the measured one. So: the
+        # summaries cleared, and the collector run until it finds nothing
         summaries.SUMMARIES.clear()
         for call in calls:
             call()  # imports and caches of the first call
-        gc.collect()
+        while gc.collect():
+            pass
         gc.disable()
         try:
             for call in calls:
