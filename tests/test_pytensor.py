@@ -3,6 +3,8 @@ f written in pytensor.tensor, captured state (numpy buffers, shared variables), 
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -194,7 +196,14 @@ def _unaligned(values: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("compile_mode", [None, FAST, "CVM"])  # numba, Python, C: each reads inputs its way
+@pytest.mark.parametrize(  # numba, Python, C: each reads inputs its way
+    "compile_mode",
+    [
+        None,
+        FAST,
+        pytest.param("CVM", marks=pytest.mark.skipif(not shutil.which("g++"), reason="PyTensor's C linker needs g++")),
+    ],
+)
 def test_inputs_of_another_byte_order_alignment_or_layout_give_the_same_derivatives(compile_mode):
     # prepared calls skip PyTensor's input check where the inputs are what its types hold as they are
     # (_Compiled); any other input goes through the check, which converts it
