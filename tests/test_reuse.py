@@ -119,6 +119,30 @@ def test_captured_state_that_changes_shape_between_calls_is_prepared_again_or_re
                 np.testing.assert_allclose(got, expected, atol=tol)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_captured_state_that_changes_shape_under_has_aux_is_prepared_again(backend):
+    """The same as above with ``has_aux=True``: a kept prep whose f(x) changed shape is dropped and the
+    call prepared again (it raised OutputShapeChanged before, whose message promised a new preparation)."""
+    x = np.array([0.5, -1.0, 2.0])
+    state = {"A": np.arange(6.0).reshape(2, 3) / 3}
+
+    def f(z):
+        xp = array_namespace(z)
+        y = xp.sin(xp.asarray(state["A"]) @ z)
+        return y, xp.sum(y)
+
+    tol = _tol(backend) * 10
+    for A in (state["A"], np.arange(12.0).reshape(4, 3) / 7 + 0.1, np.ones((1, 3)), state["A"]):
+        state["A"] = A
+        for _ in range(3):  # a one-shot call, the kept prep, then its reuse
+            (y, aux), jac = di.value_and_jacobian(backend, f, x, has_aux=True)
+            np.testing.assert_allclose(np.asarray(jac), np.cos(A @ x)[:, None] * A, atol=tol)
+            np.testing.assert_allclose(np.asarray(y), np.sin(A @ x), atol=tol)
+            np.testing.assert_allclose(float(np.asarray(aux)), np.sin(A @ x).sum(), atol=tol)
+            jac, aux = di.jacobian(backend, f, x, has_aux=True)
+            np.testing.assert_allclose(np.asarray(jac), np.cos(A @ x)[:, None] * A, atol=tol)
+
+
 SCALE = 1.0
 
 

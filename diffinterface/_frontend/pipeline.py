@@ -644,8 +644,15 @@ def _with_aux(
     call = _call(operator, backend, y)
     if y is not None:
         raise _aux_with_y(call)
-    p, _ = _prep_for(operator, backend, f, x, tangent, contexts, None, prep, holomorphic, True)
-    results = _execute(operator, p, backend, x, tangent, contexts, out, value)
+    p, kept = _prep_for(operator, backend, f, x, tangent, contexts, None, prep, holomorphic, True)
+    try:
+        results = _execute(operator, p, backend, x, tangent, contexts, out, value)
+    except OutputShapeChanged:  # as in run: a kept prep dropped and the call prepared again
+        if not kept:
+            raise
+        prep_cache.forget(f, p)
+        p = _oneshot(operator, backend, f, x, tangent, contexts, None, holomorphic, True)
+        results = _execute(operator, p, backend, x, tangent, contexts, out, value)
     first, p.aux_first = p.aux_first, None
     if first is not None:  # a one-shot prep's evaluation at this very x
         (aux,) = first
