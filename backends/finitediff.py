@@ -55,6 +55,7 @@ from diffinterface.extend import (
     family_accuracy,
     is_array,
     private_copy,
+    raised_by,
     read_only_alias,
     structured_output,
     to_family,
@@ -294,8 +295,9 @@ def _computing_for(fam: str | None, dtype: DType) -> AbstractContextManager[Any]
 def _evaluator(
     target: Target, contexts: Contexts, x: Array, complex_step: bool = False, batched: bool = False
 ) -> Callable[[Array], Any]:
-    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state, and of
-    the shape ``f(x)`` had at preparation (``Target.checked``; ``batched``: a vectorized ``f`` at a
+    """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state (from the
+    second point on, one ``f`` over read-only views of its arrays serves the points where ``f`` writes
+    none: ``Target.shared``), and of the shape ``f(x)`` had at preparation (``Target.checked``; ``batched``: a vectorized ``f`` at a
     stack of points, whose values ``_unbatch`` checks)."""
     dtype = x.dtype
     check = not batched
@@ -331,7 +333,25 @@ def _evaluator(
     def copied_constant(v: Any) -> Any:
         return duplicate(v, copy_leaf)
 
+    # f for the call's later points (Target.shared, asked at the second: evaluators are per call, and
+    # most evaluate once); None before, and after a point that wrote
+    shared: Callable[..., Any] | None = None
+    points = 0
+
     def evaluate(point: Array) -> Any:
+        nonlocal shared, points
+        points += 1
+        if points == 2 and not contexts:  # (the contexts are duplicated for each evaluation)
+            shared = target.shared(leaf, read_only_alias)
+        fn = shared  # one read: a thread pool's threads evaluate one call's points with this evaluator
+        if fn is not None:
+            try:
+                return as_array(fn(point))
+            except Exception as error:
+                if not raised_by(error, Adapter.refused_write):
+                    raise
+                shared = None  # a write at this point alone: guarded_with runs it again over copies
+
         def run(aliased: bool) -> Any:  # f reads its arrays through read-only views until it writes
             values = (
                 context_values(contexts, duplicated, aliased_constant if aliased else copied_constant)

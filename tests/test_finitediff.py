@@ -235,3 +235,57 @@ def test_float64_jax_inputs_stay_float64_without_global_x64():
     H = di.hessian(fd, lambda z: jnp.sum(z**3), x)
     assert H.dtype == np.float64
     np.testing.assert_allclose(np.asarray(H), np.diag(6 * xn), rtol=1e-6, atol=1e-6)
+
+
+def test_a_call_s_points_share_f_over_read_only_views_of_its_captured_arrays(monkeypatch):
+    """f over guarded aliases of its captured arrays is built once per call (``Target.shared``), not
+    once per point: a 6-coordinate central Jacobian made 12 instances of f before (one per point)."""
+    from diffinterface._adapters.target import Target
+
+    A = np.arange(18.0).reshape(3, 6) / 10
+
+    def f(x):
+        return np.sin(A @ x)
+
+    x = np.linspace(0.2, 0.8, 6)
+    built = []
+    instance = Target.instance
+    monkeypatch.setattr(Target, "instance", lambda self, *a, **k: built.append(1) or instance(self, *a, **k))
+    prep = di.prepare_jacobian(di.AutoFiniteDiff(), f, x)
+    for _ in range(3):
+        built.clear()
+        jac = di.jacobian(di.AutoFiniteDiff(), f, x, prep=prep)
+        np.testing.assert_allclose(jac, np.cos(A @ x)[:, None] * A, rtol=1e-7, atol=1e-9)
+        assert len(built) == 2  # the first point's, through the write guard, and the one the others share
+
+
+def test_a_write_into_captured_state_at_some_points_only_goes_into_copies(monkeypatch):
+    """f writes into a captured array only where x[-1] > 0.6: the last point of a central Jacobian's
+    stencil, after the others ran over the shared read-only views. That evaluation is refused there and
+    runs again over copies (through the write guard), the derivative is right, and the user's array
+    is never written."""
+    from diffinterface._adapters.target import Target
+
+    A = np.arange(12.0).reshape(2, 6) / 10
+    log = np.zeros(2)
+
+    def f(x):
+        y = A @ x
+        if x[-1] > 0.6:
+            log[:] = y  # a write, into the call's copy
+        return np.sin(y)
+
+    x = np.array([0.5, 0.1, 0.2, 0.3, 0.4, 0.6])
+    want = np.cos(A @ x)[:, None] * A
+    built = []
+    instance = Target.instance
+    monkeypatch.setattr(Target, "instance", lambda self, *a, **k: built.append(1) or instance(self, *a, **k))
+    np.testing.assert_allclose(di.jacobian(di.AutoFiniteDiff(), f, x), want, rtol=1e-7, atol=1e-9)
+    # f(x) at preparation, the first point, the one shared from the second point on, the writing point's
+    # two (views refused, then copies), and the last point (over copies: f writes): the shared views
+    # served the 10 points between
+    assert len(built) == 6, len(built)
+    for _ in range(3):
+        np.testing.assert_allclose(di.jacobian(di.AutoFiniteDiff(), f, x), want, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), lambda z: f(z).sum(), x), want.sum(0), rtol=1e-6)
+    assert not log.any()

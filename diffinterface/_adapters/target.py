@@ -169,6 +169,19 @@ class Target:
         self.constant_aliases = False
         return out
 
+    def shared(self, leaf: Callable[[Any], Any], guard: Callable[[Any], Any], key: Any = None) -> Any:
+        """:meth:`instance` with ``guard``, where one instance may serve the rest of a call's
+        evaluations of ``f`` (a finite-difference Jacobian's points) instead of one each: ``f`` reads
+        no state it could write, or reads it through guarded aliases of every array, kept by the plan
+        (``StatePlan.kept``). None where each evaluation needs its own duplicates (copies ``f`` may
+        write into). Call it after a first evaluation through :meth:`guarded_with` (which learns whether
+        ``f`` writes), and run the shared instance's evaluations under the same guard: a write that only
+        some points make is refused there, and that evaluation goes back to :meth:`guarded_with`."""
+        plan = self.plan
+        if plan is None or plan.empty or plan.read_only or plan.kept(key):
+            return self.instance(leaf, guard=guard, key=key)
+        return None
+
     def instance(
         self,
         leaf: Callable[[Any], Any] = copy_leaf,

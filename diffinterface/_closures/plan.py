@@ -246,3 +246,15 @@ class StatePlan:
         if self.cacheable and not copied:
             self._cached = (key, values, fn)
         return fn
+
+    def kept(self, key: Any = None) -> bool:
+        """Whether :meth:`aliased` serves the user's current objects (for ``key``) with the ``f`` it
+        keeps: over guarded aliases of every array, in a function that rebinds nothing. That ``f``
+        holds no copy that an evaluation could write into, so several evaluations may share it."""
+        cached = self._cached
+        return (
+            self.aliases
+            and cached is not None
+            and cached[0] == key
+            and all(a is b for a, b in zip(cached[1], self.read()))
+        )
