@@ -488,9 +488,13 @@ _NAN_RULES = (
 
 
 def _has_nan(value: ArrayLike) -> bool:
-    if isinstance(value, tuple):
-        return any(_has_nan(v) for v in value)
-    value = np.asarray(value)
+    if type(value) is tuple:
+        if len(value) == 1:  # one tangent's result (a prepared call's common case): no generator
+            value = value[0]
+        else:
+            return any(_has_nan(v) for v in value)
+    if type(value) is not np.ndarray:
+        value = np.asarray(value)
     return value.dtype.kind in "fc" and bool(np.isnan(value).any())
 
 
