@@ -336,7 +336,9 @@ def _output(y: Any, x: Traced, target: Target) -> Any:
     independent of input"), so it is an error."""
     if isinstance(y, (tuple, list, dict)):
         raise structured_output(y, target.call)
-    target.checked(y)  # f(x) of the shape the runner's bases were made for (autograd would broadcast)
+    expected = target.y_shape  # f(x) of the shape the runner's bases were made for (autograd would broadcast)
+    if expected is not None and getattr(y, "shape", None) != expected:
+        target.checked(y)  # raises where it is not (a number: its shape read there)
     if isinstance(y, Box) or not isinstance(x, Box):
         return y
     if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):
@@ -449,8 +451,10 @@ class _Traces:
         self._lock.acquire()
         self._depth += 1
         if self._depth == 1:
+            attributes = ArrayBox.__dict__
             self._saved = {
-                name: ArrayBox.__dict__.get(name, self._MISSING) for name in ("__array_namespace__", "device")
+                "__array_namespace__": attributes.get("__array_namespace__", self._MISSING),
+                "device": attributes.get("device", self._MISSING),
             }
             # added to autograd's class for the duration (restored in __exit__)
             setattr(ArrayBox, "__array_namespace__", _box_namespace)  # noqa: B010
@@ -732,7 +736,13 @@ def _build(
     def inputs(x: Array, ts: tuple[Array, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         if convert or type(x) is not np.ndarray:
             x = _numpy(x, dtype)
-        if ts and (convert or any(type(t) is not np.ndarray or t.dtype != dtype for t in ts)):
+        if not ts:
+            return x, ()
+        if len(ts) == 1 and not convert:  # one tangent (the common case): no generator
+            t = ts[0]
+            if type(t) is not np.ndarray or t.dtype != dtype:
+                ts = (_numpy(t, dtype),)
+        elif convert or any(type(t) is not np.ndarray or t.dtype != dtype for t in ts):
             ts = tuple(_numpy(t, dtype) for t in ts)
         return x, typing.cast("tuple[np.ndarray, ...]", ts)  # numpy arrays of x's dtype by now
 
