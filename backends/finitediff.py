@@ -297,8 +297,8 @@ def _evaluator(
 ) -> Callable[[Array], Any]:
     """``point -> f(point)`` as an array, each evaluation over fresh duplicates of the state (from the
     second point on, one ``f`` over read-only views of its arrays serves the points where ``f`` writes
-    none: ``Target.shared``), and of the shape ``f(x)`` had at preparation (``Target.checked``; ``batched``: a vectorized ``f`` at a
-    stack of points, whose values ``_unbatch`` checks)."""
+    none: ``Target.shared``), and of the shape ``f(x)`` had at preparation (``Target.checked``;
+    ``batched``: a vectorized ``f`` at a stack of points, whose values ``_unbatch`` checks)."""
     dtype = x.dtype
     check = not batched
     leaf = _complex_leaf if complex_step else copy_leaf
