@@ -595,7 +595,7 @@ def _build(
     whole = operator.through_jacobian(forward)
     x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator is HESSIAN else ()
     y_basis = basis(like, y_shape, dtype) if whole and not forward else ()
-    one = np.ones((), dtype=dtype)
+    one: Any = np.ones((), dtype=dtype) if operator in (DERIVATIVE, SECOND_DERIVATIVE) else None  # their tangent
     reverse_inner: list[bool] = []  # set at the first primitive without a JVP: second order reverse over reverse
 
     def jvp(x: np.ndarray, t: np.ndarray, contexts: Contexts) -> tuple[Any, Any]:
