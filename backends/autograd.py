@@ -337,8 +337,12 @@ def _output(y: Any, x: Traced, target: Target) -> Any:
     if isinstance(y, (tuple, list, dict)):
         raise structured_output(y, target.call)
     expected = target.y_shape  # f(x) of the shape the runner's bases were made for (autograd would broadcast)
-    if expected is not None and getattr(y, "shape", None) != expected:
-        target.checked(y)  # raises where it is not (a number: its shape read there)
+    if expected is not None:
+        value = y
+        while isinstance(value, Box):  # a box's own .shape is a traced np.shape: 0.9 us, per column of a Jacobian
+            value = value._value
+        if getattr(value, "shape", None) != expected:
+            target.checked(value)  # raises where it is not (a number: its shape read there)
     if isinstance(y, Box) or not isinstance(x, Box):
         return y
     if isinstance(y, np.ndarray) and y.dtype == object and any(isinstance(v, Box) for v in y.flat):
