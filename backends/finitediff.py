@@ -305,8 +305,13 @@ def _evaluator(
     const = target.closure == "const"
 
     fam = family(x)
+    kind = type(x)  # an array: the frontend passes a number as a 0-d array
 
     def as_array(y: Any) -> Any:
+        if type(y) is kind:  # an array of x's own type, so of its family (the common case: no lookups)
+            if check and y.shape != target.y_shape and target.y_shape is not None:
+                target.checked(y)
+            return copy_leaf(y) if const or (kind is np.ndarray and not y.flags.writeable) else y
         if not is_array(y):  # a Python number
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
