@@ -311,7 +311,7 @@ def _evaluator(
         if type(y) is kind:  # an array of x's own type, so of its family (the common case: no lookups)
             if check and y.shape != target.y_shape and target.y_shape is not None:
                 target.checked(y)
-            return copy_leaf(y) if const or (kind is np.ndarray and not y.flags.writeable) else y
+            return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y
         if not is_array(y):  # a Python number
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
