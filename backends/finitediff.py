@@ -308,11 +308,8 @@ def _evaluator(
     kind = type(x)  # an array: the frontend passes a number as a 0-d array
 
     def as_array(y: Any) -> Any:
-        if type(y) is kind:  # an array of x's own type, so of its family (the common case: no lookups)
-            if check and y.shape != target.y_shape and target.y_shape is not None:
-                target.checked(y)
-            return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y
-        if not is_array(y):  # a Python number
+        own = type(y) is kind  # an array of x's own type, so of its family (the common case: no lookups)
+        if not own and not is_array(y):  # a Python number
             if isinstance(y, (tuple, list, dict)):
                 raise structured_output(y, target.call)
             xp = _namespace(x)  # here only: x's device too (a lookup of a microsecond)
@@ -320,7 +317,7 @@ def _evaluator(
             return target.checked(y) if check else y
         if check and y.shape != target.y_shape and target.y_shape is not None:  # inline: no call when it holds
             target.checked(y)  # f(x) no longer of the shape the prep's steps and reshapes were made for: raises
-        if family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
+        if not own and family(y) != fam:  # f computed in another library (a numpy buffer read by a torch f)
             return to_family(np.asarray(y) if family(y) == NUMPY else y, fam, like=x)
         # under "const", f may return a buffer it reuses; a read-only y is an alias of the user's array
         return copy_leaf(y) if const or (type(y) is np.ndarray and not y.flags.writeable) else y

@@ -229,9 +229,9 @@ class StatePlan:
         if self._build is None:
             return self.f
         values = self.read()
-        cached = self._cached
-        if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], values)):
-            return cached[2]
+        kept = self._kept(values, key)
+        if kept is not None:
+            return kept
         copied = False
 
         def leaf(value: Any) -> Any:
@@ -251,10 +251,11 @@ class StatePlan:
         """Whether :meth:`aliased` serves the user's current objects (for ``key``) with the ``f`` it
         keeps: over guarded aliases of every array, in a function that rebinds nothing. That ``f``
         holds no copy that an evaluation could write into, so several evaluations may share it."""
+        return self.aliases and self._kept(self.read(), key) is not None
+
+    def _kept(self, values: list[Any], key: Any) -> Callable[..., Any] | None:
+        """The ``f`` :meth:`aliased` keeps, where it was built for ``key`` over these very objects."""
         cached = self._cached
-        return (
-            self.aliases
-            and cached is not None
-            and cached[0] == key
-            and all(a is b for a, b in zip(cached[1], self.read()))
-        )
+        if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[1], values)):
+            return cached[2]
+        return None
