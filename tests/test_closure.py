@@ -324,8 +324,70 @@ def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots
         di.declare_modules("disummarylib", walk=True)
         assert StatePlan(lambda z: f(z)).where() == ["global 'RATE' of disummarylib"]
     finally:
-        namespaces._declared.pop("disummarylib", None)
-        namespaces._walk_cache.clear()
+        namespaces.undeclare_modules("disummarylib")
+
+
+def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summary_holds_nothing_alive():
+    """Summaries are kept by code object: a lambda written anew at each call (a new function of one
+    code, as a loop writes it) is checked, not walked; a new object in one of its slots is found
+    (state: duplicated, its derivative flows); the objects are held weakly (a helper that only dead
+    lambdas reached is freed); a slot whose object takes no weak reference and may hold the user's
+    data (a random generator) leaves the function without a summary, walked at each call."""
+    import gc
+    import weakref
+
+    from diffinterface._closures import summaries, walk
+    from diffinterface._closures.plan import StatePlan
+
+    def helper(z):
+        return np.sum(z**2)
+
+    def make(h):
+        return lambda z: h(z)
+
+    assert StatePlan(make(helper)).empty
+    visited = []
+    real = walk.Walker.visit
+
+    def counted(self, obj, where):
+        visited.append(obj)
+        return real(self, obj, where)
+
+    walk.Walker.visit = counted
+    try:
+        for _ in range(3):
+            assert StatePlan(make(helper)).empty  # a new lambda of the same code: checked
+        assert visited == []
+        w = np.array([3.0, -1.0])
+
+        def scaled(z):
+            return np.sum(w * z**2)
+
+        plan = StatePlan(make(scaled))  # another object in the lambda's cell: walked, its state found
+        assert plan.where() == [f"'w' captured by {scaled.__qualname__}"] and visited
+    finally:
+        walk.Walker.visit = real
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(di.gradient(FD, make(scaled), x), 2 * w * x, rtol=1e-7)
+    np.testing.assert_allclose(di.gradient(FD, make(helper), x), 2 * x, rtol=1e-7)
+
+    def new_helper():
+        def h(z):
+            return np.sum(z)
+
+        return h
+
+    h = new_helper()
+    lam = make(h)
+    assert StatePlan(lam).empty and summaries.summary_of(lam) is not None
+    held = weakref.ref(h)
+    del h, lam
+    gc.collect()
+    assert held() is None  # the lambda's summary lives on with its code, and keeps no helper alive
+
+    rng = np.random.default_rng(0)
+    noisy = lambda z: z * 0.0 + rng.standard_normal()  # noqa: E731
+    assert StatePlan(noisy).empty and summaries.summary_of(noisy) is None
 
 
 def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():

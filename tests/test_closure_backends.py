@@ -547,9 +547,7 @@ def test_declared_library_modules_are_not_walked_and_the_most_specific_declarati
         assert abs(di.derivative(di.AutoFiniteDiff(), models.f, 0.5) - 3.0) < 1e-6
         np.testing.assert_array_equal(models.a, [0.0])
     finally:
-        _closure._declared.pop("dimodelpkg", None)
-        _closure._declared.pop("dimodelpkg.models", None)
-        _closure._walk_cache.clear()
+        _closure.undeclare_modules("dimodelpkg", "dimodelpkg.models")
     assert _closure.is_user_module("dimodelpkg.models") and _closure.is_user_module("__main__")
     assert not any(
         _closure.is_user_module(m)

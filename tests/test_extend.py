@@ -279,7 +279,6 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
         _arrays._FAMILIES.pop("layerlib", None)
         _arrays._FAMILY_OF_TYPE.clear()
         _arrays._STATEFUL_OF_TYPE.clear()
-        _closure._declared.pop("layerlib", None)
-        _closure._walk_cache.clear()
+        _closure.undeclare_modules("layerlib")
     with pytest.raises(ValueError, match="module_type='Layer'"):
         extend.ArrayFamily("bad", "layerlib.Array", np.asarray, np.asarray, module_type="Layer")

@@ -826,6 +826,12 @@ def test_38_4_autograd_prod_nan_at_a_zero_warns_naming_the_rule_and_the_fix(mode
             di.gradient(backend, lambda z: np.sqrt(z).sum(), np.array([-1.0, 2.0]))
             di.gradient(backend, np.prod, np.array([np.nan, 2.0]))
             np.testing.assert_allclose(di.gradient(backend, np.prod, np.array([3.0, 2.0])), [2.0, 3.0])
+    if mode == "reverse":  # +inf and -inf, no NaN: no NaN warning, and the check itself warns of nothing
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = di.gradient(backend, lambda z: z[0] ** (1 / 3) - z[1] ** (1 / 3), np.array([0.0, 0.0]))
+        assert got[0] == np.inf and got[1] == -np.inf
+        assert all(str(w.message).startswith("divide by zero encountered in") for w in caught)  # autograd's rule
 
 
 # -- 38.3: float64 stays float64 where a float64 JAX array meets global x64 off ------------------------

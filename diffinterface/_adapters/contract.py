@@ -546,41 +546,44 @@ class DirectionFallback:
         self._build = build if switch else None
         self._call, self._backend, self._forward = call, backend, forward
 
-    # The runners hold the fallback; it does not hold them (no reference cycle: a one-shot call's
-    # preparation is freed as soon as the call returns, not at the garbage collector's next pass)
-    @property
-    def plain(self) -> Callable[..., Any]:
-        return self._runner(0)
+    # The runners are its bound methods: they hold the fallback, it does not hold them (no reference
+    # cycle: a one-shot call's preparation is freed as soon as the call returns, not at the garbage
+    # collector's next pass), and a preparation makes no closure for them
+    def plain(self, x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+        current = self._current
+        try:
+            return current[0](x, tangents, contexts)
+        except NotImplementedError as error:
+            return self._switched(current, 0, error, x, tangents, contexts)
 
-    @property
-    def value(self) -> Callable[..., Any]:
-        return self._runner(1)
+    def value(self, x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
+        current = self._current
+        try:
+            return current[1](x, tangents, contexts)
+        except NotImplementedError as error:
+            return self._switched(current, 1, error, x, tangents, contexts)
 
-    def _runner(self, which: int) -> Any:
-        def run(x: Array, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
-            current = self._current
-            try:
-                return current[which](x, tangents, contexts)
-            except NotImplementedError as error:
-                if current is not self._current:  # another thread switched meanwhile
-                    return self._current[which](x, tangents, contexts)
-                if self._build is None:
-                    this, other = ("forward", "reverse") if self._forward else ("reverse", "forward")
-                    raise NotImplementedError(
-                        f"{self._call}: {this} mode is not available for an operation of f ({error}); "
-                        f"{other} mode may be: use mode='{other}' or mode=None in {type(self._backend).__name__}"
-                    ) from error
-                with self._lock:
-                    if self._current is current:
-                        self._current = self._build(not self._forward)
-                try:
-                    return self._current[which](x, tangents, contexts)
-                except NotImplementedError as again:
-                    engine = type(self._backend).__name__
-                    raise NotImplementedError(
-                        f"{self._call}: neither mode is available for the operations of f on {engine} (forward "
-                        f"and reverse: {error}; {again}); differentiate f with another backend, or give the "
-                        f"operation a rule (diffinterface.rules)"
-                    ) from again
-
-        return run
+    def _switched(
+        self, current: Any, which: int, error: NotImplementedError, x: Array, tangents: Any, contexts: Any
+    ) -> Any:
+        """The runner ``which`` (0 plain, 1 value) after ``current``'s direction raised ``error``."""
+        if current is not self._current:  # another thread switched meanwhile
+            return self._current[which](x, tangents, contexts)
+        if self._build is None:
+            this, other = ("forward", "reverse") if self._forward else ("reverse", "forward")
+            raise NotImplementedError(
+                f"{self._call}: {this} mode is not available for an operation of f ({error}); "
+                f"{other} mode may be: use mode='{other}' or mode=None in {type(self._backend).__name__}"
+            ) from error
+        with self._lock:
+            if self._current is current:
+                self._current = self._build(not self._forward)
+        try:
+            return self._current[which](x, tangents, contexts)
+        except NotImplementedError as again:
+            engine = type(self._backend).__name__
+            raise NotImplementedError(
+                f"{self._call}: neither mode is available for the operations of f on {engine} (forward "
+                f"and reverse: {error}; {again}); differentiate f with another backend, or give the "
+                f"operation a rule (diffinterface.rules)"
+            ) from again

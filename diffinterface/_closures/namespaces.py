@@ -55,6 +55,7 @@ _LIBRARIES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
 }
 _declared: dict[str, bool] = {}  # module-name prefix -> walk
 _walk_cache: dict[str | None, bool] = {}
+GENERATION = 0  # counts the changes of declarations (a summary made under others is walked again)
 
 
 def declare_modules(*names: str, walk: bool) -> None:
@@ -79,9 +80,21 @@ def declare_modules(*names: str, walk: bool) -> None:
             )
     if not isinstance(walk, bool):
         raise TypeError(f"declare_modules(..., walk={walk!r}): walk must be True or False")
+    global GENERATION
     for name in names:
         _declared[name] = walk
     _walk_cache.clear()
+    GENERATION += 1
+
+
+def undeclare_modules(*names: str) -> None:
+    """Forget the declarations of ``names`` (:func:`declare_modules`): their modules are decided by
+    the default rule again (tests that declare a module undo it with this)."""
+    global GENERATION
+    for name in names:
+        _declared.pop(name, None)
+    _walk_cache.clear()
+    GENERATION += 1
 
 
 def is_user_module(name: str | None) -> bool:

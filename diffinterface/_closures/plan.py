@@ -19,12 +19,14 @@ the user's objects are the same (``plan.cacheable``).
 from __future__ import annotations
 
 import copy
+import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._core.arrays import is_array
+from . import summaries
 from .walk import Walker
 
 
@@ -175,8 +177,18 @@ class StatePlan:
     __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "transparent", "_cached")
 
     def __init__(self, f: Callable[..., Any]) -> None:
-        walker = Walker()
         self.f = f
+        self.aliases = True
+        self._cached: tuple[Any, ...] | None = None
+        # a function whose code has a summary that holds (summaries): stateless, nothing walked (a
+        # lambda written anew at each call of a loop: what the walker's visit would answer, without it)
+        if type(f) is types.FunctionType:
+            summary = summaries.summary_of(f)
+            if summary is not None and summary.holds(f, set()):
+                self._build, self.leaves = None, []
+                self.read_only = self.cacheable = self.transparent = not summary.stores
+                return
+        walker = Walker()
         self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
         self.leaves = walker.leaves if self._build is not None else []
         # Only immutable values (numbers, tuples of them), in functions that rebind no captured name
@@ -185,12 +197,10 @@ class StatePlan:
         self.read_only = not walker.writable
         # Guarded aliases first (learned: False once f has failed over them and run over copies),
         # and f over them reused while the user's objects are the same (see the module docstring).
-        self.aliases = True
         self.cacheable = not walker.structural
         # f rebuilt over the very same values is f itself (no object copied, no function that stores:
         # what f sets lands where it would), except for the values given in place of its leaves
         self.transparent = not walker.copies_effects
-        self._cached: tuple[Any, ...] | None = None
 
     @property
     def empty(self) -> bool:

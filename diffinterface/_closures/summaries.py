@@ -2,22 +2,27 @@
 
 A function's walk (``walk.Walker``) reads its code, its closure cells, its defaults and the module
 globals its code names, and recurses into the user functions among them. Where nothing under it is
-state (its build is None: the common case for the helpers a loss calls), what it read is kept here:
-the very objects in each slot. A later walk that meets the same function checks those slots by
-identity (one dict read or cell read each, and the same again for the user functions among them)
-instead of walking it: a loop that writes a new lambda around the same helper at every call walks
-the lambda alone (the helper's walk of 2-3 us becomes a check of under one). Any slot bound to
-another object, a rebound ``__code__`` or ``__defaults__``, a module declared otherwise
-(``declare_modules``) or a new array family since, and the function is walked as before.
+state (its build is None: the common case for the helpers a loss calls, and for the lambda around
+them), what it read is kept here, by the function's code object: the very objects in each slot. A
+later walk that meets a function of that code -- the same one, or a new one: a loop that writes a new
+lambda at every call makes a new function of one code each time -- checks its slots by identity (one
+dict read or cell read each, and the same again for the user functions among them) instead of
+walking it (the walk of a lambda around a helper: 7 us of a first call in a loop, measured, becomes a
+check of about two). Any slot bound to another object, a rebound ``__code__`` or ``__defaults__``, a
+module declared otherwise (``declare_modules``) or a new array family since, and the function is
+walked as before.
 
 Only slots whose walk cannot change while they hold the same object are kept: modules and classes
 (skipped by the walk), library functions and other objects the walk left as they are (a library's
-callable object, numpy's dispatchers, a dtype: whether the walk looks into one depends on its
-module's declaration, checked again, and on the registered array families, whose number is kept),
-builtins, strings, None and booleans (:data:`TERMINAL`), and user functions with a summary of their
-own. The walker decides which functions get one (``Walker._summarize``): none for a function with
-anything else (state, a user's object, a partial, a bound method, keyword defaults), or whose walk
-met a function still being walked (recursion: the answer there is provisional).
+callable object, numpy's dispatchers, a dtype: whether the walk looks into one depends on the
+modules' declarations and on the registered array families, whose generations are kept), builtins,
+strings, None and booleans (:data:`TERMINAL`), and user functions with a summary of their own. They
+are held by weak reference (a summary outlives the function it was made for, and keeps nothing of
+the user's alive: a slot whose object died has changed); an object that takes none is held only
+where it holds nothing of the user's (a string, a ufunc), else the function gets no summary. The
+walker decides which functions get one (``Walker._summarize``): none for a function with anything
+else (state, a user's object, a partial, a bound method, keyword defaults), or whose walk met a
+function still being walked (recursion: the answer there is provisional).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .._core import arrays as _arrays
-from .namespaces import is_user_module
+from . import namespaces
 
 TERMINAL = (
     types.BuiltinFunctionType,
@@ -50,72 +55,138 @@ MISSING = object()  # a global name the code reads that the module does not defi
 EMPTY = object()  # an empty closure cell
 
 
-class Summary:
-    """A stateless user function's slots as its walk found them (see the module docstring)."""
+class Unsafe(Exception):
+    """A slot's object that a summary could neither hold weakly nor keep alive without harm."""
 
-    __slots__ = (
-        "owner",
-        "code",
-        "defaults",
-        "cells",
-        "names",
-        "values",
-        "library",
-        "objects",
-        "functions",
-        "stores",
-        "families",
-    )
+
+# Objects a summary may hold strongly where they take no weak reference: ones that hold nothing of
+# the user's (strings, flags, slices, numpy's ufuncs, functions and dtypes, the descriptors of
+# classes: all alive anyway). Any other such object (a random generator) leaves its function
+# without a summary: walked at each call, as before summaries
+_STRONG = (
+    str,
+    bytes,
+    bool,
+    type(None),
+    type(Ellipsis),
+    slice,
+    range,
+    np.ufunc,
+    np.dtype,
+    type(np.sum),  # numpy's functions: array-function dispatchers
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+)
+_REF = weakref.ReferenceType
+
+
+def _held(value: Any) -> Any:
+    """How a summary holds a slot's object: a weak reference, or the object itself where it takes
+    none and holds nothing of the user's (``_STRONG``, the markers); else :class:`Unsafe`."""
+    if value is MISSING or value is EMPTY or isinstance(value, _STRONG):
+        return value
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        if type(value) is tuple:
+            return tuple(_held(v) for v in value)  # a tuple of strings
+        raise Unsafe from None
+
+
+def _same(kept: Any, value: Any) -> bool:
+    """Whether ``value`` is the object a summary holds as ``kept`` (see :func:`_held`)."""
+    if type(kept) is _REF:
+        return kept() is value
+    if type(kept) is tuple:
+        return type(value) is tuple and len(kept) == len(value) and all(_same(k, v) for k, v in zip(kept, value))
+    return kept is value
+
+
+class Summary:
+    """A stateless user function's slots as its walk found them (see the module docstring).
+
+    Kept by the function's code object, so that a new function of the same code (a lambda written
+    anew at each call of a loop, a helper ``def`` run again) is checked instead of walked: what
+    decides its walk is its code and what its slots hold, compared by identity. The objects are
+    held weakly (a summary keeps nothing of the user's alive: a dead one is a slot that changed)."""
+
+    __slots__ = ("owner", "defaults", "cells", "names", "values", "functions", "stores", "declarations", "families")
 
     def __init__(
         self,
         fn: types.FunctionType,
-        cells: tuple[tuple[Any, Any], ...],
+        cells: tuple[Any, ...],
         names: tuple[str, ...],
         values: tuple[Any, ...],
-        library: tuple[types.FunctionType, ...],
-        objects: tuple[Any, ...],
         functions: tuple[types.FunctionType, ...],
         stores: bool,
     ) -> None:
-        self.owner = weakref.ref(fn, functools.partial(_forget, id(fn)))  # dropped with fn
-        self.code, self.defaults = fn.__code__, fn.__defaults__
-        self.cells, self.names, self.values = cells, names, values
-        self.library, self.objects, self.functions, self.stores = library, objects, functions, stores
-        self.families = _arrays.FAMILIES_GENERATION
+        code = fn.__code__
+        self.owner = weakref.ref(code, functools.partial(_forget, id(code)))  # dropped with the code
+        self.defaults = tuple(_held(v) for v in fn.__defaults__ or ())
+        self.cells = tuple(_held(v) for v in cells)  # each closure cell's object, in fn.__closure__'s order
+        self.names, self.values = names, tuple(_held(v) for v in values)
+        self.functions = tuple(weakref.ref(f) for f in functions)
+        self.stores = stores
+        # what the walk's answers depend on besides the slots: the modules' declarations (whether a
+        # library's function or object is looked into) and the array families (whether an object is
+        # an array, state, now); a summary made under others is walked again
+        self.declarations, self.families = namespaces.GENERATION, _arrays.FAMILIES_GENERATION
 
     def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
-        """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs)."""
-        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults or fn.__kwdefaults__:
+        """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs). Inline
+        tests, not calls of :func:`_same`, for the common slots: this runs at every first call."""
+        if (
+            fn.__kwdefaults__
+            or self.owner() is not fn.__code__
+            or self.declarations != namespaces.GENERATION
+            or self.families != _arrays.FAMILIES_GENERATION
+        ):
             return False
-        for cell, value in self.cells:
-            try:
-                if cell.cell_contents is not value:
+        defaults = fn.__defaults__
+        if defaults or self.defaults:
+            if defaults is None or len(defaults) != len(self.defaults):
+                return False
+            for kept, value in zip(self.defaults, defaults):
+                if not _same(kept, value):
                     return False
-            except ValueError:  # emptied since
-                if value is not EMPTY:
+        if self.cells:
+            for kept, cell in zip(self.cells, fn.__closure__ or ()):
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    value = EMPTY
+                if type(kept) is _REF:
+                    if kept() is not value:
+                        return False
+                elif kept is not value and not _same(kept, value):
                     return False
-        get = fn.__globals__.get
-        for name, value in zip(self.names, self.values):
-            if get(name, MISSING) is not value:
-                return False
-        for f in self.library:
-            if is_user_module(f.__module__):
-                return False
-        if self.families != _arrays.FAMILIES_GENERATION:  # an object may be a new family's array now
-            return False
-        for obj in self.objects:
-            if is_user_module(type(obj).__module__):
-                return False
+        if self.names:
+            get = fn.__globals__.get
+            for name, kept in zip(self.names, self.values):
+                value = get(name, MISSING)
+                if type(kept) is _REF:
+                    if kept() is not value:
+                        return False
+                elif kept is not value and not _same(kept, value):
+                    return False
         if self.functions:
             checking.add(id(fn))
-            for f in self.functions:
-                if id(f) not in checking and not _holds(f, checking):
+            for ref in self.functions:
+                f = ref()
+                if f is None:
                     return False
+                if id(f) not in checking:
+                    summary = summary_of(f)
+                    if summary is None or not summary.holds(f, checking):
+                        return False
         return True
 
 
-SUMMARIES: dict[int, Summary] = {}  # id(function) -> its summary (its owner checked at each read)
+SUMMARIES: dict[int, Summary] = {}  # id(code object) -> its summary (its owner checked at each read)
 MAX_SUMMARIES = 4096
 
 
@@ -126,22 +197,19 @@ def _forget(key: int, owner: weakref.ref[Any]) -> None:
 
 
 def summary_of(fn: Any) -> Summary | None:
-    summary = SUMMARIES.get(id(fn))
-    return summary if summary is not None and summary.owner() is fn else None
-
-
-def _holds(fn: types.FunctionType, checking: set[int]) -> bool:
-    summary = summary_of(fn)
-    return summary is not None and summary.holds(fn, checking)
+    """The summary of ``fn``'s code (its slots are checked by :meth:`Summary.holds`), or None."""
+    code = fn.__code__
+    summary = SUMMARIES.get(id(code))
+    return summary if summary is not None and summary.owner() is code else None
 
 
 def keep(fn: types.FunctionType, summary: Summary) -> None:
-    """Keep ``fn``'s summary."""
+    """Keep ``summary`` for ``fn``'s code."""
     if len(SUMMARIES) >= MAX_SUMMARIES:
         SUMMARIES.clear()
-    SUMMARIES[id(fn)] = summary
+    SUMMARIES[id(fn.__code__)] = summary
 
 
 def drop(fn: types.FunctionType) -> None:
-    """Forget ``fn``'s summary (it no longer holds: what it kept is not kept alive)."""
-    SUMMARIES.pop(id(fn), None)
+    """Forget the summary of ``fn``'s code (it no longer holds for ``fn``)."""
+    SUMMARIES.pop(id(fn.__code__), None)

@@ -232,13 +232,8 @@ class Walker:
             if part is not None:
                 global_parts[var] = part
         if not (cells or defaults or kwdefaults or global_parts):
-            # kept for the functions f reaches and for a named f, not for a lambda f (often written
-            # at the call, a new one each time: its summary would never be read)
-            if (
-                self._cycles == cycles
-                and (len(self._active) > 1 or fn.__name__ != "<lambda>")
-                and not fn.__kwdefaults__
-            ):
+            # kept by code: a lambda written at the call is a new function of one code at each call
+            if self._cycles == cycles and not fn.__kwdefaults__:
                 self._summarize(fn, slots, names, found, read, stores)
             return None
         self.structural = self.structural or bool(global_parts)  # a copy of the module's globals
@@ -288,7 +283,7 @@ class Walker:
         stores: bool,
     ) -> None:
         """Keep ``fn``'s summary (``summaries``), where every slot it read is one a summary can check."""
-        library, objects, functions = [], [], []
+        functions = []
         for value in read:
             if type(value) is types.FunctionType:
                 if is_user_function(value):
@@ -297,18 +292,15 @@ class Walker:
                         return
                     stores = stores or summary.stores
                     functions.append(value)
-                else:
-                    library.append(value)
             elif isinstance(value, (functools.partial, types.MethodType)):
                 return  # walked through to what they bind
             elif not isinstance(value, summaries.TERMINAL):
                 if is_state(value) or (callable(value) and stateful_object(value) is not None):
                     return
-                if callable(value) and hasattr(value, "__dict__"):  # a library's object: its declaration counts
-                    objects.append(value)
-        summary = summaries.Summary(
-            fn, tuple(slots), names, tuple(found), tuple(library), tuple(objects), tuple(functions), stores
-        )
+        try:
+            summary = summaries.Summary(fn, tuple(v for _, v in slots), names, tuple(found), tuple(functions), stores)
+        except summaries.Unsafe:  # an object it could neither hold weakly nor keep alive without harm
+            return
         summaries.keep(fn, summary)
 
     def _partial(self, p: functools.partial, where: str) -> Any:

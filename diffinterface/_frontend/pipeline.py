@@ -27,6 +27,7 @@ from .._core.arrays import (
     is_real_floating,
     output_like,
     private_copy,
+    real_floating_dtype,
     shape,
     to_family,
 )
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 def _call(operator: Operator, backend: Backend, y: Array | None) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
-    return call_repr(operator.name, backend, args)
+    return f"{operator.name}({backend!r}, {args})"  # call_repr's text, one call less on every call
 
 
 def _adapter(operator: Operator, backend: Backend, call: str) -> Any:
@@ -100,8 +101,9 @@ def _second_order_adapter(backend: SecondOrder, call: str) -> Any:
     )
 
 
-def _check_x(x: Array, call: str, name: str = "x") -> Any:
-    if family(x) is None:
+def _check_x(x: Array, call: str, name: str = "x", fam: str | None = None) -> Any:
+    """``x`` (or ``y``) checked and as engines take it; ``fam``: its family where the caller has it."""
+    if (fam or family(x)) is None:
         raise TypeError(
             f"{call}: {name} must be a float, a numpy array, a jax array or a torch tensor, got {type(x).__name__}"
         )
@@ -111,7 +113,7 @@ def _check_x(x: Array, call: str, name: str = "x") -> Any:
             f"supported (a complex x is: its leaves are differentiated as real pairs): return the output "
             f"from f(x) instead of writing it into y, or write its real and imaginary parts into a real y"
         )
-    if not is_real_floating(x):
+    if not (real_floating_dtype(x.dtype) if fam is not None and type(x) is not float else is_real_floating(x)):
         raise TypeError(
             f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a floating "
             f"{name} (real, or complex for x): pass floats (e.g. x.astype(float) or 1.0 instead of 1)"
@@ -219,7 +221,8 @@ def prepare(
     inner_operator = operator
     if type(x) is complex:
         x = as_input(x)  # a Python complex: a 0-d complex128 array
-    if family(x) is None or complex_dtype(getattr(x, "dtype", None)):
+    fam = family(x)
+    if fam is None or complex_dtype(getattr(x, "dtype", None)):
         layout, x_leaves = _structured_x(x, call)
         if operator.scalar_input and (not layout.xs.trivial_shape or operator.order == 2):
             raise ValueError(
@@ -234,8 +237,9 @@ def prepare(
         x_leaves = [as_input(v) for v in x_leaves]
         x_in = layout.xs.ravel(x_leaves)
     else:
-        x_in = _check_x(x, call)
-    check_contexts(contexts, call)
+        x_in = _check_x(x, call, fam=fam)
+    if contexts:
+        check_contexts(contexts, call)
     if operator.scalar_input and shape(x_in) != () and layout is None:
         raise ValueError(
             f"{call}: {operator} needs a scalar x (a float or 0-d array), got x of shape {shape(x_in)}; "
@@ -267,7 +271,8 @@ def prepare(
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
-    _check_output(operator, info, call)
+    if operator.scalar_output:
+        _check_output(operator, info, call)
     target.y_shape = info.y_shape  # the runners' evaluations of f are checked against it (Target.checked)
     if tangent_name == "ty":
         if layout is None:
@@ -594,10 +599,13 @@ def _execute(
     tangents = tangents_of(tangent, x) if operator.tangent is not None else ()
     x_in = as_input(x)
     if not value:
-        kind = operator.plain_conversion
-        result = _convert(
-            kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend, p.sparse
-        )
+        kind = operator.conversions[-1]  # operator.plain_conversion
+        result = p.data.plain(x_in, tangents, contexts)
+        if out is None and not p.sparse and (kind != "tangents" or type(tangent) is not tuple):
+            single = result[0] if kind == "tangents" else result  # one tangent: a tuple of one result
+            if type(single) is type(x):
+                return single  # _convert's answer without its calls: computed in the user's own array type
+        result = _convert(kind, result, x, tangent, out, operator.name, backend, p.sparse)
         return result if out is None or kind == "out" else _into(result, out, x, operator.name, backend)
     results = p.data.value(x_in, tangents, contexts)
     name = operator.value_method

@@ -62,18 +62,16 @@ class _Entry:
         self.calls = 1
 
 
-class _First:
-    """The key of a function's first call without ``prep=``, left on the function itself
-    (``f.__dict__``) and nowhere else: it dies with ``f``, and a second call turns it into a
-    :class:`_Held`. ``owner`` is ``id(f)``: a wrapper that ``functools.wraps`` gave a copy of
+class _First(tuple[Any, ...]):
+    """``(owner, key, token)``: the key of a function's first call without ``prep=``, left on the
+    function itself (``f.__dict__``) and nowhere else: it dies with ``f``, and a second call turns it
+    into a :class:`_Held`. ``owner`` is ``id(f)``: a wrapper that ``functools.wraps`` gave a copy of
     ``f.__dict__`` has another id (it lives while ``f`` does), so it does not count ``f``'s call.
     ``token`` is the cache's at the time (:meth:`PrepCache.clear` makes a new one: the marks it
-    cannot reach are forgotten all the same, and another cache's are not its own)."""
+    cannot reach are forgotten all the same, and another cache's are not its own). A tuple: made at
+    every new function's first call, without a Python ``__init__``."""
 
-    __slots__ = ("owner", "key", "token")
-
-    def __init__(self, owner: int, key: Any, token: object) -> None:
-        self.owner, self.key, self.token = owner, key, token
+    __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Held, (None,))  # as a held cache pickles: empty, counting nothing
@@ -268,14 +266,17 @@ class PrepCache:
             return False
         with self._lock:
             self.misses += 1
+            mark = f.__dict__.get(_HELD)
+            if mark is None:  # f's first call without prep= (the common case of a new function): its mark
+                f.__dict__[_HELD] = _First((id(f), key, self._token))
+                return False
             held = self._held_by(f)
             if held is None:
-                mark = f.__dict__.get(_HELD)
-                if type(mark) is not _First or mark.owner != id(f) or mark.token is not self._token:
-                    f.__dict__[_HELD] = _First(id(f), key, self._token)  # the first call: its key alone, on f
+                if type(mark) is not _First or mark[0] != id(f) or mark[2] is not self._token:
+                    f.__dict__[_HELD] = _First((id(f), key, self._token))  # the first call: its key alone, on f
                     return False
                 held = _Held(f)  # the second call: f's keys are held from now on, its first one too
-                held.keys[mark.key] = _Entry()
+                held.keys[mark[1]] = _Entry()
                 f.__dict__[_HELD] = held
                 self._held[id(held)] = weakref.ref(held)
                 while len(self._held) > self.max_functions:
