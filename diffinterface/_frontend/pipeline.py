@@ -418,14 +418,16 @@ def reused(
         args: tuple[Any, ...] = (x,) if operator.tangent is None else (x, tangent)
     else:
         args = _arguments(operator, x, tangent, y, contexts)
+    options = (holomorphic, has_aux) if has_aux else holomorphic
+    if prep_cache.first(operator, backend, f, args, options):  # a new function: marked, nothing to find
+        return None
     last = prep_cache.latest(operator, backend, f, args, holomorphic, has_aux)
     if type(last) is Prep:
         return last
-    fresh = last is False  # a function never called without prep= before: nothing kept to find
-    key = prep_cache.key(operator, backend, args, (holomorphic, has_aux) if has_aux else holomorphic)
+    key = prep_cache.key(operator, backend, args, options)
     if key is None:
         return None
-    kept = None if fresh else prep_cache.find(f, key)
+    kept = prep_cache.find(f, key)
     if kept is not None:
         kept.check(operator, backend, f, args, has_aux)
         return kept

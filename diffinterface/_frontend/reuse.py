@@ -171,6 +171,9 @@ class PrepCache:
                 key = (operator, backend, holomorphic, type(x), shape, x.dtype)
             else:
                 key = (operator, backend, holomorphic, signature(x))
+        elif len(args) == 2 and hasattr(args[0], "shape") and hasattr(args[1], "shape"):  # x and one tangent
+            x, t = args
+            key = (operator, backend, holomorphic, type(x), x.shape, x.dtype, type(t), t.shape, t.dtype)
         else:
             key = (operator, backend, holomorphic, tuple(signature(a) for a in args))
         try:
@@ -244,6 +247,26 @@ class PrepCache:
             return None
         self.hits += 1
         return last
+
+    def first(
+        self, operator: Operator, backend: Backend, f: types.FunctionType, args: tuple[Any, ...], options: Any
+    ) -> bool:
+        """Where ``f`` holds nothing of any cache (its first call without ``prep=``: a new function),
+        its mark (:class:`_First`) with the call's key, and True: the call runs one-shot, with
+        nothing to look up. False where ``f`` holds something: :meth:`latest`, :meth:`find` and
+        :meth:`seen` decide. ``options``: as :meth:`key` takes them. One call for what a new lambda
+        in a loop costs the cache (a first call made four before)."""
+        if _HELD in f.__dict__:
+            return False
+        key = self.key(operator, backend, args, options)
+        if key is None:
+            return True  # a key that does not hash: never kept (as seen() would not)
+        with self._lock:
+            if _HELD in f.__dict__:  # another thread's first call meanwhile: the long way
+                return False
+            self.misses += 1
+            f.__dict__[_HELD] = _First((id(f), key, self._token))
+        return True
 
     def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
         """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
