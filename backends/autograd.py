@@ -503,13 +503,9 @@ def _has_nan(value: ArrayLike) -> bool:
             return any(_has_nan(v) for v in value)
     if type(value) is not np.ndarray:
         value = np.asarray(value)
-    if value.dtype.kind not in "fc" or not value.size:
-        return False
-    top = _MAX(value, axis=None)  # NaN exactly where an entry is: one C reduction, no temporary, no warning
-    return bool(top != top)
-
-
-_MAX = np.maximum.reduce
+    # (np.maximum.reduce, which propagates NaN without a temporary, measured slower here: a prepared
+    # 10x10 Jacobian 1.24 -> 1.32 of autograd's own)
+    return value.dtype.kind in "fc" and bool(np.isnan(value).any())
 
 
 def _finite(value: ArrayLike) -> bool:
