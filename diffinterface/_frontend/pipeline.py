@@ -27,7 +27,6 @@ from .._core.arrays import (
     is_real_floating,
     output_like,
     private_copy,
-    real_floating_dtype,
     shape,
     to_family,
 )
@@ -113,7 +112,7 @@ def _check_x(x: Array, call: str, name: str = "x", fam: str | None = None) -> An
             f"supported (a complex x is: its leaves are differentiated as real pairs): return the output "
             f"from f(x) instead of writing it into y, or write its real and imaginary parts into a real y"
         )
-    if not (real_floating_dtype(x.dtype) if fam is not None and type(x) is not float else is_real_floating(x)):
+    if not is_real_floating(x):
         raise TypeError(
             f"{call}: {name} has dtype {getattr(x, 'dtype', type(x).__name__)}; derivatives need a floating "
             f"{name} (real, or complex for x): pass floats (e.g. x.astype(float) or 1.0 instead of 1)"
