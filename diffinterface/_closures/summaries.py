@@ -138,7 +138,9 @@ class Summary:
 
     def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
         """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs). Inline
-        tests, not calls of :func:`_same`, for the common slots: this runs at every first call."""
+        tests, not calls of :func:`_same`, for the common slots, in one loop for the cells and one for
+        the globals: this runs at every first call (one loop over ``chain``/``map`` of both measured
+        1.63 -> 2.15 us for a lambda around a helper)."""
         if (
             fn.__kwdefaults__
             or self.owner() is not fn.__code__
