@@ -118,22 +118,34 @@ def _dual_level() -> Any:
     return fwAD.dual_level()
 
 
-def _quiet_asarray(run: Callable[..., Any], fn: _Function) -> Callable[..., Any]:
+class _Switch:
+    """A flag of a :class:`_Function` that its runners' closures read: they hold the switch, not the
+    function (a closure holding the function that holds it is a reference cycle, which kept a one-shot
+    preparation alive until the collector's next pass)."""
+
+    __slots__ = ("on",)
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+
+def _quiet_asarray(run: Callable[..., Any], quiet: _Switch) -> Callable[..., Any]:
     """``run`` (a call of ``f`` over guarded aliases, which require grad: see :func:`_alias`) with
     torch's warning that ``torch.asarray(alias)`` keeps requires_grad silenced: array-API code in ``f``
     writes ``xp.asarray(a)``, and keeping requires_grad is what ``f`` needs there. Scoped to the
-    call: importing the adapter changes no warning filter of the process. Only while ``fn.quiet``:
+    call: importing the adapter changes no warning filter of the process. Only while ``quiet`` is on
+    (``_Function.quiet``):
     a watched run of ``f`` that read no value and called no ``torch.asarray`` (:func:`_after_watch`)
     is the same straight-line program at every call, and its calls skip the filter (6 to 10 us a call,
     measured: a prepared 10x10 Jacobian of ``sin(A @ x)``, ``A`` captured, 1.10-1.13 -> 1.03 of torch's
     own)."""
 
-    def quiet(*args: Any) -> Any:
-        if not fn.quiet:
+    def quieted(*args: Any) -> Any:
+        if not quiet.on:
             return run(*args)
         return _quietly(run, *args)
 
-    return quiet
+    return quieted
 
 
 def _quietly(run: Callable[..., Any], *args: Any) -> Any:
@@ -224,7 +236,7 @@ class _Function:
         self.watch = True
         # whether f's runs over guarded aliases silence torch.asarray's warning (_quiet_asarray): until
         # a watched run shows a straight-line f that calls no torch.asarray
-        self.quiet = True
+        self.quiet = _Switch(True)
         # set when f wrote into its input in reverse mode (torch refused the write into the leaf):
         # from then on f gets a differentiable copy of x (see _record)
         self.writes_input = False
@@ -234,7 +246,7 @@ class _Function:
         self.eager = self._runner(target.f) if compile else self.run
 
     def _runner(self, call: Callable[..., Any]) -> Callable[[torch.Tensor, Contexts], torch.Tensor]:
-        target = self.target
+        target, quiet = self.target, self.quiet  # the closures below hold these, never self (a cycle)
         if self.simple:  # the common case, on the prepared fast path: one call and a type check
 
             def run(x: torch.Tensor, contexts: Contexts) -> torch.Tensor:
@@ -272,7 +284,7 @@ class _Function:
             # matrix (a jacobian of sin(A @ x), A 1e5 x 10: 1.37 -> 0.79 of the native call).
             if not torch.is_grad_enabled():
                 return run(False)
-            return target.guarded_with(_quiet_asarray(run, self), bool(contexts), Adapter.refused_write)
+            return target.guarded_with(_quiet_asarray(run, quiet), bool(contexts), Adapter.refused_write)
 
         plan = target.plan
         if plain or target.y is not None or plan is None:
@@ -288,7 +300,7 @@ class _Function:
             try:
                 aliased = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)
                 call = target.over(aliased)
-                y = _quietly(call, x) if self.quiet else call(x)
+                y = _quietly(call, x) if quiet.on else call(x)
             except Exception as error:
                 if not raised_by(error, Adapter.refused_write):
                     raise  # f's own error, after one run of f
@@ -563,7 +575,7 @@ def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts:
     if watch is None:
         return
     fn.watch = watch.reads
-    fn.quiet = watch.reads or watch.asarray
+    fn.quiet.on = watch.reads or watch.asarray
     if watch.escapes:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
 
