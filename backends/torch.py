@@ -133,12 +133,11 @@ def _quiet_asarray(run: Callable[..., Any], quiet: _Switch) -> Callable[..., Any
     """``run`` (a call of ``f`` over guarded aliases, which require grad: see :func:`_alias`) with
     torch's warning that ``torch.asarray(alias)`` keeps requires_grad silenced: array-API code in ``f``
     writes ``xp.asarray(a)``, and keeping requires_grad is what ``f`` needs there. Scoped to the
-    call: importing the adapter changes no warning filter of the process. Only while ``quiet`` is on
-    (``_Function.quiet``):
-    a watched run of ``f`` that read no value and called no ``torch.asarray`` (:func:`_after_watch`)
-    is the same straight-line program at every call, and its calls skip the filter (6 to 10 us a call,
-    measured: a prepared 10x10 Jacobian of ``sin(A @ x)``, ``A`` captured, 1.10-1.13 -> 1.03 of torch's
-    own)."""
+    call: importing the adapter changes no warning filter of the process. Only while ``quiet``
+    (``_Function.quiet``) is on: a watched run of ``f`` that read no value and called no
+    ``torch.asarray`` (:func:`_after_watch`) is the same straight-line program at every call, and its
+    calls skip the filter (6 to 10 us a call, measured: a prepared 10x10 Jacobian of ``sin(A @ x)``,
+    ``A`` captured, 1.10-1.13 -> 1.03 of torch's own)."""
 
     def quieted(*args: Any) -> Any:
         if not quiet.on:

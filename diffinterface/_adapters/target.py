@@ -72,7 +72,7 @@ class Target:
         # are checked against it (checked), None until then and for targets no preparation made
         self.y_shape: tuple[int, ...] | None = None
         self.plan = StatePlan(f) if closure == "duplicated" else None
-        self.f = self.over(f) if aux or layout is not None else f  # adapters call it only without y (``plain``)
+        self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
         self.constant_aliases = True
 

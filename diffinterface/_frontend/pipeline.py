@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 def _call(operator: Operator, backend: Backend, y: Array | None) -> str:
     tangent = operator.tangent
     args = ("f, x" if y is None else "f, x, y=y") if tangent is None else f"f, x, {tangent}"
-    return f"{operator.name}({backend!r}, {args})"  # call_repr's text, one call less on every call
+    return call_repr(operator.name, backend, args)
 
 
 def _adapter(operator: Operator, backend: Backend, call: str) -> Any:
@@ -270,8 +270,7 @@ def prepare(
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
-    if operator.scalar_output:
-        _check_output(operator, info, call)
+    _check_output(operator, info, call)
     target.y_shape = info.y_shape  # the runners' evaluations of f are checked against it (Target.checked)
     if tangent_name == "ty":
         if layout is None:
@@ -600,13 +599,10 @@ def _execute(
     tangents = tangents_of(tangent, x) if operator.tangent is not None else ()
     x_in = as_input(x)
     if not value:
-        kind = operator.conversions[-1]  # operator.plain_conversion
-        result = p.data.plain(x_in, tangents, contexts)
-        if out is None and not p.sparse and (kind != "tangents" or type(tangent) is not tuple):
-            single = result[0] if kind == "tangents" else result  # one tangent: a tuple of one result
-            if type(single) is type(x):
-                return single  # _convert's answer without its calls: computed in the user's own array type
-        result = _convert(kind, result, x, tangent, out, operator.name, backend, p.sparse)
+        kind = operator.plain_conversion
+        result = _convert(
+            kind, p.data.plain(x_in, tangents, contexts), x, tangent, out, operator.name, backend, p.sparse
+        )
         return result if out is None or kind == "out" else _into(result, out, x, operator.name, backend)
     results = p.data.value(x_in, tangents, contexts)
     name = operator.value_method

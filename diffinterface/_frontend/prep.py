@@ -167,7 +167,7 @@ class Prep:
             self.signature = (None,) * held + self.signature[held:]
         # the plain operator bound to this preparation: what the frontend's fast path calls
         self.plain = data.plain
-        if args and isinstance(args[0], np.ndarray) and not is_native(args[0]):  # non-native byte order: converted
+        if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
             plain = self.plain
             self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path

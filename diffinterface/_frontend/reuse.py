@@ -289,12 +289,9 @@ class PrepCache:
             return False
         with self._lock:
             self.misses += 1
-            mark = f.__dict__.get(_HELD)
-            if mark is None:  # f's first call without prep= (the common case of a new function): its mark
-                f.__dict__[_HELD] = _First((id(f), key, self._token))
-                return False
             held = self._held_by(f)
             if held is None:
+                mark = f.__dict__.get(_HELD)
                 if type(mark) is not _First or mark[0] != id(f) or mark[2] is not self._token:
                     f.__dict__[_HELD] = _First((id(f), key, self._token))  # the first call: its key alone, on f
                     return False
