@@ -595,10 +595,15 @@ def _build(
     ``target.call`` (``gradient(AutoAutograd(), f, x)``) starts the message of an error autograd raises."""
     call = target.call
     x_shape, y_shape = info.x_shape, info.y_shape
-    n, m = shape_size(x_shape), shape_size(y_shape)
-    like = _numpy(x_user, None)
+    if type(x_user) is np.ndarray:  # (the common case: no family lookups)
+        like, convert = x_user, False
+    else:
+        like, convert = _numpy(x_user, None), family(x_user) != NUMPY
     dtype = like.dtype
     whole = operator.through_jacobian(forward)
+    n = m = 0  # the sizes of x and f(x), and the bases below: for the operators that take them (Jacobians, Hessians)
+    if whole or operator is HESSIAN or operator is SECOND_DERIVATIVE:
+        n, m = shape_size(x_shape), shape_size(y_shape)
     x_basis = basis(like, x_shape, dtype) if (whole and forward) or operator is HESSIAN else ()
     y_basis = basis(like, y_shape, dtype) if whole and not forward else ()
     one: Any = np.ones((), dtype=dtype) if operator in (DERIVATIVE, SECOND_DERIVATIVE) else None  # their tangent
@@ -741,8 +746,6 @@ def _build(
             return (record[0], cast(g)), cast(hess.reshape(x_shape + x_shape))
     else:  # pragma: no cover - the frontend only passes the operators above
         raise ValueError(operator)
-
-    convert = family(x_user) != NUMPY
 
     def inputs(x: Array, ts: tuple[Array, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         if convert or type(x) is not np.ndarray:

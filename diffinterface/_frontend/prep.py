@@ -157,9 +157,16 @@ class Prep:
         self.structured = structured
         self.holomorphic = False
         self.data, self.target, self.names, self.strict = data, target, names, strict
-        # a one-shot prep (inside an unprepared call) is never checked: no signature. The descriptions
-        # for messages (args) are made from the signature when a message needs them
-        self.signature = () if oneshot else tuple(signature(a) for a in args)
+        self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
+        self.result_type = self.to_numpy = None
+        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = has_aux, None, "", None
+        if oneshot:
+            # made for one unprepared call (pipeline._execute runs data's runners): never checked, and
+            # no fast path to bind (a first call of a new function makes one)
+            self.signature, self._described, self.plain, self._arrays, self.fast_key = (), None, data.plain, None, None
+            return
+        # the descriptions for messages (args) are made from the signature when a message needs them
+        self.signature = tuple(signature(a) for a in args)
         self._described = None
         if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
             self._described = tuple(describe_arg(a) for a in args)
@@ -174,14 +181,11 @@ class Prep:
         # (a has_aux prep takes the full check, which compares aux too)
         arrays = bool(self.signature) and all(
             type(s) is tuple and len(s) == 3 and hasattr(a, "shape") for s, a in zip(self.signature, args)
-        )  # a one-shot prep has no signature: never checked
+        )
         self._arrays = self.signature if arrays and not has_aux else None
         # the prepared fast path's test in one tuple comparison (run_prepared, run_prepared_tangent):
         # (operator, backend, f, then each argument's type, shape and dtype); None where check decides
         self.fast_key = (operator, backend, f, *(v for s in self._arrays for v in s)) if self._arrays else None
-        self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
-        self.result_type = self.to_numpy = None
-        self.has_aux, self.aux_signature, self.aux_description, self.aux_first = has_aux, None, "", None
 
     @property
     def args(self) -> tuple[str, ...]:
