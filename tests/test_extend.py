@@ -282,3 +282,73 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
         _closure.undeclare_modules("layerlib")
     with pytest.raises(ValueError, match="module_type='Layer'"):
         extend.ArrayFamily("bad", "layerlib.Array", np.asarray, np.asarray, module_type="Layer")
+
+
+def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them(tmp_path, monkeypatch):
+    """``ArrayFamily(constant_types=...)``: a library constant that takes no weak reference (torch's
+    dtypes and devices) is held by the summary of a stateless helper that reads it, so that a new
+    lambda around the helper is checked, not walked; undeclared, the helper has no summary (walked at
+    every first call); another constant in the slot is walked again, and its derivative is right."""
+    (tmp_path / "constlib.py").write_text(
+        textwrap.dedent("""
+        class Array:  # the library's array type (never met here)
+            pass
+
+        class Scale:  # a constant of the library: no __weakref__ slot, like torch.dtype
+            __slots__ = ("factor",)
+
+            def __init__(self, factor):
+                self.factor = factor
+
+        TWO, THREE = Scale(2.0), Scale(3.0)
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import constlib
+
+    from diffinterface._closures import namespaces as _closure
+    from diffinterface._closures import summaries, walk
+    from diffinterface._closures.plan import StatePlan
+    from diffinterface._core import arrays as _arrays
+
+    scale = constlib.TWO
+
+    def helper(z):
+        return scale.factor * np.sum(z**2)
+
+    def make(h):
+        return lambda z: h(z)
+
+    visited = []
+    real = walk.Walker.visit
+
+    def counted(self, obj, where):
+        visited.append(obj)
+        return real(self, obj, where)
+
+    di.declare_modules("constlib", walk=False)
+    try:
+        assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is None  # not declared: no summary
+        extend.register_family(
+            extend.ArrayFamily(
+                "constlib", "constlib.Array", np.asarray, lambda a, like=None: a, constant_types=("constlib.Scale",)
+            )
+        )
+        assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
+        monkeypatch.setattr(walk.Walker, "visit", counted)
+        for _ in range(3):
+            assert StatePlan(make(helper)).empty  # a new lambda around the helper: checked, not walked
+        assert visited == []
+        x = np.array([1.0, -2.0])
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), make(helper), x), 4 * x, rtol=1e-7)
+        scale = constlib.THREE  # another constant in the helper's cell: its summary does not hold
+        assert StatePlan(make(helper)).empty and visited
+        np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), make(helper), x), 6 * x, rtol=1e-7)
+    finally:
+        _arrays._FAMILIES.pop("constlib", None)
+        _arrays._FAMILY_OF_TYPE.clear()
+        _arrays._STATEFUL_OF_TYPE.clear()
+        _arrays.FAMILIES_GENERATION += 1
+        _closure.undeclare_modules("constlib")
+    with pytest.raises(ValueError, match="constant_types='Scale'"):
+        extend.ArrayFamily("bad", "constlib.Array", np.asarray, np.asarray, constant_types=("Scale",))

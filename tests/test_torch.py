@@ -454,6 +454,40 @@ def test_a_large_pushforward_s_primal_is_x_itself_and_a_write_into_it_reruns_on_
             assert len(seen) == 2 and all(p == x.data_ptr() for p in seen)  # no copy of x
 
 
+def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_a_new_first_call(monkeypatch):
+    """torch's dtypes and devices take no weak reference; the torch family declares them constants
+    (``ArrayFamily.constant_types``), so a stateless helper that reads them (``DEVICE =
+    torch.device("cpu")`` at module level is common) keeps its closure walk's summary, and a new
+    lambda around it is checked, not walked (the walk was 25 us of each such first call, the check
+    1.6, measured alone); the derivative is torch's."""
+    import torch
+
+    from diffinterface._closures import summaries, walk
+    from diffinterface._closures.plan import StatePlan
+
+    dtype, device = torch.float64, torch.device("cpu")
+
+    def helper(z):
+        return torch.sum(z.to(dtype=dtype, device=device) ** 3)
+
+    def make(h):
+        return lambda z: h(z)
+
+    assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
+    visited = []
+    real = walk.Walker.visit
+
+    def counted(self, obj, where):
+        visited.append(obj)
+        return real(self, obj, where)
+
+    monkeypatch.setattr(walk.Walker, "visit", counted)
+    x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    for _ in range(3):
+        torch.testing.assert_close(di.gradient(di.AutoTorch(), make(helper), x), 3 * x**2)
+    assert visited == []
+
+
 @pytest.mark.parametrize("mode", [None, "forward"], ids=["mode=None", "forward"])
 def test_the_asarray_warning_is_silenced_only_around_an_f_that_calls_torch_asarray(mode, monkeypatch):
     """torch warns where ``torch.asarray(t)`` keeps ``t``'s requires_grad (array-API code's

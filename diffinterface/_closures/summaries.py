@@ -19,7 +19,8 @@ modules' declarations and on the registered array families, whose generations ar
 strings, None and booleans (:data:`TERMINAL`), and user functions with a summary of their own. They
 are held by weak reference (a summary outlives the function it was made for, and keeps nothing of
 the user's alive: a slot whose object died has changed); an object that takes none is held only
-where it holds nothing of the user's (a string, a ufunc), else the function gets no summary. The
+where it holds nothing of the user's (a string, a ufunc, an array family's constants such as torch's
+dtypes and devices), else the function gets no summary. The
 walker decides which functions get one (``Walker._summarize``): none for a function with anything
 else (state, a user's object, a partial, a bound method, keyword defaults), or whose walk met a
 function still being walked (recursion: the answer there is provisional).
@@ -85,7 +86,8 @@ _REF = weakref.ReferenceType
 
 def _held(value: Any) -> Any:
     """How a summary holds a slot's object: a weak reference, or the object itself where it takes
-    none and holds nothing of the user's (``_STRONG``, the markers); else :class:`Unsafe`."""
+    none and holds nothing of the user's (``_STRONG``, the markers, an array family's constants:
+    ``ArrayFamily.constant_types``, torch's dtypes and devices); else :class:`Unsafe`."""
     if value is MISSING or value is EMPTY or isinstance(value, _STRONG):
         return value
     try:
@@ -93,6 +95,8 @@ def _held(value: Any) -> Any:
     except TypeError:
         if type(value) is tuple:
             return tuple(_held(v) for v in value)  # a tuple of strings
+        if _arrays.family_constant(value):
+            return value
         raise Unsafe from None
 
 

@@ -67,6 +67,11 @@ class ArrayFamily:
       of ``f`` computed in the family sizes its steps with it (finite differences, directly or as
       ``SecondOrder``'s outer: :func:`family_accuracy`, ``Adapter.accuracy``), else the difference is
       mostly rounding noise.
+    - ``constant_types`` (optional): ``"module.Type"`` of the library's constants that hold nothing of
+      the user's and take no weak reference (torch's ``dtype`` and ``device``, MLX's ``Dtype``): a
+      function that reads one (``DEVICE = torch.device("cpu")`` at module level) is checked by its
+      closure walk's summary at later first calls instead of walked again (``_closures.summaries``),
+      which holds such a constant itself.
     """
 
     __slots__ = (
@@ -81,6 +86,7 @@ class ArrayFamily:
         "module_type",
         "children",
         "accuracy",
+        "constant_types",
         "_stateful_type",
     )
     name: str
@@ -94,6 +100,7 @@ class ArrayFamily:
     module_type: str | None
     children: str | None
     accuracy: Callable[[Any], float | None]
+    constant_types: tuple[str, ...]
 
     def __init__(
         self,
@@ -108,8 +115,11 @@ class ArrayFamily:
         module_type: str | None = None,
         children: str | None = None,
         accuracy: Callable[[Any], float | None] | None = None,
+        constant_types: tuple[str, ...] = (),
     ) -> None:
-        for field, path in (("array_type", array_type), ("module_type", module_type)):
+        paths = [("array_type", array_type), ("module_type", module_type)]
+        paths += [("constant_types", path) for path in constant_types]
+        for field, path in paths:
             module, _, attr = (path or "x.x").rpartition(".")
             if not module or not attr:
                 raise ValueError(f"ArrayFamily({name!r}, {field}={path!r}): expected 'module.Type'")
@@ -120,6 +130,7 @@ class ArrayFamily:
         self.copy_into = copy_into
         self.module_type, self.children = module_type, children
         self.accuracy = accuracy or _dtype_accuracy
+        self.constant_types = tuple(constant_types)
         self._stateful_type: Any = None  # module_type once resolved (a loaded module stays loaded)
 
     def type(self) -> Any:
@@ -175,6 +186,17 @@ def stateful_object(obj: Any) -> ArrayFamily | None:
     if keep:
         _STATEFUL_OF_TYPE[kind] = found
     return found
+
+
+def family_constant(value: Any) -> bool:
+    """Whether ``value`` is a constant of a registered family (:attr:`ArrayFamily.constant_types`,
+    resolved through ``sys.modules`` only: a library that is not imported has no constants to meet)."""
+    for record in _FAMILIES.values():
+        for path in record.constant_types:
+            kind = _loaded(path)
+            if isinstance(kind, type) and isinstance(value, kind):
+                return True
+    return False
 
 
 def _same(value: Any) -> Any:
@@ -317,9 +339,20 @@ register_family(
         copy_into=_torch_copy_into,
         module_type="torch.nn.Module",
         children="_modules",
+        constant_types=("torch.dtype", "torch.device"),
     )
 )
-register_family(ArrayFamily(JAX, "jax.Array", np.asarray, _jax_from_numpy, _jax_convert, computing=_jax_computing))
+register_family(
+    ArrayFamily(
+        JAX,
+        "jax.Array",
+        np.asarray,
+        _jax_from_numpy,
+        _jax_convert,
+        computing=_jax_computing,
+        constant_types=("jax.Device",),
+    )
+)
 
 
 def _mlx_from_numpy(value: ArrayLike, like: Array | None = None) -> mlx.core.array:
@@ -370,6 +403,7 @@ register_family(
         computing=_mlx_computing,
         copy_into=_mlx_copy_into,
         accuracy=_mlx_accuracy,
+        constant_types=("mlx.core.Dtype",),
     )
 )
 
