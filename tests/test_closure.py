@@ -390,6 +390,32 @@ def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summa
     assert StatePlan(noisy).empty and summaries.summary_of(noisy) is None
 
 
+@pytest.mark.parametrize("library", ["tensorflow", "pytensor"])
+def test_an_engines_own_functions_and_ops_are_called_as_they_are_not_walked(library):
+    """TensorFlow and PyTensor are library namespaces, as jax and torch are: a helper that captures
+    one of their functions or ops (``sin = pt.sin``, an ``Elemwise`` object; ``tf.math.sin``) holds no
+    state (PyTensor's op attributes were found as three captured leaves and duplicated at every call,
+    TensorFlow's functions walked into at every first call), keeps its walk's summary, and its
+    derivative is the engine's."""
+    from diffinterface._closures import summaries
+    from diffinterface._closures.plan import StatePlan
+
+    if library == "tensorflow":
+        tf = pytest.importorskip("tensorflow")
+        sin, backend, to_array = tf.math.sin, di.AutoTensorFlow(), tf.constant
+    else:
+        pt = pytest.importorskip("pytensor.tensor")
+        sin, backend, to_array = pt.sin, di.AutoPyTensor(), np.asarray
+
+    def helper(z):
+        return (sin(z) ** 2).sum() if library == "pytensor" else tf.reduce_sum(sin(z) ** 2)
+
+    plan = StatePlan(lambda z: helper(z))
+    assert plan.empty and plan.where() == [] and summaries.summary_of(helper) is not None
+    x = np.array([0.3, 1.2, -0.7])
+    np.testing.assert_allclose(np.asarray(di.gradient(backend, helper, to_array(x))), np.sin(2 * x), rtol=1e-12)
+
+
 def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():
     """Mutually recursive helpers: walked from ``a``, ``b``'s walk meets ``a`` still being walked (its
     answer there is provisional), so ``b`` gets no summary, and a later walk from ``b`` finds the

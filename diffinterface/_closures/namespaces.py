@@ -3,10 +3,10 @@ is installed (users' model code is usually an installed package).
 
 Every function, callable object and bound method is walked unless its module belongs to a library
 namespace -- the standard library (``sys.stdlib_module_names``), the engines and their array
-libraries (numpy, scipy, jax, torch, autograd, ...), diffinterface itself -- or to a namespace
-declared one with :func:`declare_modules` (``declare_modules("mylib", walk=False)``). ``walk=True``
-declares user code inside a library namespace (this package's own scenario catalogue). The most
-specific declaration wins. Modules, classes and other objects are never walked.
+libraries (numpy, scipy, jax, torch, autograd, tensorflow, pytensor, ...), diffinterface itself -- or
+to a namespace declared one with :func:`declare_modules` (``declare_modules("mylib", walk=False)``).
+``walk=True`` declares user code inside a library namespace (this package's own scenario catalogue).
+The most specific declaration wins. Modules, classes and other objects are never walked.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ _LIBRARIES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
     "functorch",
     "torchvision",
     "autograd",
+    "tensorflow",
+    "pytensor",
     "array_api_compat",
     "array_api_strict",
     "ml_dtypes",
