@@ -352,3 +352,5 @@ def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them
         _closure.undeclare_modules("constlib")
     with pytest.raises(ValueError, match="constant_types='Scale'"):
         extend.ArrayFamily("bad", "constlib.Array", np.asarray, np.asarray, constant_types=("Scale",))
+    with pytest.raises(TypeError, match=r"expected a tuple of 'module.Type' strings, such as \('constlib.Scale',\)"):
+        extend.ArrayFamily("bad", "constlib.Array", np.asarray, np.asarray, constant_types="constlib.Scale")

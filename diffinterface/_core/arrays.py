@@ -117,6 +117,11 @@ class ArrayFamily:
         accuracy: Callable[[Any], float | None] | None = None,
         constant_types: tuple[str, ...] = (),
     ) -> None:
+        if isinstance(constant_types, str):
+            raise TypeError(
+                f"ArrayFamily({name!r}, constant_types={constant_types!r}): expected a tuple of 'module.Type' "
+                f"strings, such as ({constant_types!r},)"
+            )
         paths = [("array_type", array_type), ("module_type", module_type)]
         paths += [("constant_types", path) for path in constant_types]
         for field, path in paths:
