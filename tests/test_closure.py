@@ -416,6 +416,65 @@ def test_an_engines_own_functions_and_ops_are_called_as_they_are_not_walked(libr
     np.testing.assert_allclose(np.asarray(di.gradient(backend, helper, to_array(x))), np.sin(2 * x), rtol=1e-12)
 
 
+def test_a_global_that_shares_an_attributes_name_is_not_taken_for_captured_state():
+    """The walk reads the globals a function's instructions name, not every name of its code:
+    ``model.w`` reads an attribute, so a module global array ``w`` is not ``f``'s state (it was walked
+    and duplicated at every call); ``w`` itself read is. Against ``dis``' own decoding on the code
+    of numpy, the standard library and this package, and on code with over 256 names (arguments
+    past one byte: ``EXTENDED_ARG``), nested code, a class body and ``global`` writes."""
+    import dis
+    import json
+    import types
+
+    from diffinterface._closures.plan import StatePlan
+    from diffinterface._closures.walk import _code_names
+    from diffinterface._frontend import pipeline
+
+    namespace = {"np": np, "w": np.array([1.0, 2.0])}
+    exec(
+        "class Model:\n"
+        "    w = 3.0\n"
+        "model = Model()\n"
+        "def attribute(x):\n"
+        "    return np.sum(model.w * x ** 2)\n"
+        "def read(x):\n"
+        "    return np.sum(w * x ** 2)\n",
+        namespace,
+    )
+    assert StatePlan(namespace["attribute"]).where() == []  # model: a user object holding no state
+    assert StatePlan(namespace["read"]).where() == ["global 'w' of None"]
+    x = np.array([1.0, -0.5])
+    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), namespace["attribute"], x), 6.0 * x, rtol=1e-7)
+    np.testing.assert_allclose(
+        di.gradient(di.AutoFiniteDiff(), namespace["read"], x), 2 * namespace["w"] * x, rtol=1e-7
+    )
+
+    ops = {"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME"}
+    ops.add("LOAD_FROM_DICT_OR_GLOBALS")
+
+    def reference(code):
+        names = {i.argval for i in dis.get_instructions(code) if i.opname in ops}
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names |= reference(const)
+        return names
+
+    many = "def many(x):\n    global g0\n    g0 = 1\n" + "".join(f"    x = x + n{i} + x.a{i}\n" for i in range(300))
+    many += "    class Inner:\n        y = g299\n    return [v + g1 for v in x] + (lambda: g2)()\n"
+    space: dict = {}
+    exec(many, space)
+    codes = [space["many"].__code__]
+    for module in (np, json, pipeline):
+        for value in vars(module).values():
+            if isinstance(value, types.FunctionType):
+                codes.append(value.__code__)
+    assert len(codes) > 100
+    for code in codes:
+        assert _code_names(code) == reference(code), code.co_name
+    names = _code_names(space["many"].__code__)
+    assert {"g0", "g1", "g2", "g299", "n0", "n299"} <= names and not names & {"a0", "a299"}  # attributes
+
+
 def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():
     """Mutually recursive helpers: walked from ``a``, ``b``'s walk meets ``a`` still being walked (its
     answer there is provisional), so ``b`` gets no summary, and a later walk from ``b`` finds the

@@ -4,7 +4,8 @@
 nested closures), default argument values, ``functools.partial`` arguments, attributes of a
 callable object or of a bound method's ``self`` (an ``nn.Module``'s submodules through its
 :class:`~diffinterface._core.arrays.ArrayFamily` record), and module globals that the code of ``f``
-(and of the user functions it reaches) names. Which functions it looks into is decided by module
+(and of the user functions it reaches) reads or writes (its global-name instructions: an attribute
+of the same name, ``model.w``, is not the global ``w``). Which functions it looks into is decided by module
 name (``namespaces``). The captured values that are state (arrays, Python scalars, and lists,
 tuples and dicts of them: :func:`is_state`) are its *leaves*; each visit returns a rebuild function
 ``build(values, memo) -> new object`` over new leaf values, or None where the object holds no state.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import copy
 import dis
 import functools
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -84,8 +86,45 @@ def _stores(code: types.CodeType) -> bool:
     return any(_stores(c) for c in code.co_consts if isinstance(c, types.CodeType))
 
 
-def _code_names(code: types.CodeType) -> set:
-    names = set(code.co_names)
+# The instructions that name a module global (``LOAD_NAME`` and its kin: class bodies and exec'd
+# code), each with the shift of its argument: from Python 3.11 on, ``LOAD_GLOBAL``'s argument is the
+# name's index times two (its low bit pushes a NULL), as ``dis``' documentation of it says.
+# ``co_names`` alone also holds every attribute name (``np.sin``, ``model.w``): a global of the same
+# name (``sin = pt.sin``, an array ``w``) was walked as if ``f`` read it, and where it was state,
+# duplicated at every call.
+_GLOBAL_OPS = {
+    dis.opmap[name]: 1 if name == "LOAD_GLOBAL" and sys.version_info >= (3, 11) else 0
+    for name in (
+        "LOAD_GLOBAL",
+        "STORE_GLOBAL",
+        "DELETE_GLOBAL",
+        "LOAD_NAME",
+        "STORE_NAME",
+        "DELETE_NAME",
+        "LOAD_FROM_DICT_OR_GLOBALS",
+    )
+    if name in dis.opmap
+}
+_EXTENDED_ARG = dis.EXTENDED_ARG
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """The module globals ``code`` (and the code nested in it: lambdas, comprehensions, inner
+    functions) reads or writes: the arguments of its global-name instructions, read from ``co_code``
+    as ``_stores`` reads its opcodes (two-byte code units, ``EXTENDED_ARG`` prefixes: ``dis``' own
+    decoding, without building an ``Instruction`` per unit, 37 us a small function)."""
+    names = set()
+    co_names, units = code.co_names, code.co_code
+    extended = 0
+    for i in range(0, len(units), 2):
+        op, arg = units[i], units[i + 1] | extended
+        if op == _EXTENDED_ARG:
+            extended = arg << 8
+            continue
+        extended = 0
+        shift = _GLOBAL_OPS.get(op)
+        if shift is not None:
+            names.add(co_names[arg >> shift])
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
