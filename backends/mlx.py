@@ -142,12 +142,13 @@ def _mx_tree(value: Any) -> Any:
 
 def _compilable(value: Any) -> bool:
     """Whether ``value`` can be an argument of ``mx.compile``-d code: arrays and numbers in lists,
-    tuples and dicts (an object, a string: the prep runs eagerly)."""
+    tuples and dicts (an object, a string: the prep runs eagerly). A dict's subclass is an object:
+    ``mx.compile`` passes a plain dict of its items (an ``mlx.nn.Module`` would reach ``f`` uncallable)."""
     if isinstance(value, (mx.array, bool, int, float)):
         return True
     if isinstance(value, (list, tuple)):
         return all(_compilable(v) for v in value)
-    if isinstance(value, dict):
+    if type(value) is dict:
         return all(isinstance(k, str) and _compilable(v) for k, v in value.items())
     return False
 
@@ -391,6 +392,44 @@ def _standin(value: object) -> Any:
     return WritableArray(value)
 
 
+class _WriteRefused(TypeError):
+    """A write of ``f`` into a guarded alias (:class:`_Guarded`): ``f`` runs again over stand-ins."""
+
+
+def _refused(self: Any, other: Any) -> Any:
+    """An in-place operator of a guarded alias."""
+    raise _WriteRefused(
+        "a write into a captured array's guarded alias (diffinterface runs f again over writable stand-ins)"
+    )
+
+
+def _refused_item(self: Any, index: Any, value: Any) -> None:
+    """Item assignment into a guarded alias."""
+    _refused(self, value)
+
+
+class _Guarded(mx.array):
+    """A captured array as ``f`` reads it first: a fresh MLX array (the user's is never written), of
+    MLX's own array type, which every MLX function takes: ``mx.matmul``, ``mx.addmm`` (an ``mlx.nn.Linear``),
+    ``mx.concatenate``, ``mx.where``, ``mx.take`` and ``mx.einsum`` refuse a :class:`WritableArray`,
+    whose ``__mlx_array__`` they do not read. A write into it (item assignment, an in-place operator,
+    also into one of its slices, which are guarded aliases in turn: numpy's views would write it)
+    raises :class:`_WriteRefused`, and ``f`` runs again over stand-ins, from then on for the prep
+    (``Target.guarded_with``, ``Adapter.refused_write``)."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return _Guarded(super().__getitem__(_mx_index(_unwrap(index))))
+
+    __setitem__ = _refused_item
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = __ifloordiv__ = __imod__ = __ipow__ = _refused
+    __imatmul__ = __iand__ = __ior__ = __ixor__ = __ilshift__ = __irshift__ = _refused
+
+
+def _guarded(value: object) -> Any:
+    """A captured array as ``f`` reads it first: :class:`_Guarded` over a fresh MLX array."""
+    return _Guarded(_to_mx(value))
+
+
 def _output(y: Any, call: str) -> Any:
     """``f``'s output as one MLX array: a numpy value (a constant, or computed through numpy: the
     check at preparation tells) converted, a structure refused."""
@@ -433,11 +472,20 @@ class _Function:
             f = target.f
             return lambda z: target.checked(_output(f(z), call))
         kinds = self.kinds
+        guarded = target.y is None  # an output buffer is written by every call: stand-ins from the start
 
         def fn(z: Any) -> Any:
-            instance = target.instance(_standin, values=state if target.has_state else None)
-            values = [duplicate(v, _standin) if kind is Cache else v for kind, v in zip(kinds, ctx)]
-            return target.checked(_output(instance(z, *values), call))
+            # a Cache's arrays as stand-ins, a Constant's as fresh MLX arrays: f's writes reach neither
+            # the user's arrays (an MLX array is written in place) nor the next evaluation
+            values = [duplicate(v, _standin if kind is Cache else _fresh) for kind, v in zip(kinds, ctx)]
+
+            def run(aliased: bool) -> Any:
+                leaf = _guarded if aliased else _standin
+                instance = target.instance(leaf, values=state if target.has_state else None)
+                return target.checked(_output(instance(z, *values), call))
+
+            # f reads its captured arrays as guarded aliases (MLX arrays) until it writes into one
+            return target.guarded_with(run, False, Adapter.refused_write) if guarded else run(False)
 
         return fn
 
@@ -770,6 +818,13 @@ class Adapter(_Base):
     """MLX; see the module docstring."""
 
     engine_name = "MLX"
+
+    @staticmethod
+    def refused_write(error: BaseException) -> bool:
+        """A write into a guarded alias of a captured array (:class:`_Guarded`), or numpy refusing one
+        (the kit's default): ``f`` runs again over stand-ins."""
+        return isinstance(error, _WriteRefused) or _Base.refused_write(error)
+
     # array_family's record declares the accuracy (float64 results are float32-accurate where f uses
     # exp, sin, cos, erf): the base's accuracy() reads it, so that SecondOrder(AutoFiniteDiff(), AutoMLX())
     # and AutoFiniteDiff() on an MLX x take the same float32-sized steps

@@ -120,6 +120,80 @@ def test_a_captured_array_is_read_fresh_at_every_prepared_call():
     assert np.allclose(di.gradient(di.AutoMLX(), f, x, prep=prep), [6.0, 10.0])
 
 
+@pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compile"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_captured_arrays_reach_mlx_functions_that_take_only_mlx_arrays(prepared, compile_):
+    """A captured array is read as a guarded alias of MLX's own array type, which every MLX function
+    takes: ``mx.matmul``, ``mx.addmm`` (inside ``mlx.nn.Linear``), ``mx.concatenate``, ``mx.where``,
+    ``mx.take`` and ``mx.einsum`` refused the writable stand-in it was (a TypeError of MLX's or
+    ``std::bad_cast``). Derivatives against the closed form, updates of the user's arrays between
+    calls seen, the user's arrays and layer untouched; a write still runs over stand-ins."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    with mx.stream(mx.cpu):
+        A = mx.array(np.arange(9.0).reshape(3, 3) / 10, dtype=mx.float64)
+        b = mx.array([0.3, 0.7, -0.2], dtype=mx.float64)
+        layer = nn.Linear(3, 2)
+        layer.update({"weight": layer.weight.astype(mx.float64), "bias": layer.bias.astype(mx.float64)})
+    x = np.array([0.5, -1.0, 2.0])
+    An, bn = np.array(A), np.array(b)
+    W, c = np.array(layer.weight), np.array(layer.bias)
+    backend = di.AutoMLX(compile=compile_)
+    cases = {
+        "matmul": (lambda z: mx.sum(mx.matmul(A, z) ** 2), lambda: 2 * An.T @ (An @ x)),
+        "addmm": (lambda z: mx.sum(mx.addmm(b, A, z) ** 2), lambda: 2 * An.T @ (bn + An @ x)),
+        "concatenate": (lambda z: mx.sum(mx.concatenate([b, z]) ** 3), lambda: 3 * x**2),
+        "where": (lambda z: mx.sum(mx.where(b > 0.0, z, A[0]) ** 2), lambda: 2 * x * (bn > 0)),
+        "take": (lambda z: mx.sum(mx.take(b, mx.array([0, 1])) * z[:2]), lambda: np.append(bn[:2], 0.0)),
+        "einsum": (lambda z: mx.einsum("ij,j->", A, z * z), lambda: 2 * An.sum(0) * x),
+        "nn.Linear": (lambda z: mx.sum(layer(z) ** 2), lambda: 2 * W.T @ (W @ x + c)),
+    }
+    before = (An.copy(), bn.copy(), W.copy(), c.copy())
+    for name, (f, expected) in cases.items():
+        prep = di.prepare_gradient(backend, f, x) if prepared else None
+        for _ in range(2):
+            np.testing.assert_allclose(di.gradient(backend, f, x, prep=prep), expected(), rtol=1e-10, err_msg=name)
+    for now, then in zip((A, b, layer.weight, layer.bias), before):
+        assert np.array_equal(np.array(now), then)
+    f, expected = cases["matmul"]
+    prep = di.prepare_gradient(backend, f, x) if prepared else None
+    A[0, 0] = 2.0  # the user's update between calls is seen
+    An = np.array(A)
+    np.testing.assert_allclose(di.gradient(backend, f, x, prep=prep), expected(), rtol=1e-10)
+
+    buffer = mx.zeros((3,), dtype=mx.float64, stream=mx.cpu)
+
+    def writes(z):
+        buffer[1:] = z[1:]  # a write: f runs over stand-ins from then on
+        return mx.sum(buffer * z)
+
+    prep = di.prepare_gradient(backend, writes, x) if prepared else None
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(backend, writes, x, prep=prep), [0.0, 2 * x[1], 2 * x[2]], rtol=1e-12)
+    assert np.array_equal(np.array(buffer), np.zeros(3))
+
+
+@pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compile"])
+def test_an_mlx_constant_that_f_writes_into_is_left_as_it_was(compile_):
+    """A ``Constant`` context's MLX array reaches ``f`` as a fresh array: MLX writes an array in place,
+    and ``c[0] = 5.0`` in ``f`` wrote the user's own (a numpy constant was converted, so a copy)."""
+    import mlx.core as mx
+
+    c = mx.zeros((3,), dtype=mx.float64, stream=mx.cpu)
+
+    def f(z, c):
+        c[0] = 5.0
+        return mx.sum(z * c)
+
+    x = np.array([0.5, -1.0, 2.0])
+    backend = di.AutoMLX(compile=compile_)
+    prep = di.prepare_gradient(backend, f, x, di.Constant(c))
+    for p in (None, prep, None):
+        np.testing.assert_array_equal(di.gradient(backend, f, x, di.Constant(c), prep=p), [5.0, 0.0, 0.0])
+        assert np.array_equal(np.array(c), np.zeros(3))
+
+
 def test_control_flow_on_a_traced_value_runs_eagerly_when_compiled():
     def f(x):
         return (x**2).sum() if x.sum().item() > 0 else (x**3).sum()
