@@ -194,6 +194,40 @@ def test_an_mlx_constant_that_f_writes_into_is_left_as_it_was(compile_):
         assert np.array_equal(np.array(c), np.zeros(3))
 
 
+@pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compile"])
+def test_a_captured_mlx_model_in_training_mode_gives_mx_grads_value_and_is_left_as_it_was(compile_):
+    """An ``nn.Sequential`` with a ``BatchNorm`` in training mode (it rebinds its running statistics at
+    every call): the gradient is ``mx.grad``'s on a deep copy of the model, and the user's parameters
+    and running statistics stay as they were, prepared or not."""
+    import copy
+
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    mx.random.seed(0)
+    with mx.stream(mx.cpu):
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.BatchNorm(4), nn.Linear(4, 1))
+        model.train()
+        X = mx.array(np.linspace(0.1, 1.5, 15).reshape(5, 3).astype(np.float32))
+        w = mx.array([1.0, 0.5, -0.7])
+
+        def f(w):
+            return mx.sum(model(X * w) ** 2)
+
+        twin = copy.deepcopy(model)
+        expected = np.array(mx.grad(lambda w: mx.sum(twin(X * w) ** 2))(w))
+    before = [(k, np.array(v)) for k, v in tree_flatten(model.parameters())]
+    statistics = np.array(model.layers[2].running_mean), np.array(model.layers[2].running_var)
+    backend = di.AutoMLX(compile=compile_)
+    prep = di.prepare_gradient(backend, f, w)
+    for p in (None, prep, prep):
+        np.testing.assert_allclose(np.array(di.gradient(backend, f, w, prep=p)), expected, rtol=1e-5)
+    assert all(np.array_equal(v, np.array(dict(tree_flatten(model.parameters()))[k])) for k, v in before)
+    assert np.array_equal(np.array(model.layers[2].running_mean), statistics[0])
+    assert np.array_equal(np.array(model.layers[2].running_var), statistics[1])
+
+
 def test_control_flow_on_a_traced_value_runs_eagerly_when_compiled():
     def f(x):
         return (x**2).sum() if x.sum().item() > 0 else (x**3).sum()
