@@ -426,8 +426,8 @@ def test_a_global_that_shares_an_attributes_name_is_not_taken_for_captured_state
     import json
     import types
 
+    from diffinterface._closures.code import _code_names
     from diffinterface._closures.plan import StatePlan
-    from diffinterface._closures.walk import _code_names
     from diffinterface._frontend import pipeline
 
     namespace = {"np": np, "w": np.array([1.0, 2.0])}
