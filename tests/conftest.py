@@ -17,6 +17,24 @@ MODES = [None, "forward", "reverse"]  # the modes of the AD backends (contract s
 MODE_IDS = ["mode=None", "forward", "reverse"]
 
 
+@pytest.fixture
+def walk_visits(monkeypatch):
+    """What the closure walker visits during the test (``Walker.visit`` recorded, by qualified name:
+    nothing of the test is kept alive): empty where every function met was checked by its summary
+    instead of walked (``clear()`` it to count from a later point)."""
+    from diffinterface._closures import walk
+
+    visited: list[str] = []
+    real = walk.Walker.visit
+
+    def recorded(self, obj, where):
+        visited.append(getattr(obj, "__qualname__", type(obj).__name__))
+        return real(self, obj, where)
+
+    monkeypatch.setattr(walk.Walker, "visit", recorded)
+    return visited
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

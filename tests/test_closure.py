@@ -327,7 +327,7 @@ def test_a_stateless_helper_is_checked_instead_of_walked_and_rebinding_its_slots
         namespaces.undeclare_modules("disummarylib")
 
 
-def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summary_holds_nothing_alive():
+def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summary_holds_nothing_alive(walk_visits):
     """Summaries are kept by code object: a lambda written anew at each call (a new function of one
     code, as a loop writes it) is checked, not walked; a new object in one of its slots is found
     (state: duplicated, its derivative flows); the objects are held weakly (a helper that only dead
@@ -336,7 +336,7 @@ def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summa
     import gc
     import weakref
 
-    from diffinterface._closures import summaries, walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
 
     def helper(z):
@@ -346,27 +346,17 @@ def test_a_lambda_written_anew_at_each_call_is_checked_by_its_code_and_its_summa
         return lambda z: h(z)
 
     assert StatePlan(make(helper)).empty
-    visited = []
-    real = walk.Walker.visit
+    walk_visits.clear()  # from here: checked, not walked
+    for _ in range(3):
+        assert StatePlan(make(helper)).empty  # a new lambda of the same code: checked
+    assert walk_visits == []
+    w = np.array([3.0, -1.0])
 
-    def counted(self, obj, where):
-        visited.append(obj)
-        return real(self, obj, where)
+    def scaled(z):
+        return np.sum(w * z**2)
 
-    walk.Walker.visit = counted
-    try:
-        for _ in range(3):
-            assert StatePlan(make(helper)).empty  # a new lambda of the same code: checked
-        assert visited == []
-        w = np.array([3.0, -1.0])
-
-        def scaled(z):
-            return np.sum(w * z**2)
-
-        plan = StatePlan(make(scaled))  # another object in the lambda's cell: walked, its state found
-        assert plan.where() == [f"'w' captured by {scaled.__qualname__}"] and visited
-    finally:
-        walk.Walker.visit = real
+    plan = StatePlan(make(scaled))  # another object in the lambda's cell: walked, its state found
+    assert plan.where() == [f"'w' captured by {scaled.__qualname__}"] and walk_visits
     x = np.array([1.0, 2.0])
     np.testing.assert_allclose(di.gradient(FD, make(scaled), x), 2 * w * x, rtol=1e-7)
     np.testing.assert_allclose(di.gradient(FD, make(helper), x), 2 * x, rtol=1e-7)

@@ -284,7 +284,7 @@ def test_an_outside_familys_stateful_callables_are_walked_like_user_objects(tmp_
         extend.ArrayFamily("bad", "layerlib.Array", np.asarray, np.asarray, module_type="Layer")
 
 
-def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them(tmp_path, monkeypatch):
+def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them(tmp_path, monkeypatch, walk_visits):
     """``ArrayFamily(constant_types=...)``: a library constant that takes no weak reference (torch's
     dtypes and devices) is held by the summary of a stateless helper that reads it, so that a new
     lambda around the helper is checked, not walked; undeclared, the helper has no summary (walked at
@@ -307,7 +307,7 @@ def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them
     import constlib
 
     from diffinterface._closures import namespaces as _closure
-    from diffinterface._closures import summaries, walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
     from diffinterface._core import arrays as _arrays
 
@@ -319,13 +319,6 @@ def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them
     def make(h):
         return lambda z: h(z)
 
-    visited = []
-    real = walk.Walker.visit
-
-    def counted(self, obj, where):
-        visited.append(obj)
-        return real(self, obj, where)
-
     di.declare_modules("constlib", walk=False)
     try:
         assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is None  # not declared: no summary
@@ -335,14 +328,14 @@ def test_a_familys_constants_let_the_closure_walk_check_a_helper_that_reads_them
             )
         )
         assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-        monkeypatch.setattr(walk.Walker, "visit", counted)
+        walk_visits.clear()  # from here: checked, not walked
         for _ in range(3):
             assert StatePlan(make(helper)).empty  # a new lambda around the helper: checked, not walked
-        assert visited == []
+        assert walk_visits == []
         x = np.array([1.0, -2.0])
         np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), make(helper), x), 4 * x, rtol=1e-7)
         scale = constlib.THREE  # another constant in the helper's cell: its summary does not hold
-        assert StatePlan(make(helper)).empty and visited
+        assert StatePlan(make(helper)).empty and walk_visits
         np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), make(helper), x), 6 * x, rtol=1e-7)
     finally:
         _arrays._FAMILIES.pop("constlib", None)

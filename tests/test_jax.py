@@ -298,14 +298,14 @@ def test_38_5_captured_arrays_f_only_reads_reach_jax_functions_as_plain_arrays()
     np.testing.assert_allclose(np.asarray(di.jacobian(backend, select, x, prep=prep)), want, rtol=1e-6)
 
 
-def test_a_helper_reading_a_jax_device_is_checked_by_its_summary_at_a_new_first_call(monkeypatch):
+def test_a_helper_reading_a_jax_device_is_checked_by_its_summary_at_a_new_first_call(walk_visits):
     """A JAX device takes no weak reference; the JAX family declares ``jax.Device`` a constant
     (``ArrayFamily.constant_types``), so a stateless helper that reads one keeps its closure walk's
     summary, and a new lambda around it is checked, not walked; the derivative is JAX's."""
     import jax
     import jax.numpy as jnp
 
-    from diffinterface._closures import summaries, walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
 
     device = jax.devices()[0]
@@ -317,15 +317,8 @@ def test_a_helper_reading_a_jax_device_is_checked_by_its_summary_at_a_new_first_
         return lambda z: h(z)
 
     assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    visited = []
-    real = walk.Walker.visit
-
-    def counted(self, obj, where):
-        visited.append(obj)
-        return real(self, obj, where)
-
-    monkeypatch.setattr(walk.Walker, "visit", counted)
+    walk_visits.clear()  # from here: checked, not walked
     x = np.array([1.0, -2.0, 0.5])
     for _ in range(3):
         np.testing.assert_allclose(di.gradient(di.AutoJAX(), make(helper), x), 3 * x**2, rtol=1e-12)
-    assert visited == []
+    assert walk_visits == []

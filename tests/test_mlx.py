@@ -568,13 +568,13 @@ def test_a_large_one_shot_call_compiles_and_a_small_one_runs_eagerly(monkeypatch
         di.prep_cache.enabled = True
 
 
-def test_a_helper_reading_an_mlx_dtype_is_checked_by_its_summary_at_a_new_first_call(monkeypatch):
+def test_a_helper_reading_an_mlx_dtype_is_checked_by_its_summary_at_a_new_first_call(walk_visits):
     """MLX's dtypes take no weak reference; the MLX family declares ``mlx.core.Dtype`` a constant, so a
     stateless helper that reads one keeps its closure walk's summary (a new lambda around it is
     checked, not walked), and the derivative is MLX's."""
     import mlx.core as mx
 
-    from diffinterface._closures import summaries, walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
 
     dtype = mx.float32
@@ -586,15 +586,8 @@ def test_a_helper_reading_an_mlx_dtype_is_checked_by_its_summary_at_a_new_first_
         return lambda z: h(z)
 
     assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    visited = []
-    real = walk.Walker.visit
-
-    def counted(self, obj, where):
-        visited.append(obj)
-        return real(self, obj, where)
-
-    monkeypatch.setattr(walk.Walker, "visit", counted)
+    walk_visits.clear()  # from here: checked, not walked
     x = mx.array([1.0, -2.0, 0.5])
     for _ in range(3):
         np.testing.assert_allclose(np.array(di.gradient(di.AutoMLX(), make(helper), x)), [2.0, -4.0, 1.0], rtol=1e-6)
-    assert visited == []
+    assert walk_visits == []

@@ -454,7 +454,7 @@ def test_a_large_pushforward_s_primal_is_x_itself_and_a_write_into_it_reruns_on_
             assert len(seen) == 2 and all(p == x.data_ptr() for p in seen)  # no copy of x
 
 
-def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_a_new_first_call(monkeypatch):
+def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_a_new_first_call(walk_visits):
     """torch's dtypes and devices take no weak reference; the torch family declares them constants
     (``ArrayFamily.constant_types``), so a stateless helper that reads them (``DEVICE =
     torch.device("cpu")`` at module level is common) keeps its closure walk's summary, and a new
@@ -462,7 +462,7 @@ def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_
     1.6, measured alone); the derivative is torch's."""
     import torch
 
-    from diffinterface._closures import summaries, walk
+    from diffinterface._closures import summaries
     from diffinterface._closures.plan import StatePlan
 
     dtype, device = torch.float64, torch.device("cpu")
@@ -474,18 +474,11 @@ def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_
         return lambda z: h(z)
 
     assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    visited = []
-    real = walk.Walker.visit
-
-    def counted(self, obj, where):
-        visited.append(obj)
-        return real(self, obj, where)
-
-    monkeypatch.setattr(walk.Walker, "visit", counted)
+    walk_visits.clear()  # from here: checked, not walked
     x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     for _ in range(3):
         torch.testing.assert_close(di.gradient(di.AutoTorch(), make(helper), x), 3 * x**2)
-    assert visited == []
+    assert walk_visits == []
 
 
 @pytest.mark.parametrize("mode", [None, "forward"], ids=["mode=None", "forward"])
