@@ -844,8 +844,9 @@ class Adapter(_Base):
         """A one-shot call traced here as its runner would trace it, for the runner's first call
         (:class:`_Recorded`), its errors explained as the runner explains them: ``make_vjp`` for a
         reverse-mode gradient or pullback, ``make_jvp`` along the one tangent of a forward-mode
-        pushforward (``target.one_tangent``; None where a primitive has no JVP: the runner's direction
-        fallback decides). None for the other operators, a structured x or f(x), and an ``f`` with
+        pushforward (``target.one_tangent``). None where a primitive has no VJP or no JVP (autograd
+        raises as it traces: the runner's direction fallback decides, as it does for a prepared call),
+        for the other operators, a structured x or f(x), and an ``f`` with
         captured state or contexts."""
         operator = target.operator
         if target.layout is not None or not fn.simple:
@@ -866,7 +867,10 @@ class Adapter(_Base):
                     except NotImplementedError:
                         return None
                     return _Recorded(None, y, dy)
-                pull, y = make_vjp(lambda z: fn(z, contexts), x)
+                try:
+                    pull, y = make_vjp(lambda z: fn(z, contexts), x)
+                except NotImplementedError:  # a primitive without a VJP (autograd refuses it as it traces)
+                    return None
         except (TypeError, ValueError) as error:  # explained as the runner explains it: f ran once
             known = _explained(target, error)
             if known is not None:

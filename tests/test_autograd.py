@@ -121,6 +121,36 @@ def test_hvp_falls_back_to_reverse_over_reverse_where_a_primitive_has_no_jvp():
         di.pushforward(di.AutoAutograd(mode="forward"), f, x, t)
 
 
+def test_reverse_mode_operators_fall_back_to_forward_mode_where_a_primitive_has_no_vjp_prepared_or_not():
+    """A primitive with a JVP and no VJP: mode=None runs gradient and pullback in forward mode, with
+    prep= or without (a call without prep= traces f as it prepares, where autograd raises at once: it
+    raised its bare NotImplementedError before); mode="reverse" raises, naming the fix."""
+    import autograd.numpy as anp
+    from autograd.extend import defjvp, primitive
+
+    @primitive
+    def cube(x):
+        return x**3
+
+    defjvp(cube, lambda g, ans, x: 3 * g * x**2)  # a JVP, and no VJP
+    f = lambda x: anp.sum(cube(x))  # noqa: E731
+    g = lambda x: 2.0 * cube(x)  # noqa: E731
+    x, ty = np.array([0.5, -1.0, 2.0]), np.array([1.0, -2.0, 0.5])
+    backend = di.AutoAutograd()
+    prep = di.prepare_gradient(backend, f, x)
+    for _ in range(2):
+        np.testing.assert_allclose(di.gradient(backend, f, x, prep=prep), 3 * x**2, rtol=1e-15)
+        np.testing.assert_allclose(di.gradient(backend, lambda z: f(z), x), 3 * x**2, rtol=1e-15)
+        value, grad = di.value_and_gradient(backend, lambda z: f(z), x)
+        assert value == np.sum(x**3)
+        np.testing.assert_allclose(grad, 3 * x**2, rtol=1e-15)
+        np.testing.assert_allclose(di.pullback(backend, lambda z: g(z), x, ty), 6 * x**2 * ty, rtol=1e-15)
+    with pytest.raises(
+        NotImplementedError, match=r"gradient\(AutoAutograd\(mode='reverse'\).*VJP of cube.*mode='forward'"
+    ):
+        di.gradient(di.AutoAutograd(mode="reverse"), f, x)
+
+
 def test_a_prepared_jacobian_traces_once_in_reverse_and_once_per_column_forward():
     calls = []
     A = np.arange(12.0).reshape(3, 4)
