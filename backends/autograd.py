@@ -585,6 +585,20 @@ class _Recorded:
         self.pull, self.y, self.dy = pull, y, dy
 
 
+def _cast(v: ArrayLike, dtype: np.dtype[Any]) -> np.ndarray:
+    """A result as a numpy array of x's dtype."""
+    v = np.asarray(v)
+    return v if v.dtype == dtype else v.astype(dtype)
+
+
+def _pulled(pull: Callable[[Any], Any], y: Any, ts: tuple[np.ndarray, ...] | None, dtype: np.dtype[Any]) -> Any:
+    """What reverse mode gives from ``make_vjp``'s ``(pull, y)``: the gradient of a scalar ``y``
+    (``ts`` None), else the pullbacks along ``ts`` (a tuple), as numpy arrays of x's dtype."""
+    if ts is None:
+        return _cast(pull(vspace(y).ones()), dtype)
+    return tuple(_cast(pull(t), dtype) for t in ts)
+
+
 def _build(
     operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array, target: Target
 ) -> tuple[Runner, Runner]:
@@ -637,8 +651,7 @@ def _build(
                     return trace(x, contexts)
 
     def cast(v: ArrayLike) -> np.ndarray:
-        v = np.asarray(v)
-        return v if v.dtype == dtype else v.astype(dtype)
+        return _cast(v, dtype)
 
     def jacobian(x: np.ndarray, contexts: Contexts) -> tuple[Any, np.ndarray]:  # (y, J shaped y_shape + x_shape)
         if forward and n:
@@ -671,7 +684,7 @@ def _build(
 
         def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
-            return y, tuple(cast(pull(t)) for t in ts)
+            return y, _pulled(pull, y, ts, dtype)
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
         def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
@@ -686,7 +699,7 @@ def _build(
 
         def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
             pull, y = vjp(x, contexts)
-            return y, cast(pull(vspace(y).ones()))
+            return y, _pulled(pull, y, None, dtype)
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
         def body(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
@@ -839,6 +852,39 @@ class Adapter(_Base):
                 f"and imaginary parts as one real array (xp.stack([xp.real(z), xp.imag(z)]))"
             )
         return Info(tuple(y.shape), y.dtype, recorded, tuple(xn.shape), oneshot)
+
+    def oneshot_result(
+        self, operator: Operator, target: Target, x: Array, tangents: tuple[Array, ...], contexts: Contexts, info: Info
+    ) -> Any:
+        """A one-shot call's result from ``output_info``'s recording (:class:`_Recorded`), as the plain
+        runner would give it: a gradient or pullback from the ``make_vjp`` trace, a pushforward along
+        one tangent from the ``make_jvp`` one (each made only for the runners' direction); the NaN
+        warning and the explained errors as the runner has them. None for any other call."""
+        value = info.value
+        if type(value) is not _Recorded:
+            return None
+        pull = value.pull
+        if pull is None:  # make_jvp's, along a pushforward's one tangent
+            if operator is not PUSHFORWARD:
+                return None
+        elif operator is not GRADIENT and operator is not PULLBACK:
+            return None
+        info.take_value()
+        xn = x if type(x) is np.ndarray else _numpy(x, None)
+        dtype = xn.dtype
+        ts = tuple(_numpy(t, dtype) for t in tangents)
+        try:
+            if pull is None:
+                result: Any = (_cast(value.dy, dtype),)
+            else:
+                result = _pulled(pull, value.y, ts if operator is PULLBACK else None, dtype)
+        except (TypeError, ValueError) as error:
+            known = _explained(target, error)
+            if known is not None:
+                raise known from error
+            raise
+        _warn_nan(target.call, xn, ts, value.y, result)
+        return result
 
     def _record(self, target: Target, x: np.ndarray, contexts: Contexts, fn: _Function) -> _Recorded | None:
         """A one-shot call traced here as its runner would trace it, for the runner's first call

@@ -940,6 +940,20 @@ def _outside_inference_mode(body: Body, x: torch.Tensor, ts: tuple[Array, ...], 
         return body(x, ts, contexts)
 
 
+def _pulled(
+    fn: _Function, x: torch.Tensor, y: torch.Tensor, xt: torch.Tensor, ts: tuple[Array, ...] | None, contexts: Contexts
+) -> Any:
+    """What reverse mode gives from a recording ``(y, xt)`` of ``fn`` at ``x`` (:func:`_record`): the
+    gradient of a scalar ``y`` (``ts`` None), else the pullbacks along ``ts`` (a tuple); where ``y``
+    does not depend on ``xt``, :func:`_lost` decides (an error, or zeros for a constant ``f``)."""
+    unused = lambda: _lost(fn, x, contexts)  # noqa: E731
+    if ts is None:
+        return _vjps(y, xt, None, False, unused=unused)
+    if len(ts) == 1:
+        return (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
+    return tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
+
+
 def _detached(value: torch.Tensor) -> torch.Tensor:
     return value.detach()
 
@@ -986,10 +1000,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, xt = record(fn, x, contexts)
-            unused = lambda: _lost(fn, x, contexts)  # noqa: E731
-            if len(ts) == 1:
-                return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
-            return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
+            return y, _pulled(fn, x, y, xt, ts, contexts)
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
@@ -1005,7 +1016,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
             y, xt = record(fn, x, contexts)
-            return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
+            return y, _pulled(fn, x, y, xt, None, contexts)
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
@@ -1112,6 +1123,30 @@ class Adapter(_Base):
                 raise known from error
             raise
         return Info(tuple(y.shape), y.dtype, recorded, tuple(xt.shape), oneshot)
+
+    def oneshot_result(
+        self, operator: Operator, target: Target, x: Array, tangents: tuple[Array, ...], contexts: Contexts, info: Info
+    ) -> Any:
+        """A one-shot call's result from ``output_info``'s evaluation, as the plain runner would give
+        it: a forward-mode pushforward along one tangent computed there (:class:`_Pushed`), a
+        gradient or pullback from its recording (:class:`_Recorded`, made only where the runners go
+        in reverse mode) after the checks :meth:`prepare` makes (a complex ``f(x)``: None, and its
+        error there). None otherwise, and where an operation of ``f`` has no backward rule: the
+        runners' direction fallback then decides, on a new recording."""
+        value = info.value
+        kind = type(value)
+        if kind is _Pushed and operator is PUSHFORWARD:
+            info.take_value()
+            return (value.dy,)
+        if kind is not _Recorded or not (operator is GRADIENT or operator is PULLBACK) or complex_dtype(info.y_dtype):
+            return None  # (a complex f(x) in reverse mode: prepare's error)
+        info.take_value()
+        try:
+            return _pulled(
+                value.fn, as_tensor(x), value.y, value.xt, tangents if operator is PULLBACK else None, contexts
+            )
+        except NotImplementedError:
+            return None
 
     def _records(self, target: Target, x: torch.Tensor) -> bool:
         """Whether a one-shot ``output_info`` records ``f`` for the runner (:class:`_Recorded`): the

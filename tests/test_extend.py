@@ -85,6 +85,63 @@ def test_an_outside_backend_is_a_backend_like_the_others():
     assert repr(AutoCentral()) == "AutoCentral()"
 
 
+class OneShotCentral(CentralAdapter):
+    """``CentralAdapter`` computing a one-shot pushforward whole (``oneshot_result``) from the
+    ``f(x)`` its ``output_info`` kept, and counting the runners it prepares."""
+
+    prepared: ClassVar[list[str]] = []
+
+    def oneshot_result(self, operator, target, x, tangents, contexts, info):
+        if operator is not extend.PUSHFORWARD:
+            return None
+        y = info.take_value()  # f(x), kept by the default output_info of a one-shot call
+        out = []
+        for t in tangents:
+            h = float(np.finfo(x.dtype).eps) ** 0.5 * max(1.0, float(np.max(np.abs(x))))  # forward differences
+            out.append((self.evaluate(target, x + h * t, contexts) - y) / h)
+        return tuple(out)
+
+    def prepare(self, operator, target, x, tangents, contexts, info):
+        type(self).prepared.append(operator.name)
+        return super().prepare(operator, target, x, tangents, contexts, info)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutoOneShot(AutoCentral):
+    name: ClassVar[str] = "oneshot-example"
+    adapter: ClassVar[str] = f"{__name__}:OneShotCentral"
+    bench: ClassVar[str | None] = None
+
+
+def test_an_adapter_may_compute_a_one_shot_calls_result_whole_without_runners():
+    """``Adapter.oneshot_result``: a call without prep= that reuses nothing asks the adapter for its
+    plain result from what output_info made, and prepares no runners where it gets one; the value
+    form, a call with prep=, a structured x and an operator it leaves (None) prepare runners."""
+    x, t = np.array([0.3, -1.2, 2.0]), np.array([1.0, 0.5, -2.0])
+
+    def f(z):
+        return np.sin(z) * z
+
+    want = (np.cos(x) * x + np.sin(x)) * t
+    backend, prepared = AutoOneShot(), OneShotCentral.prepared
+    prepared.clear()
+    for _ in range(3):  # a new function at each call: nothing reused
+        dy = di.pushforward(backend, lambda z: f(z), x, t)  # forward differences: oneshot_result's
+        np.testing.assert_allclose(dy, want, rtol=1e-5)
+        (dy,) = di.pushforward(backend, lambda z: f(z), x, (t,))
+        np.testing.assert_allclose(dy, want, rtol=1e-5)
+    assert prepared == []
+    y, dy = di.value_and_pushforward(backend, lambda z: f(z), x, t)
+    np.testing.assert_allclose(dy, want, rtol=1e-8)  # central differences: the runner's
+    grad = di.gradient(backend, lambda z: np.sum(f(z)), x)
+    np.testing.assert_allclose(grad, np.cos(x) * x + np.sin(x), rtol=1e-8)
+    prep = di.prepare_pushforward(backend, f, x, t)
+    np.testing.assert_allclose(di.pushforward(backend, f, x, t, prep=prep), want, rtol=1e-8)
+    structured = di.pushforward(backend, lambda d: {"y": f(d["a"])}, {"a": x}, {"a": t})
+    np.testing.assert_allclose(structured["y"], want, rtol=1e-8)
+    assert prepared == ["pushforward", "gradient", "pushforward", "pushforward"]
+
+
 def test_an_outside_backend_is_benchmarked_through_its_bench_record(tmp_path):
     from diffinterface import bench
 

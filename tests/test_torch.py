@@ -522,3 +522,44 @@ def test_the_asarray_warning_is_silenced_only_around_an_f_that_calls_torch_asarr
                 torch.testing.assert_close(di.gradient(backend, f, x, prep=prep), expected)
         runs = len(quieted)
         assert runs == 3 if silenced else runs <= 1, (f.__name__, runs)  # plain: its watched first run alone
+
+
+def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_no_backward_rule():
+    """A call without prep= takes its gradient or pullback whole from the recording its preparation
+    made (``Adapter.oneshot_result``); an ``autograd.Function`` with a forward-mode rule (``jvp``)
+    and no ``backward`` fails there, and mode=None goes on in forward mode as a prepared call does;
+    mode="reverse" raises, naming the fix."""
+    import torch
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(z):
+            return z**3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def jvp(ctx, t):
+            (z,) = ctx.saved_tensors
+            return 3 * z**2 * t
+
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    ty = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    backend = di.AutoTorch()
+
+    def f(z):
+        return Cube.apply(z).sum()
+
+    prep = di.prepare_gradient(backend, f, x)
+    for _ in range(2):
+        torch.testing.assert_close(di.gradient(backend, lambda z: f(z), x), 3 * x**2)
+        np.testing.assert_allclose(di.gradient(backend, lambda z: f(z), x.numpy()), 3 * x.numpy() ** 2, rtol=1e-15)
+        value, grad = di.value_and_gradient(backend, lambda z: f(z), x)
+        torch.testing.assert_close(grad, 3 * x**2)
+        torch.testing.assert_close(di.gradient(backend, f, x, prep=prep), 3 * x**2)
+        (dy,) = di.pullback(backend, lambda z: 2.0 * Cube.apply(z), x, (ty,))
+        torch.testing.assert_close(dy, 6 * x**2 * ty)
+    with pytest.raises(NotImplementedError, match=r"gradient\(AutoTorch\(mode='reverse'\).*backward.*mode='forward'"):
+        di.gradient(di.AutoTorch(mode="reverse"), lambda z: f(z), x)

@@ -195,7 +195,22 @@ def _structured_tangents(
     return tuple(structure.ravel(ls) for ls in leaves), leaves
 
 
-def prepare(
+class Direct:
+    """A one-shot call's plain result, computed whole by its adapter (:meth:`Adapter.oneshot_result`)
+    from what its ``output_info`` made: no runners and no :class:`Prep` built for the one call."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def prepare(operator: Operator, backend: Backend, f: Callable[..., Any], x: Array, **options: Any) -> Prep:
+    """A preparation of ``operator`` (the options are :func:`_prepare`'s, ``direct`` aside)."""
+    return cast("Prep", _prepare(operator, backend, f, x, **options))
+
+
+def _prepare(
     operator: Operator,
     backend: Backend,
     f: Callable[..., Any],
@@ -208,7 +223,10 @@ def prepare(
     oneshot: bool = False,
     holomorphic: bool = False,
     has_aux: bool = False,
-) -> Prep:
+    direct: bool = False,
+) -> Prep | Direct:
+    """:func:`prepare`; with ``direct`` (a one-shot call of the plain form, flat, without ``y``,
+    ``out=`` or has_aux), the adapter may compute the result whole instead (:class:`Direct`)."""
     call = _call(operator, backend, y)
     if has_aux and y is not None:
         raise _aux_with_y(call)
@@ -278,6 +296,10 @@ def prepare(
         else:
             assert layout.ys is not None
             tangents, tangent_leaves = _structured_tangents(tangent, layout.ys, x_leaves[0], call, "ty")
+    if direct and layout is None:  # a one-shot plain call: its result from output_info's evaluation, if it can
+        result = adapter.oneshot_result(inner_operator, target, x_in, tangents, contexts, info)
+        if result is not None:
+            return Direct(result)
     if layout is not None and adapter.structures_inside:  # the adapter takes leaves (see _adapters.contract.Adapter)
         info.layout = layout
         data = adapter.prepare(inner_operator, target, x_leaves, tangent_leaves, contexts, info)
@@ -509,7 +531,10 @@ def run(
                 prep_cache.forget(f, latest)
     if has_aux:
         return _with_aux(operator, backend, f, x, tangent, contexts, y, prep, out, value, holomorphic)
-    p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False)
+    plain = not value and y is None and out is None  # a one-shot call of it may get its result whole
+    p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False, plain)
+    if isinstance(p, Direct):
+        return _convert(operator.plain_conversion, p.result, x, tangent, None, operator.name, backend, False)
     try:
         if kept and not value and y is None and not p.structured and (out is None or operator.tangent is None):
             return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
@@ -518,7 +543,7 @@ def run(
         if not kept:
             raise  # a prep given with prep=: the caller's to make again
         prep_cache.forget(f, p)  # a kept one: dropped, and this call prepared again (as a one-shot call)
-    p = _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False)
+    p = cast("Prep", _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False))
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
 
 
@@ -533,9 +558,11 @@ def _prep_for(
     prep: Prep | None,
     holomorphic: bool,
     has_aux: bool,
-) -> tuple[Prep, bool]:
+    direct: bool = False,
+) -> tuple[Prep | Direct, bool]:
     """The call's prep and whether it is a kept one: the given prep checked (:func:`resolve`), else
-    the one :data:`prep_cache` keeps (:func:`reused`), else a one-shot preparation."""
+    the one :data:`prep_cache` keeps (:func:`reused`), else a one-shot preparation (``direct``: or
+    the one-shot call's result, see :func:`_prepare`)."""
     if prep is not None:
         p = resolve(
             operator,
@@ -553,7 +580,7 @@ def _prep_for(
     kept = reused(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux=has_aux)
     if kept is not None:
         return kept, True
-    return _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux), False
+    return _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux, direct), False
 
 
 def _oneshot(
@@ -566,9 +593,11 @@ def _oneshot(
     y: Array | None,
     holomorphic: bool,
     has_aux: bool,
-) -> Prep:
-    """The preparation of a call that reuses none: made for this call alone (never checked)."""
-    return prepare(
+    direct: bool = False,
+) -> Prep | Direct:
+    """The preparation of a call that reuses none: made for this call alone (never checked); with
+    ``direct``, the call's result where its adapter computes it whole (:func:`_prepare`)."""
+    return _prepare(
         operator,
         backend,
         f,
@@ -580,6 +609,7 @@ def _oneshot(
         oneshot=True,
         holomorphic=holomorphic,
         has_aux=has_aux,
+        direct=direct,
     )
 
 
@@ -649,14 +679,15 @@ def _with_aux(
     call = _call(operator, backend, y)
     if y is not None:
         raise _aux_with_y(call)
-    p, kept = _prep_for(operator, backend, f, x, tangent, contexts, None, prep, holomorphic, True)
+    made, kept = _prep_for(operator, backend, f, x, tangent, contexts, None, prep, holomorphic, True)
+    p = cast("Prep", made)  # has_aux: never a Direct
     try:
         results = _execute(operator, p, backend, x, tangent, contexts, out, value)
     except OutputShapeChanged:  # as in run: a kept prep dropped and the call prepared again
         if not kept:
             raise
         prep_cache.forget(f, p)
-        p = _oneshot(operator, backend, f, x, tangent, contexts, None, holomorphic, True)
+        p = cast("Prep", _oneshot(operator, backend, f, x, tangent, contexts, None, holomorphic, True))
         results = _execute(operator, p, backend, x, tangent, contexts, out, value)
     first, p.aux_first = p.aux_first, None
     if first is not None:  # a one-shot prep's evaluation at this very x
