@@ -42,6 +42,7 @@ from array_api_compat import array_namespace, device
 
 from diffinterface.extend import (
     NUMPY,
+    PUSHFORWARD,
     Info,
     Operator,
     Runners,
@@ -785,6 +786,24 @@ class Adapter(_Base):
         self, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts, info: Info
     ) -> Any:
         return _Along(info, x, self._exponent("first"), self.eps)
+
+    def oneshot_result(
+        self,
+        operator: Operator,
+        target: Target,
+        x: Array,
+        tangents: tuple[NumericArray, ...],
+        contexts: Contexts,
+        info: Info,
+    ) -> Any:
+        """A one-shot pushforward along one tangent whose first step point ``output_info`` evaluated
+        (:class:`_Stepped`): its plain runner's work, without the runners; None for any other call."""
+        if operator is not PUSHFORWARD or type(info.value) is not _Stepped:
+            return None
+        with _computing(x):
+            return self.pushforward(
+                self.prepare_pushforward(target, x, tangents, contexts, info), target, x, tangents, contexts
+            )
 
     def value_and_pushforward(
         self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
