@@ -945,7 +945,9 @@ def _pulled(
 ) -> Any:
     """What reverse mode gives from a recording ``(y, xt)`` of ``fn`` at ``x`` (:func:`_record`): the
     gradient of a scalar ``y`` (``ts`` None), else the pullbacks along ``ts`` (a tuple); where ``y``
-    does not depend on ``xt``, :func:`_lost` decides (an error, or zeros for a constant ``f``)."""
+    does not depend on ``xt``, :func:`_lost` decides (an error, or zeros for a constant ``f``). The
+    runners' bodies write the same inline: a call less on the prepared path, whose calls into
+    diffinterface are counted (tests/test_prepared_work.py)."""
     unused = lambda: _lost(fn, x, contexts)  # noqa: E731
     if ts is None:
         return _vjps(y, xt, None, False, unused=unused)
@@ -998,9 +1000,12 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return y, tuple(out)
     elif operator is PULLBACK and not forward:
 
-        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:  # _pulled, inline
             y, xt = record(fn, x, contexts)
-            return y, _pulled(fn, x, y, xt, ts, contexts)
+            unused = lambda: _lost(fn, x, contexts)  # noqa: E731
+            if len(ts) == 1:
+                return y, (_vjps(y, xt, _tangent(ts[0], x), False, unused=unused),)
+            return y, tuple(_vjps(y, xt, _stack(ts, x), True, unused=unused))
     elif operator.tangent is not None and operator.order == 1:  # against the mode's direction: through the Jacobian
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
@@ -1014,9 +1019,9 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
             return _jvps(fn, x, one, contexts, False)
     elif operator is GRADIENT and not forward:
 
-        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
+        def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:  # _pulled, inline
             y, xt = record(fn, x, contexts)
-            return y, _pulled(fn, x, y, xt, None, contexts)
+            return y, _vjps(y, xt, None, False, unused=lambda: _lost(fn, x, contexts))
     elif operator.order == 1:  # derivative, gradient against their direction, and the jacobian
 
         def body(x: torch.Tensor, ts: tuple[Array, ...], contexts: Contexts) -> Any:
