@@ -87,7 +87,6 @@ from diffinterface.extend import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
-    from contextlib import AbstractContextManager
 
     from numpy.typing import ArrayLike
 
@@ -542,13 +541,10 @@ class _Watch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _watching(fn: _Function) -> _Watch | None:
-    """A new :class:`_Watch` while ``fn.watch``, else None."""
-    return _Watch() if fn.watch else None
-
-
-def _under(watch: _Watch | None) -> AbstractContextManager[Any]:
-    return contextlib.nullcontext() if watch is None else watch
+# What a run of f goes under where it is not watched (``with _UNWATCHED if watch is None else watch``,
+# ``watch = _Watch() if fn.watch else None``: written inline at the three runs of f, two calls less
+# per run on the prepared path); a nullcontext holds nothing and may be entered again and at once
+_UNWATCHED = contextlib.nullcontext()
 
 
 def _numpy_refused(fn: _Function, error: BaseException, watch: _Watch | None) -> LostDerivativeError | None:
@@ -661,9 +657,9 @@ def _record(
             fn.writes_input = True
             return run(xt.clone(), contexts)
 
-    watch = _watching(fn)
+    watch = _Watch() if fn.watch else None
     try:
-        with _under(watch):
+        with _UNWATCHED if watch is None else watch:
             y = once(run if watch is None else fn.eager)  # a watched run is eager: torch.compile would trace the mode
     except Exception as error:
         known = _numpy_refused(fn, error, watch)
@@ -838,12 +834,14 @@ def _jvps(
     An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
-    watch = _watching(fn)
+    watch = _Watch() if fn.watch else None
 
     def one(t: torch.Tensor, primal_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with _dual_level():
             dual = fwAD.make_dual(primal_x, t)
-            with _under(watch):  # f alone: the mode costs a Python call per torch operation it sees
+            with (
+                _UNWATCHED if watch is None else watch
+            ):  # f alone: the mode costs a Python call per torch operation it sees
                 out = eager(dual, contexts)
             y, dy = fwAD.unpack_dual(out)
         if dy is None:
@@ -1031,10 +1029,10 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
         def forward_body(x: torch.Tensor, contexts: Contexts) -> Any:
             xt = x.detach().requires_grad_()
-            watch = _watching(fn)
+            watch = _Watch() if fn.watch else None
             with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
                 dual = fwAD.make_dual(xt, torch.ones_like(xt))
-                with _under(watch):  # f alone (see _jvps)
+                with _UNWATCHED if watch is None else watch:  # f alone (see _jvps)
                     out = fn.eager(dual, contexts)
                 y, der = fwAD.unpack_dual(out)
                 _after_watch(fn, watch, x, contexts, True)
