@@ -442,8 +442,10 @@ class _Traces:
     """The lock the adapter's traces run under, which also lends ``ArrayBox`` what array-API code in
     ``f`` needs while they run: ``__array_namespace__`` giving :data:`namespace` (autograd's own
     gives autograd.numpy, which lacks ``astype``, ``matrix_transpose`` and stand-in-aware
-    ``asarray``) and ``device``. Put back when the outermost trace ends: importing the adapter, or
-    using autograd outside its calls, sees autograd's own ``ArrayBox``."""
+    ``asarray``) and ``device``; and a ``__setitem__`` that raises :class:`_BoxWritten` (autograd's
+    class has none: Python's bare TypeError), which the call's error explains (:func:`_explained`).
+    Put back when the outermost trace ends: importing the adapter, or using autograd outside its
+    calls, sees autograd's own ``ArrayBox``."""
 
     _MISSING = object()
 
@@ -456,14 +458,11 @@ class _Traces:
         self._lock.acquire()
         self._depth += 1
         if self._depth == 1:
-            attributes = ArrayBox.__dict__
-            self._saved = {
-                "__array_namespace__": attributes.get("__array_namespace__", self._MISSING),
-                "device": attributes.get("device", self._MISSING),
-            }
-            # added to autograd's class for the duration (restored in __exit__)
-            setattr(ArrayBox, "__array_namespace__", _box_namespace)  # noqa: B010
-            setattr(ArrayBox, "device", _box_device)  # noqa: B010
+            attributes, saved = ArrayBox.__dict__, {}
+            for name, value in _LENT.items():  # added to autograd's class for the duration (restored in __exit__)
+                saved[name] = attributes.get(name, self._MISSING)
+                setattr(ArrayBox, name, value)
+            self._saved = saved
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -483,6 +482,18 @@ def _box_namespace(self: Box, api_version: str | None = None) -> _Namespace:
 
 
 _box_device = property(lambda self: "cpu")
+
+
+class _BoxWritten(TypeError):
+    """``f`` wrote into one of autograd's traced arrays (``x[0] = 1``, ``y[i] += x[i]`` on a ``y``
+    computed from ``x``), which autograd cannot record."""
+
+
+def _box_setitem(self: Box, index: Any, value: Any) -> None:
+    raise _BoxWritten(f"autograd's traced array ({type(self).__name__}) does not support item assignment")
+
+
+_LENT = {"__array_namespace__": _box_namespace, "device": _box_device, "__setitem__": _box_setitem}
 _TRACES = _Traces()
 
 
@@ -563,6 +574,13 @@ def _explained(target: Target, error: TypeError | ValueError) -> BaseException |
             f"it. Compute that value from a Constant context instead of x (it then carries no "
             f"derivative), write a custom rule for that part of f (diffinterface.rules), or use AutoTorch "
             f"or AutoJAX"
+        )
+    if raised_by(error, lambda e: type(e) is _BoxWritten):
+        return TypeError(
+            f"{call}: f writes into x, or into an array computed from x (x[i] = ..., y[i] += ...), and autograd "
+            f"cannot record writes into the arrays it differentiates. Build a new array instead (np.where, "
+            f"np.concatenate, expressions of x: autograd.numpy has them), or use AutoTorch(), which "
+            f"differentiates f's writes into a copy of x (JAX: x.at[i].set(v))"
         )
     if not _box_write(error):
         return None
@@ -829,6 +847,11 @@ class Adapter(_Base):
         """A box: under closure='const' the frontend checks that none is left in captured lists."""
         return isinstance(value, Box)
 
+    # x reaches output_info uncopied: a recording or a const-closure trace gives f a box of x (autograd
+    # refuses a write into a box, as the runners' traces do), and only the plain evaluation for
+    # f(x)'s shape gets a copy
+    copies_x = True
+
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
         xn = _numpy(x, None) if family(x) != NUMPY else np.asarray(x)
         fn = _Function(target, contexts)
@@ -839,8 +862,8 @@ class Adapter(_Base):
             elif target.closure == "const":  # traced: what f writes into captured lists is then a box
                 with _TRACES:
                     y = np.asarray(make_vjp(lambda z: fn(z, contexts), xn)[1])
-            else:
-                y = np.asarray(fn(xn, contexts))
+            else:  # f gets a plain array: a copy (see copies_x)
+                y = np.asarray(fn(xn.copy(), contexts))
         except (TypeError, ValueError) as error:
             known = standin_error(target, error, "autograd") or const_write_error(target, error, "autograd", _leaked)
             if known is not None:
