@@ -839,9 +839,8 @@ def _jvps(
     def one(t: torch.Tensor, primal_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with _dual_level():
             dual = fwAD.make_dual(primal_x, t)
-            with (
-                _UNWATCHED if watch is None else watch
-            ):  # f alone: the mode costs a Python call per torch operation it sees
+            # f alone under the watch: the mode costs a Python call per torch operation it sees
+            with _UNWATCHED if watch is None else watch:
                 out = eager(dual, contexts)
             y, dy = fwAD.unpack_dual(out)
         if dy is None:
