@@ -330,7 +330,9 @@ class Adapter:
         plain one. Asked only for one-shot calls of an operator's plain form (no value form, ``y``,
         ``out=`` or has_aux) on a flat ``x`` and ``f(x)``, with the arguments :meth:`prepare` would
         get: a call that builds no runners (a torch gradient at n = 10, preparation and call: 62 us,
-        71 through the runners, measured). An adapter that cannot finish the call there (an
+        71 through the runners, measured). It is asked instead of :meth:`prepare`, whose checks are
+        its to make too, or to leave to :meth:`prepare` by returning None (torch: a complex f(x) in
+        reverse mode). An adapter that cannot finish the call there (an
         operation without a rule in this direction) returns None, with ``info.value`` taken or left
         as its runner's first call expects it: the runners' direction fallback then decides."""
         return None
