@@ -124,15 +124,6 @@ def _tangents(
     tangent: Tangent, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
-    kind = type(tangent)
-    if kind is type(x):  # one tangent of x's own array type (the common case): the loop's checks, without its lookups
-        one = cast("Array", tangent)
-        if (
-            (kind is not np.ndarray or one.dtype.isnative)
-            and tuple(one.shape) == expected
-            and (complex_ok or not complex_dtype(one.dtype))
-        ):
-            return (one,), False
     batched = isinstance(tangent, tuple)
     items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
     out = []
