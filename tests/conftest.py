@@ -35,6 +35,23 @@ def walk_visits(monkeypatch):
     return visited
 
 
+def first_calls_are_checked_not_walked(helper, walk_visits, check):
+    """A stateless ``helper`` keeps its closure walk's summary, and a new lambda around it at each of
+    three first calls (``check(lambda z: helper(z))``, which asserts the derivative) is checked by
+    that summary, not walked (``walk_visits``: the fixture)."""
+    from diffinterface._closures import summaries
+    from diffinterface._closures.plan import StatePlan
+
+    def make():
+        return lambda z: helper(z)
+
+    assert StatePlan(make()).empty and summaries.summary_of(helper) is not None
+    walk_visits.clear()  # from here: checked, not walked
+    for _ in range(3):
+        check(make())
+    assert walk_visits == []
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import MODE_IDS, MODES, family_dtype_params, installed
+from conftest import MODE_IDS, MODES, family_dtype_params, first_calls_are_checked_not_walked, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
@@ -305,20 +305,12 @@ def test_a_helper_reading_a_jax_device_is_checked_by_its_summary_at_a_new_first_
     import jax
     import jax.numpy as jnp
 
-    from diffinterface._closures import summaries
-    from diffinterface._closures.plan import StatePlan
-
     device = jax.devices()[0]
 
     def helper(z):
         return jnp.sum(jax.device_put(z, device) ** 3)
 
-    def make(h):
-        return lambda z: h(z)
-
-    assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    walk_visits.clear()  # from here: checked, not walked
     x = np.array([1.0, -2.0, 0.5])
-    for _ in range(3):
-        np.testing.assert_allclose(di.gradient(di.AutoJAX(), make(helper), x), 3 * x**2, rtol=1e-12)
-    assert walk_visits == []
+    first_calls_are_checked_not_walked(
+        helper, walk_visits, lambda f: np.testing.assert_allclose(di.gradient(di.AutoJAX(), f, x), 3 * x**2, rtol=1e-12)
+    )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import MODE_IDS, MODES, family_dtype_params, installed
+from conftest import MODE_IDS, MODES, family_dtype_params, first_calls_are_checked_not_walked, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("mlx"), reason='mlx is not installed: pip install "diffinterface[mlx]"')
@@ -574,20 +574,14 @@ def test_a_helper_reading_an_mlx_dtype_is_checked_by_its_summary_at_a_new_first_
     checked, not walked), and the derivative is MLX's."""
     import mlx.core as mx
 
-    from diffinterface._closures import summaries
-    from diffinterface._closures.plan import StatePlan
-
     dtype = mx.float32
 
     def helper(z):
         return mx.sum(z.astype(dtype) ** 2)
 
-    def make(h):
-        return lambda z: h(z)
-
-    assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    walk_visits.clear()  # from here: checked, not walked
     x = mx.array([1.0, -2.0, 0.5])
-    for _ in range(3):
-        np.testing.assert_allclose(np.array(di.gradient(di.AutoMLX(), make(helper), x)), [2.0, -4.0, 1.0], rtol=1e-6)
-    assert walk_visits == []
+
+    def check(f):
+        np.testing.assert_allclose(np.array(di.gradient(di.AutoMLX(), f, x)), [2.0, -4.0, 1.0], rtol=1e-6)
+
+    first_calls_are_checked_not_walked(helper, walk_visits, check)

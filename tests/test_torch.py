@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import MODE_IDS, MODES, family_dtype_params, installed
+from conftest import MODE_IDS, MODES, family_dtype_params, first_calls_are_checked_not_walked, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(
@@ -462,23 +462,15 @@ def test_a_helper_reading_a_torch_dtype_and_device_is_checked_by_its_summary_at_
     1.6, measured alone); the derivative is torch's."""
     import torch
 
-    from diffinterface._closures import summaries
-    from diffinterface._closures.plan import StatePlan
-
     dtype, device = torch.float64, torch.device("cpu")
 
     def helper(z):
         return torch.sum(z.to(dtype=dtype, device=device) ** 3)
 
-    def make(h):
-        return lambda z: h(z)
-
-    assert StatePlan(make(helper)).empty and summaries.summary_of(helper) is not None
-    walk_visits.clear()  # from here: checked, not walked
     x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-    for _ in range(3):
-        torch.testing.assert_close(di.gradient(di.AutoTorch(), make(helper), x), 3 * x**2)
-    assert walk_visits == []
+    first_calls_are_checked_not_walked(
+        helper, walk_visits, lambda f: torch.testing.assert_close(di.gradient(di.AutoTorch(), f, x), 3 * x**2)
+    )
 
 
 @pytest.mark.parametrize("mode", [None, "forward"], ids=["mode=None", "forward"])
