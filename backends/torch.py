@@ -225,13 +225,16 @@ class _Function:
     which ``torch.compile`` would recompile for (see :func:`_compilable`).
     """
 
-    __slots__ = ("target", "simple", "run", "eager", "writes_input", "watch", "quiet")
+    __slots__ = ("target", "simple", "run", "eager", "writes_input", "watch", "quiet", "learned")
 
     def __init__(self, target: Target, contexts: Contexts, compile: bool) -> None:
         self.target = target
         # whether the differentiated runs of f go under _Watch (see there): at the first one, and at
         # every one after a run where f read a tensor's value
         self.watch = True
+        # what runs of functions of f's code over the same objects learned (Target.learned; None
+        # where f has contexts or captured state): a watch that saw no read (_watch_for)
+        self.learned = target.learned if not contexts else None
         # whether f's runs over guarded aliases silence torch.asarray's warning (_quiet_asarray): until
         # a watched run shows a straight-line f that calls no torch.asarray
         self.quiet = _Switch(True)
@@ -542,7 +545,7 @@ class _Watch(torch.overrides.TorchFunctionMode):
 
 
 # What a run of f goes under where it is not watched (``with _UNWATCHED if watch is None else watch``,
-# ``watch = _Watch() if fn.watch else None``: written inline at the three runs of f, two calls less
+# ``watch = _watch_for(fn, x) if fn.watch else None``: written inline at the three runs of f, two calls less
 # per run on the prepared path); a nullcontext holds nothing and may be entered again and at once
 _UNWATCHED = contextlib.nullcontext()
 
@@ -564,15 +567,35 @@ def _numpy_refused(fn: _Function, error: BaseException, watch: _Watch | None) ->
     )
 
 
+def _watch_for(fn: _Function, x: torch.Tensor) -> _Watch | None:
+    """The watch of a run of ``f`` where ``fn.watch`` says to watch: None (and no watching from then
+    on) where a function of ``f``'s code over the very objects ``f``'s slots hold ran watched at an
+    ``x`` of this shape, dtype and device and read no value (``Target.learned``, the closure walk's
+    summary: a lambda written anew at each call of a loop is such a function). Its runs would be the
+    same straight-line program as that function's, whose later runs go unwatched too; the mode's
+    Python call at every torch operation costs a first call of such an ``f`` 10-20 us, measured."""
+    learned = fn.learned
+    if learned is not None and learned.get((_LEARNED_WATCH, x.shape, x.dtype, x.device)):
+        fn.watch = fn.quiet.on = False
+        return None
+    return _Watch()
+
+
+_LEARNED_WATCH = "torch: ran watched without reading a value"  # a Target.learned key's first item
+
+
 def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts: Contexts, forward: bool) -> None:
     """After a watched run of f that succeeded: keeps watching where f read values, and checks the
-    derivative where a value that carried one escaped."""
+    derivative where a value that carried one escaped. A run that read none and called no
+    ``torch.asarray`` is learned for the functions of f's code over the same objects (:func:`_watch_for`)."""
     if watch is None:
         return
     fn.watch = watch.reads
     fn.quiet.on = watch.reads or watch.asarray
     if watch.escapes:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
+    elif not fn.quiet.on and fn.learned is not None:
+        fn.learned[(_LEARNED_WATCH, x.shape, x.dtype, x.device)] = True
 
 
 def _escape_error(fn: _Function, escapes: list[str], found: str) -> LostDerivativeError:
@@ -657,7 +680,7 @@ def _record(
             fn.writes_input = True
             return run(xt.clone(), contexts)
 
-    watch = _Watch() if fn.watch else None
+    watch = _watch_for(fn, x) if fn.watch else None
     try:
         with _UNWATCHED if watch is None else watch:
             y = once(run if watch is None else fn.eager)  # a watched run is eager: torch.compile would trace the mode
@@ -834,7 +857,7 @@ def _jvps(
     An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
-    watch = _Watch() if fn.watch else None
+    watch = _watch_for(fn, x) if fn.watch else None
 
     def one(t: torch.Tensor, primal_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with _dual_level():
@@ -1028,7 +1051,7 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
 
         def forward_body(x: torch.Tensor, contexts: Contexts) -> Any:
             xt = x.detach().requires_grad_()
-            watch = _Watch() if fn.watch else None
+            watch = _watch_for(fn, x) if fn.watch else None
             with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
                 dual = fwAD.make_dual(xt, torch.ones_like(xt))
                 with _UNWATCHED if watch is None else watch:  # f alone (see _jvps)

@@ -128,26 +128,32 @@ def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
 
 @pytest.mark.parametrize("engine", ["finitediff", "torch"])
 def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch):
-    """``benchmarks/first_call_floor.py``: a row's calls (ours on a new function, the engine's own,
-    torch's under an empty function mode) give the same derivative, and its columns are the ratios
-    of the times it measured."""
+    """``benchmarks/first_call_floor.py``: a row's calls (ours on a new function of a seen code and of
+    a new code, the engine's own, torch's under an empty function mode) give the same derivative, and
+    its columns are the ratios of the times it measured."""
     if engine == "torch" and not installed("torch"):
         pytest.skip('needs torch: pip install -e ".[all]"')
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     script = importlib.import_module("first_call_floor")
     labels, calls = script.calls(engine, "pushforward", 10, False)
-    assert labels == {"shape": "10", "inputs": "torch float64" if engine == "torch" else "numpy float64"}
-    results = {name: call() for name, call in calls.items() if name != "walk"}
-    assert set(results) == ({"native", "ours", "mode"} if engine == "torch" else {"native", "ours"})
+    inputs = "torch float64" if engine == "torch" else "numpy float64"
+    assert labels == {"shape": "10", "inputs": inputs, "shares": True}  # a stateless f: its summary is kept
+    results = {name: call() for name, call in calls.items() if not name.startswith("walk")}
+    assert set(results) == {"native", "ours", "new_code"} | ({"mode"} if engine == "torch" else set())
     for name, result in results.items():
         np.testing.assert_allclose(_numpy(result), _numpy(results["native"]), rtol=1e-5, atol=1e-6, err_msg=name)
-    assert calls["walk"]().leaves == []  # the bench f captures no state: the walk finds none
+    for walk in ("walk", "walk_new"):
+        plan = calls[walk]()
+        assert plan.leaves == [] and plan.summary is not None, walk  # no state: a summary, checked or made
     r = script.row(engine, "pushforward", 10, False, seconds=0.01)
-    assert r["first_call_ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
-    floor = (r["mode_us"] if engine == "torch" else r["native_us"]) + r["walk_us"]
-    assert r["floor_ratio"] == pytest.approx(floor / r["native_us"])
-    assert r["rest_us"] == pytest.approx(r["ours_us"] - floor)
-    assert r["rest_ratio"] == pytest.approx(r["rest_us"] / r["native_us"])
+    native = r["native_us"]
+    assert r["first_call_ratio"] == pytest.approx(r["ours_us"] / native)
+    assert r["new_code_ratio"] == pytest.approx(r["new_code_us"] / native)
+    floor = (r["mode_us"] if engine == "torch" else native) + r["walk_new_us"]
+    assert r["floor_ratio"] == pytest.approx(floor / native)
+    assert r["new_code_rest_ratio"] == pytest.approx((r["new_code_us"] - floor) / native)
+    assert r["rest_us"] == pytest.approx(r["ours_us"] - native - r["walk_us"])  # no mode: the verdict is shared
+    assert r["rest_ratio"] == pytest.approx(r["rest_us"] / native)
 
 
 def test_the_overhead_grids_read_the_recorded_table(monkeypatch):

@@ -533,6 +533,56 @@ def test_a_one_shot_torch_call_watches_f_once(monkeypatch):
         di.prep_cache.enabled = True
 
 
+def test_a_new_function_of_a_code_that_read_no_value_is_not_watched_at_its_first_call(monkeypatch):
+    """torch's lost-derivative watch learns for a code, not only for a function (``Target.learned``):
+    a lambda written anew at each call, around the same helper, runs unwatched at its first call once
+    one of them ran watched and read no value at an x of that shape, dtype and device, in either
+    direction. Another shape or dtype is watched again, and the same code around another helper (its
+    closure walk's summary no longer holds) is a new program: its ``.item()`` is the call's error."""
+    torch = pytest.importorskip("torch")
+    from diffinterface.backends import torch as torch_backend
+
+    watches = types.SimpleNamespace(n=0)
+
+    class Counted(torch_backend._Watch):
+        def __init__(self):
+            super().__init__()
+            watches.n += 1
+
+    monkeypatch.setattr(torch_backend, "_Watch", Counted)
+
+    def clean(z):
+        return torch.sin(z) ** 2
+
+    def reads(z):  # the value of z[0] reaches f(x): its derivative is lost
+        return torch.sin(z) ** 2 * z[0].item()
+
+    def around(helper):
+        return lambda z: helper(z).sum()
+
+    backend = di.AutoTorch()
+    x = torch.linspace(0.1, 1.0, 3, dtype=torch.float64)
+    t = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    di.prep_cache.enabled = False
+    try:
+        for watched in (1, 0, 0):
+            watches.n = 0
+            torch.testing.assert_close(di.gradient(backend, around(clean), x), torch.sin(2 * x), rtol=1e-12, atol=0)
+            assert watches.n == watched
+        watches.n = 0  # forward mode's runs: the same program
+        pushed = di.pushforward(backend, around(clean), x, t)
+        torch.testing.assert_close(pushed, torch.sin(2 * x) @ t, rtol=1e-12, atol=0)
+        assert watches.n == 0
+        for z in (torch.linspace(0.1, 1.0, 4, dtype=torch.float64), x.float()):
+            watches.n = 0
+            torch.testing.assert_close(di.gradient(backend, around(clean), z), torch.sin(2 * z))
+            assert watches.n == 1, z
+        with pytest.raises(LostDerivativeError, match=r"gradient\(AutoTorch\(\), f, x\).*\.item\(\)"):
+            di.gradient(backend, around(reads), x)
+    finally:
+        di.prep_cache.enabled = True
+
+
 def test_a_one_shot_pushforward_of_an_f_writing_into_its_input_leaves_x_unchanged():
     """torch's one-shot pushforward runs f on the preparation's own copy of x: f's write into its input
     (z[0] = 5) gives the derivative of the written function (J t = 2 z t with 0 in the overwritten

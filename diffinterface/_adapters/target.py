@@ -91,6 +91,22 @@ class Target:
         return self.plan is not None and not self.plan.empty
 
     @property
+    def learned(self) -> dict[Any, Any] | None:
+        """What adapters learned running functions of ``f``'s code over the very objects ``f``'s
+        slots hold now, shared by every such function (the closure walk's summary of a stateless
+        user function, which the walk checks by identity instead of walking again: a lambda written
+        anew at each call of a loop is one of them). An adapter reads and writes its own keys (a
+        tuple that starts with its engine's name, and what else the fact depends on: x's shape,
+        dtype, ...); a fact holds for a new function only as it would for ``f`` called again. None
+        where nothing is shared: an ``f`` with captured state, a callable object, ``closure="const"``
+        (no walk), a structured x or f(x), an output buffer ``y``. Bounded: past 64 keys it starts
+        again empty."""
+        plan = self.plan
+        if plan is None or plan.summary is None or self.layout is not None or self.y is not None:
+            return None
+        return plan.summary.learned
+
+    @property
     def one_tangent(self) -> Any:
         """The tangent of a one-shot pushforward along one tangent of a flat x (``tangents``), else
         None: the call a one-shot ``output_info`` may compute whole, from one evaluation of ``f``."""

@@ -174,7 +174,7 @@ def read_only_refused(error: BaseException) -> bool:
 class StatePlan:
     """The state ``f`` captures, discovered once; see the module docstring."""
 
-    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "transparent", "_cached")
+    __slots__ = ("f", "leaves", "_build", "read_only", "aliases", "cacheable", "transparent", "_cached", "summary")
 
     def __init__(self, f: Callable[..., Any]) -> None:
         self.f = f
@@ -187,9 +187,12 @@ class StatePlan:
             if summary is not None and summary.holds(f, set()):
                 self._build, self.leaves = None, []
                 self.read_only = self.cacheable = self.transparent = not summary.stores
+                self.summary: summaries.Summary | None = summary
                 return
         walker = Walker()
         self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
+        # the summary the walk kept for f (a stateless user function whose slots a summary can check)
+        self.summary = summaries.summary_of(f) if self._build is None and type(f) is types.FunctionType else None
         self.leaves = walker.leaves if self._build is not None else []
         # Only immutable values (numbers, tuples of them), in functions that rebind no captured name
         # and set no attribute: f cannot change them, so it needs no duplicate and is called as it

@@ -117,7 +117,18 @@ class Summary:
     decides its walk is its code and what its slots hold, compared by identity. The objects are
     held weakly (a summary keeps nothing of the user's alive: a dead one is a slot that changed)."""
 
-    __slots__ = ("owner", "defaults", "cells", "names", "values", "functions", "stores", "declarations", "families")
+    __slots__ = (
+        "owner",
+        "defaults",
+        "cells",
+        "names",
+        "values",
+        "functions",
+        "stores",
+        "declarations",
+        "families",
+        "learned",
+    )
 
     def __init__(
         self,
@@ -139,6 +150,10 @@ class Summary:
         # library's function or object is looked into) and the array families (whether an object is
         # an array, state, now); a summary made under others is walked again
         self.declarations, self.families = namespaces.GENERATION, _arrays.FAMILIES_GENERATION
+        # what adapters learned running a function of this code over these very objects, shared by
+        # every function the summary holds for (``Target.learned``): made anew with the summary, so a
+        # slot bound to another object starts it empty
+        self.learned = Learned()
 
     def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
         """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs). Inline
@@ -191,6 +206,21 @@ class Summary:
                         return False
         return True
 
+
+class Learned(dict):  # type: ignore[type-arg]
+    """``Summary.learned``: a dict that an adapter's facts cannot grow without bound (one key per
+    shape an ``f`` of one code meets, say): past :data:`MAX_LEARNED` keys it starts again empty,
+    where a fact not found is only learned again."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if len(self) >= MAX_LEARNED and key not in self:
+            self.clear()
+        super().__setitem__(key, value)
+
+
+MAX_LEARNED = 64
 
 SUMMARIES: dict[int, Summary] = {}  # id(code object) -> its summary (its owner checked at each read)
 MAX_SUMMARIES = 4096

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,12 @@ INTERLEAVED_FIRST_BELOW = 0.005
 def budget(size: int) -> float:
     """Contract section 11: prepared at most 1.05x native at n >= 1e4, 1.25x below."""
     return 1.05 if size >= 10_000 else 1.25
+
+
+def _new_code(fn: Any) -> Any:
+    """``fn`` as a function of a new code object (equal to its own, another object): what the first
+    call of code never run before meets."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool = False) -> dict[Any, Any] | None:
@@ -110,6 +117,9 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "repeated": lambda: ready(plain(backend, f, *args)),
         # a new function at every call (a lambda written in the loop): the cache's miss, then a one-shot call
         "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
+        # the same, with a code never seen before (a new code object at every call): nothing any cache
+        # holds applies, the closure walk's summaries and what adapters learned for a code included
+        "new_code": lambda: ready(plain(backend, _new_code(lambda *a: f(*a)), *args)),
         "prepare": lambda: prepare(backend, f, *args),
         "native": native,
         # the cold call: the native built and called (BenchEngine.native_first), on the engine's own arrays
