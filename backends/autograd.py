@@ -33,6 +33,7 @@ names one module, imported at first use).
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 import typing
@@ -505,9 +506,15 @@ def _has_nan(value: ArrayLike) -> bool:
             return any(_has_nan(v) for v in value)
     if type(value) is not np.ndarray:
         value = np.asarray(value)
-    # (np.maximum.reduce, which propagates NaN without a temporary, measured slower here: a prepared
-    # 10x10 Jacobian 1.24 -> 1.32 of autograd's own)
-    return value.dtype.kind in "fc" and bool(np.isnan(value).any())
+    kind = value.dtype.kind
+    if kind == "f":
+        # a sum of squares is NaN exactly where an entry is (no term is negative, and inf * inf is
+        # inf): one BLAS call, 0.41 us at n = 10 where np.isnan(value).any() took 0.83, measured alone.
+        # (np.maximum.reduce, which propagates NaN without a temporary, measured slower: a prepared
+        # 10x10 Jacobian 1.24 -> 1.32 of autograd's own)
+        flat = value.reshape(-1)
+        return math.isnan(np.dot(flat, flat))
+    return kind == "c" and bool(np.isnan(value).any())
 
 
 def _finite(value: ArrayLike) -> bool:
@@ -880,7 +887,7 @@ class Adapter(_Base):
         info.take_value()
         xn = x if type(x) is np.ndarray else _numpy(x, None)
         dtype = xn.dtype
-        ts = tuple(_numpy(t, dtype) for t in tangents)
+        ts = tuple(_numpy(t, dtype) for t in tangents) if pull is not None else ()  # a pushforward's: below
         try:
             if pull is None:
                 result: Any = (_cast(value.dy, dtype),)
@@ -891,6 +898,10 @@ class Adapter(_Base):
             if known is not None:
                 raise known from error
             raise
+        if pull is None:
+            if not _has_nan(result):
+                return result  # the NaN warning's common exit, before the tangent's conversion
+            ts = tuple(_numpy(t, dtype) for t in tangents)
         _warn_nan(target.call, xn, ts, value.y, result)
         return result
 
