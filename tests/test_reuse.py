@@ -493,12 +493,9 @@ def test_a_one_shot_call_evaluates_f_once(engine):
         di.prep_cache.enabled = True
 
 
-def test_a_one_shot_torch_call_watches_f_once(monkeypatch):
-    """torch's runners go on with the ``_Function`` that a one-shot ``output_info`` ran ``f`` with:
-    where that run read no tensor's value, ``f`` is not watched again (a Jacobian in forward mode
-    after its recording: one watched run, where there were two). An ``f`` that reads a value stays
-    watched, and a value read that reaches f(x) is still the call's error."""
-    torch = pytest.importorskip("torch")
+def _counted_watches(monkeypatch):
+    """A counter of torch's lost-derivative watches (``watches.n``: each ``_Watch`` made, one per
+    watched run of f), for the test's duration."""
     from diffinterface.backends import torch as torch_backend
 
     watches = types.SimpleNamespace(n=0)
@@ -509,6 +506,16 @@ def test_a_one_shot_torch_call_watches_f_once(monkeypatch):
             watches.n += 1
 
     monkeypatch.setattr(torch_backend, "_Watch", Counted)
+    return watches
+
+
+def test_a_one_shot_torch_call_watches_f_once(monkeypatch):
+    """torch's runners go on with the ``_Function`` that a one-shot ``output_info`` ran ``f`` with:
+    where that run read no tensor's value, ``f`` is not watched again (a Jacobian in forward mode
+    after its recording: one watched run, where there were two). An ``f`` that reads a value stays
+    watched, and a value read that reaches f(x) is still the call's error."""
+    torch = pytest.importorskip("torch")
+    watches = _counted_watches(monkeypatch)
     x = torch.linspace(0.1, 1.0, 3, dtype=torch.float64)
 
     def tall(z):  # 6 outputs of 3 inputs: forward mode
@@ -540,16 +547,7 @@ def test_a_new_function_of_a_code_that_read_no_value_is_not_watched_at_its_first
     direction. Another shape or dtype is watched again, and the same code around another helper (its
     closure walk's summary no longer holds) is a new program: its ``.item()`` is the call's error."""
     torch = pytest.importorskip("torch")
-    from diffinterface.backends import torch as torch_backend
-
-    watches = types.SimpleNamespace(n=0)
-
-    class Counted(torch_backend._Watch):
-        def __init__(self):
-            super().__init__()
-            watches.n += 1
-
-    monkeypatch.setattr(torch_backend, "_Watch", Counted)
+    watches = _counted_watches(monkeypatch)
 
     def clean(z):
         return torch.sin(z) ** 2
