@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 from array_api_compat import array_namespace, device
@@ -101,7 +101,7 @@ def basis(like: Array, shape: tuple[Any, ...], dtype: DType) -> tuple[Any, ...]:
     """The standard basis of arrays of ``shape``, in the family and on the device of ``like``."""
     n = shape_size(shape)
     if type(like) is np.ndarray:  # numpy's own eye: 4.6 -> 2.0 us at n = 10 (a one-shot Jacobian's basis)
-        eye = np.eye(n, dtype=dtype).reshape((n, *shape))
+        eye = np.eye(n, dtype=cast("np.dtype[Any]", dtype)).reshape((n, *shape))  # a numpy x's dtype
         return tuple(eye) if shape else tuple(eye[i, ...] for i in range(n))
     xp = _xp(like)
     eye = xp.eye(n, dtype=dtype, device=device(like))
