@@ -581,6 +581,56 @@ def test_a_new_function_of_a_code_that_read_no_value_is_not_watched_at_its_first
         di.prep_cache.enabled = True
 
 
+class _Settings:
+    pass
+
+
+_SWITCH = _Settings()  # a user's object at module level: its attribute is flipped
+_SWITCH.exact = False
+
+
+class _Switch:  # a user's class: its attribute is flipped
+    exact = False
+
+
+def _loss_on_object(z):
+    return (z[0].item() * z).sum() if _SWITCH.exact else (z * z).sum()
+
+
+def _loss_on_class(z):
+    return (z[0].item() * z).sum() if _Switch.exact else (z * z).sum()
+
+
+@pytest.mark.parametrize("where", ["object", "class"])
+def test_a_value_read_behind_a_flipped_user_switch_is_caught_in_a_new_function_of_a_seen_code(monkeypatch, where):
+    """The watch's verdict is shared only where nothing the code reaches can change under the same
+    objects (``Summary.closed``): a user's class or object whose attribute a program flips between
+    calls (``Config.exact = True``) keeps new functions of the code watched, so the ``.item()`` the
+    flip turns on is the call's error, not the gradient of ``x[0].item() * x`` taken as constant
+    (``[2, 2]`` at ``[2, 3]``, where the truth is ``[7, 3]``)."""
+    torch = pytest.importorskip("torch")
+    watches = _counted_watches(monkeypatch)
+    loss = _loss_on_object if where == "object" else _loss_on_class
+    holder = _SWITCH if where == "object" else _Switch
+    monkeypatch.setattr(holder, "exact", False)
+    x = torch.tensor([2.0, 3.0], dtype=torch.float64)
+
+    def call():
+        return di.gradient(di.AutoTorch(), lambda z: loss(z), x)
+
+    di.prep_cache.enabled = False
+    try:
+        for _ in range(2):
+            watches.n = 0
+            torch.testing.assert_close(call(), 2 * x, rtol=1e-12, atol=0)
+            assert watches.n == 1  # watched at every new function: nothing shared
+        monkeypatch.setattr(holder, "exact", True)
+        with pytest.raises(LostDerivativeError, match=r"\.item\(\)"):
+            call()
+    finally:
+        di.prep_cache.enabled = True
+
+
 def test_a_one_shot_pushforward_of_an_f_writing_into_its_input_leaves_x_unchanged():
     """torch's one-shot pushforward runs f on the preparation's own copy of x: f's write into its input
     (z[0] = 5) gives the derivative of the written function (J t = 2 z t with 0 in the overwritten

@@ -99,12 +99,14 @@ class Target:
         tuple that starts with its engine's name, and what else the fact depends on: x's shape,
         dtype, ...); a fact holds for a new function only as it would for ``f`` called again. None
         where nothing is shared: an ``f`` with captured state, a callable object, ``closure="const"``
-        (no walk), a structured x or f(x), an output buffer ``y``. Bounded: past 64 keys it starts
-        again empty."""
+        (no walk), a structured x or f(x), an output buffer ``y``, and an ``f`` whose slots reach a
+        user's module, class or object (``Summary.closed``: their attributes may change between
+        calls while the objects stay the same). Bounded: past 64 keys it starts again empty."""
         plan = self.plan
-        if plan is None or plan.summary is None or self.layout is not None or self.y is not None:
+        if plan is None or self.layout is not None or self.y is not None:
             return None
-        return plan.summary.learned
+        summary = plan.summary
+        return summary.learned if summary is not None and summary.closed else None
 
     @property
     def one_tangent(self) -> Any:

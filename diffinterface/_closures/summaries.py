@@ -128,6 +128,7 @@ class Summary:
         "declarations",
         "families",
         "learned",
+        "closed",
     )
 
     def __init__(
@@ -154,6 +155,11 @@ class Summary:
         # every function the summary holds for (``Target.learned``): made anew with the summary, so a
         # slot bound to another object starts it empty
         self.learned = Learned()
+        # whether what the slots hold cannot change while they hold the same objects, as far as the
+        # user's program goes: no user module, class or object (whose attributes a program sets
+        # between calls: ``Config.exact = True``), only libraries' and builtins' objects and user
+        # functions whose own summaries are closed. Only then is what was learned shared
+        self.closed = all(_closed(v) for v in (*cells, *values, *(fn.__defaults__ or ())))
 
     def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
         """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs). Inline
@@ -205,6 +211,26 @@ class Summary:
                     if summary is None or not summary.holds(f, checking):
                         return False
         return True
+
+
+def _closed(value: Any) -> bool:
+    """Whether a slot's object is one a user's program does not change (see ``Summary.closed``): a
+    library's module, class, function or object (decided by module name, as the walk decides what it
+    looks into), a builtin's, a string, a flag, None, and a user function whose summary is closed."""
+    if isinstance(value, types.ModuleType):
+        return not namespaces.is_user_module(value.__name__)
+    if isinstance(value, type):
+        return not namespaces.is_user_module(value.__module__)
+    if type(value) is types.FunctionType and namespaces.is_user_function(value):
+        summary = summary_of(value)
+        return summary is not None and summary.closed
+    if type(value) is tuple:
+        return all(_closed(v) for v in value)
+    if isinstance(value, (types.BuiltinFunctionType, types.MethodWrapperType)):
+        bound = getattr(value, "__self__", None)  # a method of a user's object is that object's
+        if bound is not None and not isinstance(bound, (types.ModuleType, type)):
+            return _closed(bound)
+    return not namespaces.is_user_module(type(value).__module__)
 
 
 class Learned(dict):  # type: ignore[type-arg]
