@@ -711,3 +711,161 @@ def test_a_one_shot_call_leaves_no_reference_cycle(engine):
             gc.enable()
     finally:
         di.prep_cache.enabled = True
+
+
+# -- new functions of a code seen before share its preparation ---------------------------------
+
+
+def _cube_sum(x):
+    xp = array_namespace(x)
+    return xp.sum(x**3)
+
+
+_HELPER = sum_sin2  # rebound by a test: a global that a lambda's code reads
+
+
+def _d_sum_sin2(x):
+    return np.sin(2 * x)
+
+
+def _d_cube_sum(x):
+    return 3 * x**2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_new_functions_of_one_code_share_its_preparation(backend):
+    """A lambda written anew at each iteration of a loop: the first new functions of its code run
+    one-shot, one prepares (for a private copy of itself), and every later new function takes that
+    prep; each derivative is right, for the gradient, a pushforward and a value form."""
+    x, t = np.linspace(0.1, 0.9, 5), np.linspace(1.0, 2.0, 5)
+    for k in range(6):
+        z = x + 0.1 * k
+        g = di.gradient(backend, lambda v: 2.0 * sum_sin2(v), z)
+        np.testing.assert_allclose(g, 2.0 * np.sin(2 * z), atol=_tol(backend))
+        (jt,) = di.pushforward(backend, lambda v: array_namespace(v).sin(v) * 3.0, z, (t,))
+        np.testing.assert_allclose(jt, 3.0 * np.cos(z) * t, atol=_tol(backend))
+        y, g2 = di.value_and_gradient(backend, lambda v: sum_sin2(v) - 1.0, z)
+        np.testing.assert_allclose(y, np.sum(np.sin(z) ** 2) - 1.0, atol=_tol(backend))
+        np.testing.assert_allclose(g2, np.sin(2 * z), atol=_tol(backend))
+    assert di.prep_cache.builds == 3  # one per code (and operator), however many lambdas
+    assert di.prep_cache.shared_hits >= 3 * 2
+    assert len(di.prep_cache) == 3 and di.prep_cache.functions == 0  # held by the cache, not by a lambda
+    di.prep_cache.clear()
+    di.gradient(backend, lambda v: 2.0 * sum_sin2(v), x)
+    assert di.prep_cache.shared_hits == 0 and len(di.prep_cache) == 0  # clear() forgot them
+
+
+def _share(backend, make, x, expected, calls=5):
+    """``make()``'s function called once each, ``calls`` times: every gradient checked."""
+    for _ in range(calls):
+        np.testing.assert_allclose(di.gradient(backend, make(), x), expected(x), atol=_tol(backend))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shared_preparation_never_serves_a_function_whose_slots_changed(backend):
+    """What a code's new functions share holds only while their slots hold the very objects the
+    shared prep's function held: a rebound global, a closure over another helper, a cell of the
+    function the prep was made for rebound afterwards, and the same code over another module's
+    globals each get their own derivative (never the shared one)."""
+    global _HELPER
+    x = np.linspace(0.2, 0.8, 4)
+    try:
+        _share(backend, lambda: lambda v: _HELPER(v), x, _d_sum_sin2)
+        built = di.prep_cache.builds
+        assert built == 1
+        _HELPER = _cube_sum  # the global the code reads, rebound
+        _share(backend, lambda: lambda v: _HELPER(v), x, _d_cube_sum)
+    finally:
+        _HELPER = sum_sin2
+
+    def over(helper):
+        def setter(new):
+            nonlocal helper
+            helper = new
+
+        return (lambda v: helper(v)), setter
+
+    _share(backend, lambda: over(sum_sin2)[0], x, _d_sum_sin2)
+    _share(backend, lambda: over(_cube_sum)[0], x, _d_cube_sum)
+    # the function a prep is made for rebinds its cell after the build: the prep is its copy's
+    made = [over(sum_sin2) for _ in range(4)]
+    for fn, _ in made:
+        np.testing.assert_allclose(di.gradient(backend, fn, x), _d_sum_sin2(x), atol=_tol(backend))
+    for _, setter in made:
+        setter(_cube_sum)
+    _share(backend, lambda: over(sum_sin2)[0], x, _d_sum_sin2)
+    for fn, _ in made:
+        np.testing.assert_allclose(di.gradient(backend, fn, x), _d_cube_sum(x), atol=_tol(backend))
+    # the same code object over another module's globals: whose helper is another function, or the
+    # helper the shared prep's function read before its own module's global was rebound
+    code = (lambda v: _HELPER(v)).__code__
+    _share(backend, lambda: types.FunctionType(code, globals()), x, _d_sum_sin2)
+    other = {"_HELPER": _cube_sum, "__builtins__": __builtins__}
+    _share(backend, lambda: types.FunctionType(code, other), x, _d_cube_sum)
+    _share(backend, lambda: types.FunctionType(code, globals()), x, _d_sum_sin2)
+    try:
+        _HELPER = _cube_sum  # this module's, after the build; the other module's holds what it held
+        other["_HELPER"] = sum_sin2
+        _share(backend, lambda: types.FunctionType(code, other), x, _d_sum_sin2)
+    finally:
+        _HELPER = sum_sin2
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_what_a_code_shares_needs_a_closed_function_that_stores_nothing(backend):
+    """No sharing where the slots reach a user's object (its attributes may change between calls
+    while the object stays) or where the code stores (a nonlocal rebound); reuse_prep=False and the
+    process-wide switch turn sharing off too."""
+
+    class Scale:
+        k = 2.0
+
+    x = np.linspace(0.2, 0.8, 4)
+    _share(backend, lambda: lambda v: Scale.k * sum_sin2(v), x, lambda z: 2.0 * np.sin(2 * z))
+    Scale.k = 3.0
+    _share(backend, lambda: lambda v: Scale.k * sum_sin2(v), x, lambda z: 3.0 * np.sin(2 * z))
+
+    def storing():
+        helper = sum_sin2
+
+        def fn(v):
+            nonlocal helper
+            helper = helper
+            return helper(v)
+
+        return fn
+
+    _share(backend, storing, x, _d_sum_sin2)
+    assert di.prep_cache.shared_hits == 0 and di.prep_cache.builds == 0
+    off = type(backend)(reuse_prep=False) if not isinstance(backend, di.AutoFiniteDiff) else None
+    if off is not None:
+        _share(off, lambda: lambda v: 2.0 * sum_sin2(v), x, lambda z: 2.0 * np.sin(2 * z))
+    di.prep_cache.enabled = False
+    try:
+        _share(backend, lambda: lambda v: 2.0 * sum_sin2(v), x, lambda z: 2.0 * np.sin(2 * z))
+    finally:
+        di.prep_cache.enabled = True
+    assert di.prep_cache.shared_hits == 0 and di.prep_cache.builds == 0
+
+
+def test_threads_writing_new_lambdas_of_one_code_agree():
+    backend = di.AutoFiniteDiff()
+    x = np.linspace(0.1, 0.9, 6)
+    errors = []
+
+    def work(k):
+        try:
+            for j in range(20):
+                z = x + 0.01 * (k + j)
+                g = di.gradient(backend, lambda v: 2.0 * sum_sin2(v), z)
+                np.testing.assert_allclose(g, 2.0 * np.sin(2 * z), atol=1e-6)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds <= 4

@@ -439,8 +439,19 @@ def reused(
     else:
         args = _arguments(operator, x, tangent, y, contexts)
     options = (holomorphic, has_aux) if has_aux else holomorphic
-    if prep_cache.first(operator, backend, f, args, options):  # a new function: marked, nothing to find
-        return None
+    if prep_cache.new_function(f):  # its first call without prep=, or one its code's prep served
+        key = prep_cache.key(operator, backend, args, options)
+        if key is not None and y is None and not contexts and not has_aux:
+            shared = prep_cache.shared(f, key)  # its code's prep, where it serves f
+            if isinstance(shared, Prep):
+                shared.check(operator, backend, shared.f, args)
+                return shared
+            if shared is not None:  # the third new function of its code with this key: prepared for it
+                copy = prep_cache.shared_copy(f)
+                made = prepare(operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic)
+                return prep_cache.keep_shared(shared, made)
+        if prep_cache.first(f, key):  # marked, nothing to find: one-shot
+            return None
     last = prep_cache.latest(operator, backend, f, args, holomorphic, has_aux)
     if type(last) is Prep:
         return last

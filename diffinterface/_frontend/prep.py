@@ -112,6 +112,7 @@ class Prep:
         "aux_signature",
         "aux_description",
         "aux_first",
+        "__weakref__",  # a prep shared by a code's new functions is found through a weak reference (reuse)
     )
     operator: Operator  # GRADIENT, HVP, ... (its str() is the name)
     backend: Any  # the config it was made for

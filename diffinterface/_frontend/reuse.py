@@ -24,12 +24,27 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   nothing evicted), so a loop that writes a new lambda at every call pays one dict store for it;
 - the state ``f`` captures is read at every call, as on any prepared path (contract section 7), so a
   rebound global or a written buffer is seen;
+- a new function of a code already seen shares the preparation its code was given (:meth:`PrepCache.shared`):
+  where the closure walk's summary of the code holds for it (the very same objects in its closure cells,
+  defaults and the globals its code reads) and is ``closed`` (no user module, class or object among them),
+  the function is the one an earlier function of that code was, as far as any call can tell, so the
+  prep made for that one serves it. Such calls are counted by code and key as a function's calls
+  are: the first new function's walk makes the code's summary, the next two run unprepared, the one
+  after prepares (for a private copy of itself, :meth:`PrepCache.shared_copy`: cells and defaults of
+  its own, which no later rebinding of the original's reaches) and the cache keeps that prep, and
+  later new functions of the code take the prepared path: a lambda written anew at each iteration of
+  a loop (``gradient(backend, lambda x: loss(x), x)``) runs at the prepared call's speed from its
+  fourth iteration, where JAX's own ``jit`` of a new lambda traces and compiles again. A function served
+  this way is not marked (its next call is served the same way, a summary check and one dict read
+  more than a kept prep's fast path). The preps shared by code are held by the cache (with the
+  function each was made for: at most ``max_functions`` keys of codes, the oldest go first);
 - it is off for a backend config built with ``reuse_prep=False``, and process-wide with
   ``diffinterface.prep_cache.enabled = False`` (or the environment variable
   ``DIFFINTERFACE_REUSE_PREP=0`` at import).
 
-``diffinterface.prep_cache`` counts what happened (``hits``, ``misses``, ``builds``) for tests and
-for users who want to know; ``clear()`` forgets everything.
+``diffinterface.prep_cache`` counts what happened (``hits``, ``misses``, ``builds``; ``shared_hits``: the hits of
+a new function served by its code's prep) for tests and for users who want to know; ``clear()`` forgets
+everything.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from .._closures import summaries
 from .prep import Prep, signature
 
 if TYPE_CHECKING:
@@ -50,6 +66,10 @@ if TYPE_CHECKING:
     from .._core.operators import Operator
 
 _HELD = "__diffinterface_preps__"  # the attribute of a function that holds its kept preparations
+# the key of a code's summary (``Summary.learned``) that holds the prep its new functions shared last,
+# for ``PrepCache.serving``: ``(the cache's token, a weak reference)``; the prep is held by the cache
+# (``_shared``), and a clear() makes a new token
+_LAST_SHARED = "diffinterface: the prep the code's new functions shared last"
 
 
 class _Entry:
@@ -125,15 +145,17 @@ class PrepCache:
         self.enabled = os.environ.get("DIFFINTERFACE_REUSE_PREP", "1") not in ("0", "false", "False", "no")
         self.max_functions, self.max_keys = max_functions, max_keys
         self.after = after  # one-shot calls with a key before the next one prepares
-        self.hits = self.misses = self.builds = 0
+        self.hits = self.misses = self.builds = self.shared_hits = 0
         self._lock = threading.Lock()
         self._token = object()  # what this cache's first-call marks (_First) carry; new at clear()
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
+        # (the summary of a code, key) -> its new functions' calls and the prep they share (shared)
+        self._shared: OrderedDict[tuple[summaries.Summary, Any], _Entry] = OrderedDict()
 
     def __repr__(self) -> str:
         return (
             f"PrepCache(enabled={self.enabled}, functions={self.functions}, preparations={len(self)}, "
-            f"hits={self.hits}, misses={self.misses}, builds={self.builds})"
+            f"hits={self.hits}, misses={self.misses}, builds={self.builds}, shared_hits={self.shared_hits})"
         )
 
     def _alive(self) -> list[_Held]:
@@ -146,8 +168,9 @@ class PrepCache:
         return len(self._alive())
 
     def __len__(self) -> int:
-        """The number of preparations held."""
-        return sum(1 for held in self._alive() for e in list(held.keys.values()) if e.prep is not None)
+        """The number of preparations held (a function's own, and those its code's new functions share)."""
+        own = sum(1 for held in self._alive() for e in list(held.keys.values()) if e.prep is not None)
+        return own + sum(1 for e in list(self._shared.values()) if e.prep is not None)
 
     def clear(self) -> None:
         """Forget every preparation and reset the counters."""
@@ -155,8 +178,9 @@ class PrepCache:
             for held in self._alive():
                 _detach(held)
             self._held.clear()
+            self._shared.clear()
             self._token = object()
-            self.hits = self.misses = self.builds = 0
+            self.hits = self.misses = self.builds = self.shared_hits = 0
 
     @staticmethod
     def key(operator: Operator, backend: Backend, args: tuple[Any, ...], holomorphic: Any) -> Any:
@@ -229,6 +253,8 @@ class PrepCache:
         if type(f) is not types.FunctionType or not self.enabled:
             return None
         held = f.__dict__.get(_HELD)
+        if held is None:  # a new function: its code's latest shared prep, where it serves it (shared)
+            return self._serving_shared(operator, backend, f, x, tangent, holomorphic)
         if type(held) is not _Held:
             return None
         last = held.last
@@ -248,17 +274,54 @@ class PrepCache:
         self.hits += 1
         return last
 
-    def first(
-        self, operator: Operator, backend: Backend, f: types.FunctionType, args: tuple[Any, ...], options: Any
-    ) -> bool:
-        """Where ``f`` holds nothing of any cache (its first call without ``prep=``: a new function),
-        its mark (:class:`_First`) with the call's key, and True: the call runs one-shot, with
-        nothing to look up. False where ``f`` holds something: :meth:`latest`, :meth:`find` and
-        :meth:`seen` decide. ``options``: as :meth:`key` takes them. One call for what a new lambda
-        in a loop costs the cache (a first call made four before)."""
-        if _HELD in f.__dict__:
-            return False
-        key = self.key(operator, backend, args, options)
+    def _serving_shared(
+        self, operator: Operator, backend: Backend, f: types.FunctionType, x: Any, tangent: Any, holomorphic: bool
+    ) -> Prep | None:
+        """:meth:`serving` for a new function: the latest prep its code shared (:meth:`shared`), by
+        the same fast key (the function aside: the prep's is the code's private copy), where the
+        code's summary holds for ``f`` and ``f`` reads the same module globals. A loop that writes a
+        new lambda at every call: a dict read, a weak reference, one comparison and the summary's
+        check of ``f``'s slots."""
+        code = f.__code__
+        summary = summaries.SUMMARIES.get(id(code))
+        if summary is None:
+            return None
+        found = summary.learned.get(_LAST_SHARED)  # (the cache's token, a weak reference to the prep)
+        if found is None or found[0] is not self._token:  # none, or left before a clear()
+            return None
+        last = found[1]()
+        if last is None or summary.owner() is not code:
+            return None
+        key = last.fast_key
+        kind = type(x)
+        if key is None or kind is not key[3] or last.structured or last.holomorphic != holomorphic:
+            return None
+        made_for = key[2]
+        if tangent is None:
+            if (operator, backend, made_for, kind, x.shape, x.dtype) != key:
+                return None
+        elif type(tangent) is not kind or (
+            (operator, backend, made_for, kind, x.shape, x.dtype, kind, tangent.shape, tangent.dtype) != key
+        ):
+            return None
+        if made_for.__globals__ is not f.__globals__ or not summary.holds(f, set()):
+            return None
+        self.hits += 1
+        self.shared_hits += 1
+        return last
+
+    @staticmethod
+    def new_function(f: types.FunctionType) -> bool:
+        """Whether ``f`` holds nothing of any cache: its first call without ``prep=`` (or a function
+        its code's shared prep served, which it leaves unmarked: see :meth:`shared`)."""
+        return _HELD not in f.__dict__
+
+    def first(self, f: types.FunctionType, key: Any) -> bool:
+        """For a new function (:meth:`new_function`), its mark (:class:`_First`) with the call's
+        ``key`` (:meth:`key`), and True: the call runs one-shot, with nothing to look up. False where
+        another thread's first call marked it meanwhile: :meth:`latest`, :meth:`find` and
+        :meth:`seen` decide. What a new lambda in a loop costs the cache (a first call made four
+        before)."""
         if key is None:
             return True  # a key that does not hash: never kept (as seen() would not)
         with self._lock:
@@ -267,6 +330,72 @@ class PrepCache:
             self.misses += 1
             f.__dict__[_HELD] = _First((id(f), key, self._token))
         return True
+
+    def shared(self, f: types.FunctionType, key: Any) -> Prep | _Entry | None:
+        """For a new function (no mark of its own): the prep its code keeps for ``key``, where the code's
+        summary holds for ``f``, is closed and stores nothing (see the module docstring), and ``f``
+        reads the module globals the prep's function reads; else None, after counting the call for
+        the code, or the code's entry where this is the third new function with ``key`` (the caller
+        prepares for :meth:`shared_copy` of ``f`` and calls :meth:`keep_shared`)."""
+        summary = summaries.summary_of(f)
+        if summary is None or not summary.closed or summary.stores or not summary.holds(f, set()):
+            return None  # not a function of a code seen over these same objects (or one that writes)
+        where = (summary, key)
+        with self._lock:
+            shared = self._shared
+            entry = shared.get(where)
+            if entry is None:
+                shared[where] = _Entry()
+                if len(shared) > self.max_functions:  # the oldest code's first
+                    shared.popitem(last=False)
+                return None
+            prep = entry.prep
+            if prep is not None:
+                # made for a private copy of a function of this code over these objects (shared_copy: its
+                # cells and defaults are its own, unchanged), reading the same module globals
+                if prep.f.__globals__ is f.__globals__:
+                    self.hits += 1
+                    self.shared_hits += 1
+                    summary.learned[_LAST_SHARED] = (self._token, weakref.ref(prep))  # for serving
+                    return prep
+                return None  # the same code run in another module's globals: its own calls
+            if entry.calls >= self.after:
+                self.misses += 1
+                return entry
+            entry.calls += 1
+            return None
+
+    @staticmethod
+    def shared_copy(f: types.FunctionType) -> types.FunctionType:
+        """``f`` as its code's shared prep is made for: a copy with cells of its own (holding what
+        ``f``'s hold now) and ``f``'s defaults, which no one else can rebind, reading ``f``'s module
+        globals (whose slots :meth:`shared` checks, by the code's summary, in each new function)."""
+        cells = f.__closure__
+        if cells:
+            own = []
+            for cell in cells:
+                try:
+                    own.append(types.CellType(cell.cell_contents))
+                except ValueError:  # an empty cell
+                    own.append(types.CellType())
+            cells = tuple(own)
+        copy = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, cells)
+        copy.__qualname__, copy.__module__ = f.__qualname__, f.__module__
+        return copy
+
+    def keep_shared(self, entry: _Entry, prep: Prep) -> Prep:
+        """Keep ``prep`` as its code's, for ``entry`` (:meth:`shared`); the one kept first where two
+        threads prepared at once."""
+        with self._lock:
+            if entry.prep is None:
+                entry.prep = prep
+                self.builds += 1
+            else:
+                prep = entry.prep
+            summary = summaries.summary_of(prep.f)
+            if summary is not None:
+                summary.learned[_LAST_SHARED] = (self._token, weakref.ref(prep))  # for serving
+            return prep
 
     def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
         """The prep kept for ``f`` and ``key``, or None: then the call runs unprepared, and
@@ -323,6 +452,12 @@ class PrepCache:
         """Drop ``prep``, kept for ``f``, that no longer serves it (what ``f`` captures changed shape:
         ``OutputShapeChanged``): its key is prepared again at its next call, for the state as it is."""
         with self._lock:
+            for entry in self._shared.values():
+                if entry.prep is prep:
+                    entry.prep = None
+                    summary = summaries.summary_of(prep.f)
+                    if summary is not None:
+                        summary.learned.pop(_LAST_SHARED, None)
             held = self._held_by(f)
             if held is None:
                 return
