@@ -3,13 +3,17 @@
     python benchmarks/first_call_floor.py          # writes benchmarks/results/first_call_floor.{md,csv}
     python benchmarks/first_call_floor.py --quick  # n = 10 only
 
-Two first calls are timed against the engine's own call, as the overhead table's
-``first_call_ratio`` does, but interleaved (the calls of a row alternate, one of each per round, and
-each column is the median over the rounds; the overhead table times three single calls):
+New functions' first calls are timed against the engine's own call, interleaved (the calls of a row
+alternate, one of each per round, and each column is the median over the rounds; the overhead
+table's ``first_call_ratio`` times three single calls of new code):
 
 - ``ours_us``: a new function at every call, of one code (``gradient(backend, lambda *a: f(*a),
-  x)`` in a loop): nothing reused but what holds for its code over the same objects (the closure
-  walk's summary, and what the adapter learned there: torch's watch verdict);
+  x)`` in a loop): what holds for its code over the same objects is reused, the closure walk's
+  summary, what the adapter learned there (torch's watch verdict) and, for a stateless ``f`` whose
+  slots reach no user object, the preparation its code shares (``prep_cache.shared_hits``; the
+  Jacobians' ``f`` holds an array default: state, nothing shared);
+- ``unshared_us``: the same with ``prep_cache`` off (no preparation reused or shared: a one-shot call
+  of a new function of a seen code, what ``ours`` was before the code's preparation was shared);
 - ``new_code_us``: a function of a code never seen (a new code object at every call): the first call
   of a script, which pays the whole walk and, on torch, the watch.
 
@@ -26,7 +30,7 @@ Beside them, what a first call must do before it differentiates, measured on its
   function captures is duplicated at each call, so it is found before the first evaluation.
 
 ``floor_ratio`` is new code's floor, ``(mode_us or native_us) + walk_new_us`` over ``native_us``;
-``rest_ratio`` is what ``ours`` adds beyond ``native_us + walk_us`` (the mode is not on its path,
+``rest_ratio`` is what ``unshared`` adds beyond ``native_us + walk_us`` (the mode is not on its path,
 where a function of its code read no value; the Jacobians' ``f`` holds an array default, state, and
 has no summary: there ``mode_us + walk_us``), and ``new_code_rest_ratio`` what ``new_code`` adds beyond its
 floor, each over ``native_us``: the first-call budget (1.3x the engine's own first call, issue 39)
@@ -47,6 +51,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, write_table  # noqa: E402
 
+import diffinterface as di  # noqa: E402
 from diffinterface._closures.plan import StatePlan  # noqa: E402
 from diffinterface.bench._engines import engine  # noqa: E402
 from diffinterface.bench.overhead import _case, _new_code  # noqa: E402
@@ -98,15 +103,23 @@ def calls(
     name: str, operator: str, size: int, numpy_inputs: bool
 ) -> tuple[dict[str, str], dict[str, Callable[[], Any]]]:
     """A row's labels (``shape``, ``inputs``) and calls: ``native`` (the engine's own first call),
-    ``ours`` (a new function's first call), ``mode`` (torch: the native with f under an empty
-    function mode) and ``walk`` (the walk of a new function's captured state); no calls where the
-    engine has no native for the row."""
+    ``ours`` (a new function's first call), ``unshared`` (the same, prep_cache off), ``new_code``, ``mode``
+    (torch: the native with f under an empty function mode) and ``walk`` (the walk of a new function's
+    captured state); no calls where the engine has no native for the row."""
     eng = engine(name)
     case = _case(name, eng, operator, size, numpy_inputs) if eng.allows(operator, size) else None
     if case is None:
         return {}, {}
-    f = case["f"]
-    out = {"native": case["native_first"], "ours": case["fresh"], "new_code": case["new_code"]}
+    f, fresh = case["f"], case["fresh"]
+
+    def unshared() -> Any:
+        di.prep_cache.enabled = False
+        try:
+            return fresh()
+        finally:
+            di.prep_cache.enabled = True
+
+    out = {"native": case["native_first"], "ours": fresh, "unshared": unshared, "new_code": case["new_code"]}
     if name == "torch":
         arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
         out["mode"] = eng.native_first(operator, _under_mode(f), *arrays)
@@ -137,14 +150,16 @@ def row(name: str, operator: str, size: int, numpy_inputs: bool, seconds: float)
         "native_us": native * 1e6,
         "ours_us": t["ours"] * 1e6,
         "first_call_ratio": t["ours"] / native,
+        "unshared_us": t["unshared"] * 1e6,
+        "unshared_ratio": t["unshared"] / native,
         "new_code_us": t["new_code"] * 1e6,
         "new_code_ratio": t["new_code"] / native,
         "mode_us": t["mode"] * 1e6 if "mode" in t else "",
         "walk_us": t["walk"] * 1e6,
         "walk_new_us": t["walk_new"] * 1e6,
         "floor_ratio": floor / native,
-        "rest_us": (t["ours"] - ours_floor) * 1e6,
-        "rest_ratio": (t["ours"] - ours_floor) / native,
+        "rest_us": (t["unshared"] - ours_floor) * 1e6,
+        "rest_ratio": (t["unshared"] - ours_floor) / native,
         "new_code_rest_ratio": (t["new_code"] - floor) / native,
     }
 
@@ -157,6 +172,8 @@ COLUMNS = [
     "native_us",
     "ours_us",
     "first_call_ratio",
+    "unshared_us",
+    "unshared_ratio",
     "rest_us",
     "rest_ratio",
     "new_code_us",
@@ -187,7 +204,8 @@ def main() -> None:
                     rows.append(r)
                     print(
                         f"{name:>10} {operator:>14} {r['shape']:>8} {r['inputs']:>14}: native {r['native_us']:8.1f} us"
-                        f"  ours {r['ours_us']:8.1f} us  ratio {r['first_call_ratio']:.2f}  rest {r['rest_ratio']:.2f}"
+                        f"  ours {r['ours_us']:8.1f} us  ratio {r['first_call_ratio']:.2f}"
+                        f"  unshared {r['unshared_ratio']:.2f} (rest {r['rest_ratio']:.2f})"
                         f"  new code {r['new_code_ratio']:.2f} (floor {r['floor_ratio']:.2f},"
                         f" rest {r['new_code_rest_ratio']:.2f})",
                         flush=True,
@@ -197,12 +215,14 @@ def main() -> None:
     notes = (
         "A new function's first call against the engine's own call, interleaved (one call of each per round, "
         "medians over the rounds, about 1.5 s a row). `ours_us`: a new lambda of one code at every call (what "
-        "holds for its code over the same objects is reused: the closure walk's summary, torch's watch verdict); "
+        "holds for its code over the same objects is reused: the closure walk's summary, torch's watch verdict, "
+        "and for a stateless f the preparation its code shares; the Jacobians' f holds an array default: nothing "
+        "shared); `unshared_us`: the same with prep_cache off (a one-shot call); "
         "`new_code_us`: a function of a code never seen (a new code object at every call). `mode_us` (torch): "
         "the native with f evaluated under an empty TorchFunctionMode, the dispatch a watch for values read out "
         "of tensors needs; `walk_us` / `walk_new_us`: the walk of a new function's captured state (contract "
         "section 7), for a seen code (its summary checked) / a new one; `floor_ratio`: new code's floor, (mode or "
-        "native) + walk_new, over native; `rest_us`: what ours adds beyond native + walk (mode + walk for the torch Jacobians, whose f holds an array default: no summary, watched), and `rest_ratio` that "
+        "native) + walk_new, over native; `rest_us`: what unshared adds beyond native + walk (mode + walk for the torch Jacobians, whose f holds an array default: no summary, watched), and `rest_ratio` that "
         "over native; `new_code_rest_ratio`: what new code adds beyond its floor, over native. Budget (issue "
         "39): first_call_ratio <= 1.3, i.e. rest_ratio <= 0.3 (on top of the floor where the floor alone is over 1.3)."
     )

@@ -128,8 +128,9 @@ def test_each_engine_script_times_two_calls_that_agree(engine, monkeypatch):
 
 @pytest.mark.parametrize("engine", ["finitediff", "torch"])
 def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch):
-    """``benchmarks/first_call_floor.py``: a row's calls (ours on a new function of a seen code and of
-    a new code, the engine's own, torch's under an empty function mode) give the same derivative, and
+    """``benchmarks/first_call_floor.py``: a row's calls (ours on a new function of a seen code, with
+    prep_cache and without, and of a new code, the engine's own, torch's under an empty function mode)
+    give the same derivative, and
     its columns are the ratios of the times it measured."""
     if engine == "torch" and not installed("torch"):
         pytest.skip('needs torch: pip install -e ".[all]"')
@@ -139,7 +140,7 @@ def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch)
     inputs = "torch float64" if engine == "torch" else "numpy float64"
     assert labels == {"shape": "10", "inputs": inputs, "shares": True}  # a stateless f: its summary is kept
     results = {name: call() for name, call in calls.items() if not name.startswith("walk")}
-    assert set(results) == {"native", "ours", "new_code"} | ({"mode"} if engine == "torch" else set())
+    assert set(results) == {"native", "ours", "unshared", "new_code"} | ({"mode"} if engine == "torch" else set())
     for name, result in results.items():
         np.testing.assert_allclose(_numpy(result), _numpy(results["native"]), rtol=1e-5, atol=1e-6, err_msg=name)
     for walk in ("walk", "walk_new"):
@@ -152,7 +153,8 @@ def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch)
     floor = (r["mode_us"] if engine == "torch" else native) + r["walk_new_us"]
     assert r["floor_ratio"] == pytest.approx(floor / native)
     assert r["new_code_rest_ratio"] == pytest.approx((r["new_code_us"] - floor) / native)
-    assert r["rest_us"] == pytest.approx(r["ours_us"] - native - r["walk_us"])  # no mode: the verdict is shared
+    assert r["unshared_ratio"] == pytest.approx(r["unshared_us"] / native)
+    assert r["rest_us"] == pytest.approx(r["unshared_us"] - native - r["walk_us"])  # no mode: the verdict is shared
     assert r["rest_ratio"] == pytest.approx(r["rest_us"] / native)
 
 

@@ -13,7 +13,7 @@ plots of time against size:
   still that far apart is marked ``unsteady`` instead of printed as a result. The preparation is
   compared with the native's first call: the native built and called, which pays the compilation of a
   compiling engine (a fresh ``jax.jit``, ``mx.compile``, ``tf.function``, ``pytensor.function``); so is the
-  first call of a new function without ``prep=`` (``first_call_ratio``).
+  first call of a function of new code without ``prep=`` (``first_call_ratio``).
 - ``cheap_gradient``: the prepared gradient over ``f`` itself.
 - ``mode_choice``: jacobians of tall and wide maps, ``mode=None`` against the better of
   ``"forward"`` and ``"reverse"``.
