@@ -45,6 +45,9 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
 ``diffinterface.prep_cache`` counts what happened (``hits``, ``misses``, ``builds``; ``shared_hits``: the hits of
 a new function served by its code's prep) for tests and for users who want to know; ``clear()`` forgets
 everything.
+
+Size: over 400 lines in one module, because one cache: a function's own preparations and the ones its
+code shares are found, counted, bounded and cleared together, under one lock and one token.
 """
 
 from __future__ import annotations
