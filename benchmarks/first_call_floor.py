@@ -12,7 +12,7 @@ table's ``first_call_ratio`` times three single calls of new code):
   summary, what the adapter learned there (torch's watch verdict) and, for a stateless ``f`` whose
   slots reach no user object, the preparation its code shares (``prep_cache.shared_hits``; the
   Jacobians' ``f`` holds an array default: state, nothing shared);
-- ``unshared_us``: the same with ``prep_cache`` off (no preparation reused or shared: a one-shot call
+- ``unshared_us``: the same under a config with ``reuse_prep=False`` (no preparation reused or shared: a one-shot call
   of a new function of a seen code, what ``ours`` was before the code's preparation was shared);
 - ``new_code_us``: a function of a code never seen (a new code object at every call): the first call
   of a script, which pays the whole walk and, on torch, the watch.
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import random
 import statistics
 import sys
 import time
@@ -51,7 +52,6 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, write_table  # noqa: E402
 
-import diffinterface as di  # noqa: E402
 from diffinterface._closures.plan import StatePlan  # noqa: E402
 from diffinterface.bench._engines import engine  # noqa: E402
 from diffinterface.bench.overhead import _case, _new_code  # noqa: E402
@@ -76,7 +76,7 @@ def _under_mode(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _interleaved(calls: dict[str, Callable[[], Any]], seconds: float) -> dict[str, float]:
-    """The median time of each call over rounds of one call each, in turn (the order rotated at each
+    """The median time of each call over rounds of one call each, in turn (the order shuffled at each
     round), for about ``seconds``."""
     for call in calls.values():  # warm-up
         for _ in range(5):
@@ -88,11 +88,14 @@ def _interleaved(calls: dict[str, Callable[[], Any]], seconds: float) -> dict[st
     rounds = max(15, min(2000, int(seconds / max(per_round, 1e-7))))
     samples: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls.items())
-    for r in range(rounds):
-        # each round starts one call further: every call follows every other as often (the call right
-        # after another's leaves caches and the allocator as that one left them: 20 us of a torch
-        # Jacobian's 230, measured, where one order was kept)
-        for name, call in order[r % len(order) :] + order[: r % len(order)]:
+    shuffle = random.Random(0).shuffle
+    for _ in range(rounds):
+        # each round in a new order (seeded): every call follows every other about as often. The call
+        # right after another's meets caches and the allocator as that one left them: 20 to 25 us of a
+        # torch Jacobian's 230, measured, for the call after the native. Rotating one order each round
+        # kept who follows whom (the runs before 2026-11-27 21:40 put ours after the native)
+        shuffle(order)
+        for name, call in order:
             t0 = time.perf_counter()
             call()
             samples[name].append(time.perf_counter() - t0)
@@ -103,7 +106,7 @@ def calls(
     name: str, operator: str, size: int, numpy_inputs: bool
 ) -> tuple[dict[str, str], dict[str, Callable[[], Any]]]:
     """A row's labels (``shape``, ``inputs``) and calls: ``native`` (the engine's own first call),
-    ``ours`` (a new function's first call), ``unshared`` (the same, prep_cache off), ``new_code``, ``mode``
+    ``ours`` (a new function's first call), ``unshared`` (the same, reuse_prep=False), ``new_code``, ``mode``
     (torch: the native with f under an empty function mode) and ``walk`` (the walk of a new function's
     captured state); no calls where the engine has no native for the row."""
     eng = engine(name)
@@ -112,14 +115,12 @@ def calls(
         return {}, {}
     f, fresh = case["f"], case["fresh"]
 
-    def unshared() -> Any:
-        di.prep_cache.enabled = False
-        try:
-            return fresh()
-        finally:
-            di.prep_cache.enabled = True
-
-    out = {"native": case["native_first"], "ours": fresh, "unshared": unshared, "new_code": case["new_code"]}
+    out = {
+        "native": case["native_first"],
+        "ours": fresh,
+        "unshared": case["fresh_unshared"],
+        "new_code": case["new_code"],
+    }
     if name == "torch":
         arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
         out["mode"] = eng.native_first(operator, _under_mode(f), *arrays)
@@ -217,7 +218,7 @@ def main() -> None:
         "medians over the rounds, about 1.5 s a row). `ours_us`: a new lambda of one code at every call (what "
         "holds for its code over the same objects is reused: the closure walk's summary, torch's watch verdict, "
         "and for a stateless f the preparation its code shares; the Jacobians' f holds an array default: nothing "
-        "shared); `unshared_us`: the same with prep_cache off (a one-shot call); "
+        "shared); `unshared_us`: the same under a config with reuse_prep=False (a one-shot call); "
         "`new_code_us`: a function of a code never seen (a new code object at every call). `mode_us` (torch): "
         "the native with f evaluated under an empty TorchFunctionMode, the dispatch a watch for values read out "
         "of tensors needs; `walk_us` / `walk_new_us`: the walk of a new function's captured state (contract "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import importlib
 import math
@@ -12,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import diffinterface as di
 from conftest import installed
 from diffinterface import bench
 from diffinterface.__main__ import main
@@ -158,6 +160,30 @@ def test_the_first_call_floor_script_times_calls_that_agree(engine, monkeypatch)
     assert r["rest_ratio"] == pytest.approx(r["rest_us"] / native)
 
 
+@pytest.mark.parametrize("engine", ["finitediff", "torch"])
+def test_the_fresh_lambda_script_times_calls_that_agree(engine, monkeypatch):
+    """``benchmarks/fresh_lambda.py``: a row's calls (the engine's own, warm and on a new lambda, ours
+    prepared, on a new lambda and without reuse) give the same derivative, a new lambda is served by
+    its code's shared preparation, and the columns are the ratios of the times measured."""
+    if engine == "torch" and not installed("torch"):
+        pytest.skip('needs torch: pip install -e ".[all]"')
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    script = importlib.import_module("fresh_lambda")
+    calls = script.calls(engine, "gradient", 10)
+    assert calls is not None and set(calls) == {"native", "native_new", "prepared", "fresh", "unshared"}
+    di.prep_cache.clear()
+    results = {name: call() for name, call in calls.items()}
+    for _ in range(4):
+        calls["fresh"]()
+    assert di.prep_cache.shared_hits >= 1
+    for name, result in results.items():
+        np.testing.assert_allclose(_numpy(result), _numpy(results["native"]), rtol=1e-5, atol=1e-6, err_msg=name)
+    r = script.row(engine, "gradient", 10, seconds=0.01)
+    assert r["fresh_over_prepared"] == pytest.approx(r["fresh_us"] / r["prepared_us"])
+    assert r["fresh_over_native"] == pytest.approx(r["fresh_us"] / r["native_us"])
+    assert r["unshared_over_fresh"] == pytest.approx(r["unshared_us"] / r["fresh_us"])
+
+
 def test_the_overhead_grids_read_the_recorded_table(monkeypatch):
     """``benchmarks/overhead_grids.py``: a row's ratio lands in its backend's pair and size, bold where
     over budget in the prepared grid; an unsteady row and a pair's missing second operator show as
@@ -295,20 +321,19 @@ def test_the_overhead_table_is_written_as_it_grows(tmp_path):
     assert "partial" not in written[-1][0] and "partial" not in (tmp_path / "overhead.md").read_text()
 
 
-def test_medians_times_each_call_in_every_round_in_a_rotating_order():
-    """``medians``: one batch of each call per round, the call that starts a round rotating, and a
-    positive median per call (the first-call columns of the overhead table use it)."""
+def test_medians_times_each_call_in_every_round_and_each_follows_the_others():
+    """``medians``: one batch of each call per round, in an order shuffled at each round, so that a
+    call does not always run right after the same one (rotating one order kept that: the call after
+    torch's native Jacobian ran 20 us slower), and a positive median per call (the first-call columns
+    of the overhead table use it)."""
     from diffinterface.bench._timing import Timing, medians
 
     log: list[str] = []
     calls = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}
-    timing = Timing(rounds=4, seconds=1e-12, warmup=0.0)  # batches of one call, no warm-up
+    timing = Timing(rounds=30, seconds=1e-12, warmup=0.0)  # batches of one call, no warm-up
     times = medians(calls, timing)
     assert sorted(times) == ["a", "b", "c"] and all(t > 0 for t in times.values())
-    rounds = log[6:]  # after batch_size's two calls of each
-    assert [rounds[i : i + 3] for i in range(0, 12, 3)] == [
-        ["a", "b", "c"],
-        ["b", "c", "a"],
-        ["c", "a", "b"],
-        ["a", "b", "c"],
-    ]
+    rounds = [log[i : i + 3] for i in range(6, len(log), 3)]  # after batch_size's two calls of each
+    assert len(rounds) == 30 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    after = collections.Counter((r[i - 1], r[i]) for r in rounds for i in (1, 2))
+    assert set(after) == {(p, q) for p in "abc" for q in "abc" if p != q}  # each after each other

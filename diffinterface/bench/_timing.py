@@ -7,6 +7,7 @@ import datetime
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -120,7 +121,8 @@ def _interleaved(
 def medians(calls: dict[str, Callable[[], Any]], timing: Timing = FULL) -> dict[str, float]:
     """The median time of each call over ``timing.rounds`` rounds of one batch of each (about
     ``timing.seconds`` a batch, each call its own batch size), after ``timing.warmup`` seconds of
-    them all; the order within a round rotates, so that no call always runs on another's leftovers.
+    them all; the order within a round is shuffled (seeded), so that no call always runs on another's
+    leftovers (rotating one order, as before 2026-11-27, kept each call after the same one).
     :func:`ratio` for more than two calls whose times are compared with one of them (a first call and
     a preparation with the engine's own first call): their ratios come from the same rounds."""
     sizes = {name: batch_size(fn, timing.seconds) for name, fn in calls.items()}
@@ -131,8 +133,10 @@ def medians(calls: dict[str, Callable[[], Any]], timing: Timing = FULL) -> dict[
             for _ in range(sizes[name]):
                 calls[name]()
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(timing.rounds):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
+    shuffle = random.Random(0).shuffle
+    for _ in range(timing.rounds):
+        shuffle(names)
+        for name in names:
             fn, number = calls[name], sizes[name]
             start = time.perf_counter()
             for _ in range(number):

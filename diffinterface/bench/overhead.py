@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import os
@@ -112,6 +113,7 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
             di.prep_cache.enabled = True
 
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
+    unshared = dataclasses.replace(backend, reuse_prep=False)
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     return {
         "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
@@ -123,6 +125,9 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "repeated": lambda: ready(plain(backend, f, *args)),
         # a new function at every call (a lambda written in the loop): the cache's miss, then a one-shot call
         "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
+        # the same under a config with reuse_prep=False: no preparation kept or shared (the closure walk's
+        # summary and what adapters learned for the code still are), timed as the fresh call is
+        "fresh_unshared": lambda: ready(plain(unshared, lambda *a: f(*a), *args)),
         # the same, with a code never seen before (a new code object at every call): nothing any cache
         # holds applies, the closure walk's summaries and what adapters learned for a code included
         "new_code": lambda: ready(plain(backend, _new_code(lambda *a: f(*a)), *args)),
