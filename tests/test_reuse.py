@@ -5,6 +5,7 @@ stays right when the captured state, the shapes, dtypes, families or contexts ch
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gc
 import importlib.util
 import threading
@@ -837,9 +838,12 @@ def test_what_a_code_shares_needs_a_closed_function_that_stores_nothing(backend)
 
     _share(backend, storing, x, _d_sum_sin2)
     assert di.prep_cache.shared_hits == 0 and di.prep_cache.builds == 0
-    off = type(backend)(reuse_prep=False) if not isinstance(backend, di.AutoFiniteDiff) else None
-    if off is not None:
-        _share(off, lambda: lambda v: 2.0 * sum_sin2(v), x, lambda z: 2.0 * np.sin(2 * z))
+    _share(
+        dataclasses.replace(backend, reuse_prep=False),
+        lambda: lambda v: 2.0 * sum_sin2(v),
+        x,
+        lambda z: 2.0 * np.sin(2 * z),
+    )
     di.prep_cache.enabled = False
     try:
         _share(backend, lambda: lambda v: 2.0 * sum_sin2(v), x, lambda z: 2.0 * np.sin(2 * z))
