@@ -129,6 +129,23 @@ def _detach(held: _Held) -> None:
         del owner.__dict__[_HELD]
 
 
+def _fast_match(
+    prep: Prep, operator: Operator, backend: Backend, f: Any, x: Any, tangent: Any, holomorphic: bool
+) -> bool:
+    """Whether ``prep`` serves a call of ``f`` with ``x`` alone, or with one tangent of ``x``'s own array
+    type, by its ``fast_key`` (operator, backend, ``f``, the arrays' types, shapes and dtypes: one tuple
+    comparison), a flat prep for the same ``holomorphic``."""
+    key = prep.fast_key
+    kind = type(x)
+    if key is None or kind is not key[3] or prep.structured or prep.holomorphic != holomorphic:
+        return False
+    if tangent is None:
+        return (operator, backend, f, kind, x.shape, x.dtype) == key
+    return type(tangent) is kind and (
+        (operator, backend, f, kind, x.shape, x.dtype, kind, tangent.shape, tangent.dtype) == key
+    )
+
+
 class PrepCache:
     """The preparations of calls made without ``prep=``; the process has one, :data:`prep_cache`.
 
@@ -263,16 +280,7 @@ class PrepCache:
         last = held.last
         if last is None or held.owner is None or held.owner() is not f:
             return None
-        key = last.fast_key
-        kind = type(x)
-        if key is None or kind is not key[3] or last.structured or last.holomorphic != holomorphic:
-            return None
-        if tangent is None:
-            if (operator, backend, f, kind, x.shape, x.dtype) != key:
-                return None
-        elif type(tangent) is not kind or (
-            (operator, backend, f, kind, x.shape, x.dtype, kind, tangent.shape, tangent.dtype) != key
-        ):
+        if not _fast_match(last, operator, backend, f, x, tangent, holomorphic):
             return None
         self.hits += 1
         return last
@@ -295,17 +303,8 @@ class PrepCache:
         last = found[1]()
         if last is None or summary.owner() is not code:
             return None
-        key = last.fast_key
-        kind = type(x)
-        if key is None or kind is not key[3] or last.structured or last.holomorphic != holomorphic:
-            return None
-        made_for = key[2]
-        if tangent is None:
-            if (operator, backend, made_for, kind, x.shape, x.dtype) != key:
-                return None
-        elif type(tangent) is not kind or (
-            (operator, backend, made_for, kind, x.shape, x.dtype, kind, tangent.shape, tangent.dtype) != key
-        ):
+        made_for = last.f
+        if not _fast_match(last, operator, backend, made_for, x, tangent, holomorphic):
             return None
         if made_for.__globals__ is not f.__globals__ or not summary.holds(f, set()):
             return None
