@@ -76,13 +76,15 @@ _LAST_SHARED = "diffinterface: the prep the code's new functions shared last"
 
 
 class _Entry:
-    """One key of one function: how many calls ran without a prep, and its prep once made."""
+    """One key of one function: how many calls ran without a prep, and its prep once made; for a code's
+    shared prep (:meth:`PrepCache.shared`), the summary of the code its functions were checked by."""
 
-    __slots__ = ("prep", "calls")
+    __slots__ = ("prep", "calls", "summary")
 
-    def __init__(self) -> None:
+    def __init__(self, summary: summaries.Summary | None = None) -> None:
         self.prep: Prep | None = None
         self.calls = 1
+        self.summary = summary
 
 
 class _First(tuple[Any, ...]):
@@ -347,7 +349,7 @@ class PrepCache:
             shared = self._shared
             entry = shared.get(where)
             if entry is None:
-                shared[where] = _Entry()
+                shared[where] = _Entry(summary)
                 if len(shared) > self.max_functions:  # the oldest code's first
                     shared.popitem(last=False)
                 return None
@@ -386,17 +388,19 @@ class PrepCache:
         return copy
 
     def keep_shared(self, entry: _Entry, prep: Prep) -> Prep:
-        """Keep ``prep`` as its code's, for ``entry`` (:meth:`shared`); the one kept first where two
-        threads prepared at once."""
+        """Keep ``prep`` as its code's, for ``entry`` (:meth:`shared`), where the summary its entry
+        was checked by holds for the copy it was made for (a cell rebound meanwhile, by another
+        thread: the prep serves its own call alone); the one kept first where two threads prepared at once."""
+        summary, made_for = entry.summary, prep.f
+        if summary is None or type(made_for) is not types.FunctionType or not summary.holds(made_for, set()):
+            return prep
         with self._lock:
             if entry.prep is None:
                 entry.prep = prep
                 self.builds += 1
             else:
                 prep = entry.prep
-            summary = summaries.summary_of(prep.f)
-            if summary is not None:
-                summary.learned[_LAST_SHARED] = (self._token, weakref.ref(prep))  # for serving
+            summary.learned[_LAST_SHARED] = (self._token, weakref.ref(prep))  # for serving
             return prep
 
     def find(self, f: Callable[..., Any], key: Any) -> Prep | None:
