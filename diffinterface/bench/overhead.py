@@ -113,7 +113,20 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
             di.prep_cache.enabled = True
 
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
-    unshared = dataclasses.replace(backend, reuse_prep=False)
+    if dataclasses.is_dataclass(backend) and "reuse_prep" in {field.name for field in dataclasses.fields(backend)}:
+        unshared = dataclasses.replace(backend, reuse_prep=False)
+
+        def fresh_unshared() -> Any:
+            return ready(plain(unshared, lambda *a: f(*a), *args))
+    else:  # an outside config without the switch (diffinterface.extend): the process-wide one
+
+        def fresh_unshared() -> Any:
+            di.prep_cache.enabled = False
+            try:
+                return ready(plain(backend, lambda *a: f(*a), *args))
+            finally:
+                di.prep_cache.enabled = True
+
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     return {
         "prepared": lambda: ready(plain(backend, f, *args, prep=prep)),
@@ -127,7 +140,7 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
         # the same under a config with reuse_prep=False: no preparation kept or shared (the closure walk's
         # summary and what adapters learned for the code still are), timed as the fresh call is
-        "fresh_unshared": lambda: ready(plain(unshared, lambda *a: f(*a), *args)),
+        "fresh_unshared": fresh_unshared,
         # the same, with a code never seen before (a new code object at every call): nothing any cache
         # holds applies, the closure walk's summaries and what adapters learned for a code included
         "new_code": lambda: ready(plain(backend, _new_code(lambda *a: f(*a)), *args)),
