@@ -113,7 +113,7 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
             di.prep_cache.enabled = True
 
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
-    if dataclasses.is_dataclass(backend) and "reuse_prep" in {field.name for field in dataclasses.fields(backend)}:
+    if "reuse_prep" in getattr(backend, "__dataclass_fields__", {}):  # the configs' dataclass fields
         unshared = dataclasses.replace(backend, reuse_prep=False)
 
         def fresh_unshared() -> Any:
