@@ -5,6 +5,7 @@ The timing, the machine record and the table writer are those of ``python -m dif
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 from collections.abc import Callable
@@ -91,3 +92,19 @@ def run_and_write(name: str, title: str, cases: list, runs: int) -> list[dict]:
     os.makedirs(results, exist_ok=True)
     write_table(os.path.join(results, name), title, machine(), rows, COLUMNS, notes=notes(runs))
     return rows
+
+
+def arguments(doc: str, quick: str) -> argparse.Namespace:
+    """The command line of a script that times rows for about ``--seconds`` each (``--quick``: the
+    fewer rows that ``quick`` names); ``doc``: the script's docstring, whose first line describes it."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--seconds", type=float, default=1.5, help="time per row (default 1.5 s)")
+    return parser.parse_args()
+
+
+def save(name: str, title: str, rows: list[dict[str, Any]], columns: list[str], notes: str) -> None:
+    """``benchmarks/results/<name>.{md,csv}``, with this machine's record."""
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(results, exist_ok=True)
+    write_table(os.path.join(results, name), title, machine(), rows, columns, notes=notes)

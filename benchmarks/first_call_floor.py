@@ -39,7 +39,6 @@ leaves 0.3 of the native for it, on top of the floor where the floor alone is ov
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import random
@@ -50,7 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, write_table  # noqa: E402
+from _common import arguments, save  # noqa: E402
 
 from diffinterface._closures.plan import StatePlan  # noqa: E402
 from diffinterface.bench._engines import engine  # noqa: E402
@@ -188,10 +187,7 @@ COLUMNS = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n = 10 only")
-    parser.add_argument("--seconds", type=float, default=1.5, help="time per row (default 1.5 s)")
-    args = parser.parse_args()
+    args = arguments(__doc__, "n = 10 only")
     sizes = (10,) if args.quick else (10, 1000)
     rows = []
     for name in ENGINES:
@@ -211,8 +207,6 @@ def main() -> None:
                         f" rest {r['new_code_rest_ratio']:.2f})",
                         flush=True,
                     )
-    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(results, exist_ok=True)
     notes = (
         "A new function's first call against the engine's own call, interleaved (one call of each per round, "
         "medians over the rounds, about 1.5 s a row). `ours_us`: a new lambda of one code at every call (what "
@@ -227,13 +221,12 @@ def main() -> None:
         "over native; `new_code_rest_ratio`: what new code adds beyond its floor, over native. Budget (issue "
         "39): first_call_ratio <= 1.3, i.e. rest_ratio <= 0.3 (on top of the floor where the floor alone is over 1.3)."
     )
-    write_table(
-        os.path.join(results, "first_call_floor"),
+    save(
+        "first_call_floor",
         "First call of a new function on the eager engines: the floor and the rest",
-        machine(),
         rows,
         COLUMNS,
-        notes=notes,
+        notes,
     )
 
 

@@ -22,7 +22,6 @@ times; the calls of a row are interleaved (one of each per round, medians over t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import statistics
@@ -31,7 +30,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, write_table  # noqa: E402
+from _common import arguments, save  # noqa: E402
 from first_call_floor import _interleaved  # noqa: E402
 
 from diffinterface.bench._engines import engine, installed_engines  # noqa: E402
@@ -119,10 +118,7 @@ COLUMNS = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the gradient at n = 10 only")
-    parser.add_argument("--seconds", type=float, default=1.5, help="time per row (default 1.5 s)")
-    args = parser.parse_args()
+    args = arguments(__doc__, "the gradient at n = 10 only")
     sizes, operators = ((10,), ("gradient",)) if args.quick else ((10, 1000), OPERATORS)
     rows = []
     for name in installed_engines(list(ENGINES)):
@@ -138,8 +134,6 @@ def main() -> None:
                     f" ({r['fresh_over_prepared']:.2f} of prepared), unshared {r['unshared_us']:9.1f} us",
                     flush=True,
                 )
-    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(results, exist_ok=True)
     notes = (
         "A new lambda of one code at every call (`lambda *a: f(*a)` in a loop), on the engine's own arrays, "
         "interleaved (one call of each per round, medians over the rounds, about 1.5 s a row). `native_us`: the "
@@ -148,14 +142,7 @@ def main() -> None:
         "`fresh_us`: ours on a new lambda, which shares its code's preparation from its fourth call "
         "(prep_cache.shared_hits); `unshared_us`: the same under a config with reuse_prep=False (a one-shot call)."
     )
-    write_table(
-        os.path.join(results, "fresh_lambda"),
-        "A new lambda at every call: the preparation its code shares",
-        machine(),
-        rows,
-        COLUMNS,
-        notes=notes,
-    )
+    save("fresh_lambda", "A new lambda at every call: the preparation its code shares", rows, COLUMNS, notes)
 
 
 if __name__ == "__main__":
