@@ -136,7 +136,9 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         "unprepared": lambda: ready(one_shot()),
         # the same f called without prep= in a loop: diffinterface.prep_cache's kept preparation
         "repeated": lambda: ready(plain(backend, f, *args)),
-        # a new function at every call (a lambda written in the loop): the cache's miss, then a one-shot call
+        # a new function at every call (a lambda written in the loop): one-shot calls, then from its code's fourth
+        # new function the preparation its code shares (prep_cache.shared; f here is stateless but the
+        # Jacobians', which holds an array default: one-shot at every call)
         "fresh": lambda: ready(plain(backend, lambda *a: f(*a), *args)),
         # the same under a config with reuse_prep=False: no preparation kept or shared (the closure walk's
         # summary and what adapters learned for the code still are), timed as the fresh call is
