@@ -575,13 +575,18 @@ def _watch_for(fn: _Function, x: torch.Tensor) -> _Watch | None:
     same straight-line program as that function's, whose later runs go unwatched too; the mode's
     Python call at every torch operation costs a first call of such an ``f`` 10-20 us, measured."""
     learned = fn.learned
-    if learned is not None and learned.get((_LEARNED_WATCH, x.shape, x.dtype, x.device)):
+    if learned is not None and learned.get(_watch_key(x)):
         fn.watch = fn.quiet.on = False
         return None
     return _Watch()
 
 
 _LEARNED_WATCH = "torch: ran watched without reading a value"  # a Target.learned key's first item
+
+
+def _watch_key(x: torch.Tensor) -> tuple[Any, ...]:
+    """The ``Target.learned`` key of the watch's verdict at ``x``: it holds for ``x``'s shape, dtype and device."""
+    return (_LEARNED_WATCH, x.shape, x.dtype, x.device)
 
 
 def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts: Contexts, forward: bool) -> None:
@@ -595,7 +600,7 @@ def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts:
     if watch.escapes:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
     elif not fn.quiet.on and fn.learned is not None:
-        fn.learned[(_LEARNED_WATCH, x.shape, x.dtype, x.device)] = True
+        fn.learned[_watch_key(x)] = True
 
 
 def _escape_error(fn: _Function, escapes: list[str], found: str) -> LostDerivativeError:
