@@ -994,9 +994,12 @@ class _Prepared:
         skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
         key = self._key(x, tangents, contexts, skeleton, config)
         shared = _GRAPHS.get(self.target.user_f, {}).get(key) if key is not None else None
-        if shared is not None:  # traced by another prep of the same function (the prep cache's, a user's)
-            self.graph, self.skeleton = shared
+        # traced by another prep of the same function (the prep cache's, a user's), while what its slots
+        # hold besides state is what they held then (a helper or a flag rebound since: traced again)
+        if shared is not None and (shared[2] is None or shared[2].holds()):
+            self.graph, self.skeleton = shared[:2]
             return
+        slots = self.target.slots() if key is not None else None  # f's slots as the trace below reads them
         fn, body = self.fn, self.body
         # flat positional tensors, x, the tangents, then the leaves: TensorFlow binds and flattens a
         # call's arguments in Python at every call, and nested lists cost it more than flat ones
@@ -1039,8 +1042,8 @@ class _Prepared:
                 graphs = _GRAPHS.setdefault(self.target.user_f, {})
             except TypeError:  # a callable that takes no weak reference
                 return
-            if len(graphs) < 8:
-                graphs[key] = (function, skeleton)
+            if len(graphs) < 8 or key in graphs:
+                graphs[key] = (function, skeleton, slots)
 
     def _key(self, x: Array, tangents: Any, contexts: Contexts, skeleton: _Skeleton, config: Any) -> Any:
         """What a traced graph depends on beyond its arguments, for sharing it between preps of one

@@ -33,7 +33,8 @@ example is ``tests/test_extend.py``; the documented contract is the docstring of
 
 What an adapter method receives: ``target`` (:class:`Target`, the function as adapters call it:
 ``target.call`` is the user's call for messages; :meth:`Adapter.evaluate` runs ``f`` once over fresh
-duplicates of its captured state), ``x`` (an array of the user's family), tangents as a tuple,
+duplicates of its captured state; ``target.slots()`` what ``f`` holds besides state, for a cache of the
+adapter's own found by ``f`` across preparations, reused only while its ``holds()``), ``x`` (an array of the user's family), tangents as a tuple,
 ``contexts`` (the ``Constant``/``Cache`` wrappers, passed on to ``evaluate``; :func:`context_values`
 unwraps them), and ``info`` (:class:`Info`: the shape and dtype of ``f(x)``) at preparation.
 

@@ -873,3 +873,90 @@ def test_threads_writing_new_lambdas_of_one_code_agree():
         th.join()
     assert not errors
     assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds <= 4
+
+
+_FLAG = True  # rebound by a test: a global flag a kept preparation's f reads
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "with-state"])
+def test_a_kept_preparation_is_dropped_where_fs_functions_or_flags_were_rebound(backend, stateful):
+    """A kept preparation is made for f as it is: the tracing engines compile the helpers f calls and
+    the flags it reads (torch stops watching an f that read no value). A closure cell or a global
+    rebound to another helper, or a flag rebound, between calls without prep= gives the derivative of
+    f as it is now (the four tracing engines returned the old helper's before, 2026-11-28): the kept
+    prep is dropped (prep_cache.stale), the key counted anew and prepared again. State rebound (a new
+    captured array) is read at the call and keeps the prep; a loop that rebinds the helper at every
+    call never prepares (it would compile at every call)."""
+    global _HELPER, _FLAG
+    x = np.linspace(0.2, 0.8, 4)
+    weights = np.ones(4)
+    helper = sum_sin2
+
+    def f(z):
+        xp = array_namespace(z)
+        core = helper(z) + (_HELPER(z) if _FLAG else 0.0)
+        return core + (xp.sum(xp.asarray(weights) * z) if stateful else 0.0)
+
+    def expected(inner, outer, flag, w):
+        return inner(x) + (outer(x) if flag else 0.0) + (w if stateful else 0.0)
+
+    def check(inner, outer, flag, w, calls=4):
+        for _ in range(calls):
+            np.testing.assert_allclose(di.gradient(backend, f, x), expected(inner, outer, flag, w), atol=_tol(backend))
+
+    try:
+        check(_d_sum_sin2, _d_sum_sin2, True, weights)
+        assert (di.prep_cache.builds, di.prep_cache.stale) == (1, 0) and di.prep_cache.hits >= 1
+        helper = _cube_sum  # f's closure cell, rebound
+        check(_d_cube_sum, _d_sum_sin2, True, weights)
+        assert (di.prep_cache.builds, di.prep_cache.stale) == (2, 1)  # dropped, counted anew, prepared again
+        _HELPER = _cube_sum  # a module global f reads, rebound
+        check(_d_cube_sum, _d_cube_sum, True, weights)
+        _FLAG = False  # a flag
+        check(_d_cube_sum, _d_cube_sum, False, weights)
+        assert (di.prep_cache.builds, di.prep_cache.stale) == (4, 3)
+        weights = np.full(4, 3.0)  # state: read at the call, the prep kept
+        check(_d_cube_sum, _d_cube_sum, False, weights)
+        assert (di.prep_cache.builds, di.prep_cache.stale) == (4, 3)
+        builds = di.prep_cache.builds
+        for k in range(5):  # a helper rebound at every call: each call unprepared, none prepares
+            helper = _cube_sum if k % 2 else sum_sin2
+            check(_d_cube_sum if k % 2 else _d_sum_sin2, _d_cube_sum, False, weights, calls=1)
+        assert di.prep_cache.builds == builds
+        # a prep made after a rebinding is made for f as it is (TensorFlow's graphs, shared between the
+        # preps of one function, gave the old helper's here before)
+        helper = sum_sin2
+        di.prepare_gradient(backend, f, x)
+        helper = _cube_sum
+        prep = di.prepare_gradient(backend, f, x)
+        want = expected(_d_cube_sum, _d_cube_sum, False, weights)
+        np.testing.assert_allclose(di.gradient(backend, f, x, prep=prep), want, atol=_tol(backend))
+    finally:
+        _HELPER, _FLAG = sum_sin2, True
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="pip install torch==2.13.0")
+def test_a_helper_rebound_to_one_that_reads_a_value_is_watched_again():
+    """torch's kept preparation stops watching an f that read no tensor's value; a helper rebound to
+    one that reads one (``.item()``, which drops its derivative) is caught again, not a derivative
+    with that part missing (it gave [2, 5, 6] for [4, 5, 6] before, 2026-11-28)."""
+    import torch
+
+    def clean(z):
+        return torch.sum(z**2)
+
+    def reads(z):
+        return torch.sum(z**2) + z[0].item() * z[1]
+
+    helper = clean
+
+    def f(z):
+        return helper(z)
+
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    for _ in range(4):
+        torch.testing.assert_close(di.gradient(di.AutoTorch(), f, x), 2 * x)
+    helper = reads
+    with pytest.raises(LostDerivativeError, match="item"):
+        di.gradient(di.AutoTorch(), f, x)

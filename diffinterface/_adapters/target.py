@@ -15,6 +15,7 @@ import numpy as np
 
 from .._closures.diagnose import raised_by
 from .._closures.plan import StatePlan, copy_leaf, duplicate
+from .._closures.slots import Slots, slots_of
 from .._core.errors import OutputShapeChanged
 from .._core.operators import PUSHFORWARD
 
@@ -107,6 +108,16 @@ class Target:
             return None
         summary = plan.summary
         return summary.learned if summary is not None and summary.closed else None
+
+    def slots(self) -> Slots | None:
+        """What the user's ``f`` holds besides state, as it is now (``_closures.slots``): its ``holds()``
+        says whether ``f``'s closure cells, defaults and the module globals its code reads (and those of
+        the user functions among them) still hold these objects (state where they held state, read at
+        every call anyway). For an adapter's own cache that outlives a preparation and is found by the
+        user's function (TensorFlow's traced graphs): kept beside what it caches, whose reuse it
+        allows only while it holds (a helper or a flag rebound since: made again). None for a
+        callable that is not a Python function (its attributes are not checked)."""
+        return slots_of(self.user_f)
 
     @property
     def one_tangent(self) -> Any:

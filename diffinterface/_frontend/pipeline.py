@@ -17,6 +17,7 @@ import numpy as np
 from .._adapters.contract import SecondOrderAdapter
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
+from .._closures.slots import slots_of
 from .._core.arrays import (
     NUMPY,
     as_input,
@@ -463,6 +464,7 @@ def reused(
         kept.check(operator, backend, f, args, has_aux)
         return kept
     if prep_cache.seen(f, key):  # seen twice with these arguments before: prepare once, keep it
+        slots = slots_of(f)  # what f's slots hold as it is traced, checked at each call the prep serves
         kept = prepare(
             operator,
             backend,
@@ -475,6 +477,7 @@ def reused(
             holomorphic=holomorphic,
             has_aux=has_aux,
         )
+        kept.slots = slots
         prep_cache.keep(f, key, kept)
         return kept
     return None

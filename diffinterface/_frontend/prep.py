@@ -112,6 +112,7 @@ class Prep:
         "aux_signature",
         "aux_description",
         "aux_first",
+        "slots",
         "__weakref__",  # a prep shared by a code's new functions is found through a weak reference (reuse)
     )
     operator: Operator  # GRADIENT, HVP, ... (its str() is the name)
@@ -138,6 +139,9 @@ class Prep:
     aux_signature: Any  # the structure of aux at preparation (compared at each strict call)
     aux_description: str  # for messages
     aux_first: Any  # a one-shot prep's aux, computed at preparation at the call's own x (used once)
+    # a kept prep's (prep_cache): what f's slots held besides state when it was made, checked before each
+    # call it serves (_closures.slots); None for any other prep
+    slots: Any
 
     def __init__(
         self,
@@ -161,6 +165,7 @@ class Prep:
         self.sparse = isinstance(getattr(data, "data", None), SparsePlan)
         self.result_type = self.to_numpy = None
         self.has_aux, self.aux_signature, self.aux_description, self.aux_first = has_aux, None, "", None
+        self.slots = None
         if oneshot:
             # made for one unprepared call (pipeline._execute runs data's runners): never checked, and
             # no fast path to bind (a first call of a new function makes one)

@@ -23,7 +23,11 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   function's first call leaves only its key on the function (:class:`_First`: nothing registered,
   nothing evicted), so a loop that writes a new lambda at every call pays one dict store for it;
 - the state ``f`` captures is read at every call, as on any prepared path (contract section 7), so a
-  rebound global or a written buffer is seen;
+  rebound global array or a written buffer is seen; what else ``f``'s slots hold (the helpers it calls,
+  flags: what a tracing engine compiled, what torch's watch judged) is checked before a kept prep
+  serves a call (``Prep.slots``, :mod:`diffinterface._closures.slots`): where one was rebound, the prep
+  is dropped (``stale``) and the key counted anew, and the calls counted are of ``f`` as it is (a loop
+  that rebinds a helper at every call runs unprepared);
 - a new function of a code already seen shares the preparation its code was given (:meth:`PrepCache.shared`):
   where the closure walk's summary of the code holds for it (the very same objects in its closure cells,
   defaults and the globals its code reads) and is ``closed`` (no user module, class or object among them),
@@ -43,8 +47,8 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   ``DIFFINTERFACE_REUSE_PREP=0`` at import).
 
 ``diffinterface.prep_cache`` counts what happened (``hits``, ``misses``, ``builds``; ``shared_hits``: the hits of
-a new function served by its code's prep) for tests and for users who want to know; ``clear()`` forgets
-everything.
+a new function served by its code's prep; ``stale``: the kept preps dropped for a rebound slot) for tests
+and for users who want to know; ``clear()`` forgets everything.
 
 Size: over 400 lines in one module, because one cache: a function's own preparations and the ones its
 code shares are found, counted, bounded and cleared together, under one lock and one token.
@@ -60,6 +64,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .._closures import summaries
+from .._closures.slots import Slots, slots_of
 from .prep import Prep, signature
 
 if TYPE_CHECKING:
@@ -77,14 +82,16 @@ _LAST_SHARED = "diffinterface: the prep the code's new functions shared last"
 
 class _Entry:
     """One key of one function: how many calls ran without a prep, and its prep once made; for a code's
-    shared prep (:meth:`PrepCache.shared`), the summary of the code its functions were checked by."""
+    shared prep (:meth:`PrepCache.shared`), the summary of the code its functions were checked by. ``slots``:
+    what the function's slots held at the calls counted (:meth:`PrepCache.seen`)."""
 
-    __slots__ = ("prep", "calls", "summary")
+    __slots__ = ("prep", "calls", "summary", "slots")
 
     def __init__(self, summary: summaries.Summary | None = None) -> None:
         self.prep: Prep | None = None
         self.calls = 1
         self.summary = summary
+        self.slots: Slots | None = None
 
 
 class _First(tuple[Any, ...]):
@@ -167,7 +174,7 @@ class PrepCache:
         self.enabled = os.environ.get("DIFFINTERFACE_REUSE_PREP", "1") not in ("0", "false", "False", "no")
         self.max_functions, self.max_keys = max_functions, max_keys
         self.after = after  # one-shot calls with a key before the next one prepares
-        self.hits = self.misses = self.builds = self.shared_hits = 0
+        self.hits = self.misses = self.builds = self.shared_hits = self.stale = 0
         self._lock = threading.Lock()
         self._token = object()  # what this cache's first-call marks (_First) carry; new at clear()
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
@@ -177,7 +184,8 @@ class PrepCache:
     def __repr__(self) -> str:
         return (
             f"PrepCache(enabled={self.enabled}, functions={self.functions}, preparations={len(self)}, "
-            f"hits={self.hits}, misses={self.misses}, builds={self.builds}, shared_hits={self.shared_hits})"
+            f"hits={self.hits}, misses={self.misses}, builds={self.builds}, shared_hits={self.shared_hits}, "
+            f"stale={self.stale})"
         )
 
     def _alive(self) -> list[_Held]:
@@ -202,7 +210,7 @@ class PrepCache:
             self._held.clear()
             self._shared.clear()
             self._token = object()
-            self.hits = self.misses = self.builds = self.shared_hits = 0
+            self.hits = self.misses = self.builds = self.shared_hits = self.stale = 0
 
     @staticmethod
     def key(operator: Operator, backend: Backend, args: tuple[Any, ...], holomorphic: Any) -> Any:
@@ -256,7 +264,7 @@ class PrepCache:
         if has_aux or type(held) is not _Held or held.owner is None or held.owner() is not f:
             return None
         last = held.last
-        if last is None or not last.serves(operator, backend, f, args, holomorphic):
+        if last is None or not last.serves(operator, backend, f, args, holomorphic) or not self._holds(f, last):
             return None
         self.hits += 1
         return last
@@ -282,7 +290,7 @@ class PrepCache:
         last = held.last
         if last is None or held.owner is None or held.owner() is not f:
             return None
-        if not _fast_match(last, operator, backend, f, x, tangent, holomorphic):
+        if not _fast_match(last, operator, backend, f, x, tangent, holomorphic) or not self._holds(f, last):
             return None
         self.hits += 1
         return last
@@ -409,11 +417,30 @@ class PrepCache:
         held = self._held_by(f)
         if held is not None:
             entry = held.keys.get(key)
-            if entry is not None and entry.prep is not None:
+            if entry is not None and entry.prep is not None and self._holds(f, entry.prep):
                 self.hits += 1
                 held.last = entry.prep
                 return entry.prep
         return None
+
+    def _holds(self, f: Callable[..., Any], prep: Prep) -> bool:
+        """Whether ``f``'s slots hold what they held when its kept ``prep`` was made (``Prep.slots``: the
+        same objects besides state, see ``_closures.slots``); where one changed, the prep is dropped
+        and its key counted anew, so that a loop that rebinds a helper at every call runs unprepared
+        (it would compile at every call) and one that rebound it once prepares again for ``f`` as it is."""
+        slots = prep.slots
+        if slots is None or slots.holds():
+            return True
+        with self._lock:
+            held = self._held_by(f)
+            if held is not None:
+                for entry in held.keys.values():
+                    if entry.prep is prep:
+                        entry.prep, entry.calls, entry.slots = None, 1, None
+                if held.last is prep:
+                    held.last = None
+        self.stale += 1
+        return False
 
     def seen(self, f: Callable[..., Any], key: Any) -> bool:
         """Record a call of ``f`` with ``key`` that had no prep; True when ``after`` calls with it ran
@@ -443,11 +470,20 @@ class PrepCache:
             entry = keys.get(key)
             if entry is not None:
                 keys.move_to_end(key)
+                # the calls counted are of f as it is: where a helper or a flag it holds was rebound since
+                # the last one, counted anew (a loop that rebinds one at every call never prepares)
+                slots = entry.slots
+                if slots is None or not slots.holds():
+                    entry.slots = slots_of(f)
+                    if slots is not None:
+                        entry.calls = 1
+                        return False
                 if entry.calls >= self.after:
                     return True
                 entry.calls += 1
                 return False
-            keys[key] = _Entry()
+            keys[key] = entry = _Entry()
+            entry.slots = slots_of(f)
             while len(keys) > self.max_keys:
                 _, dropped = keys.popitem(last=False)
                 if dropped.prep is not None and dropped.prep is held.last:
