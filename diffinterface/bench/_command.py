@@ -52,6 +52,7 @@ _COLUMNS = {
         "fresh_over_unprepared",
         "prepare_s",
         "native_first_s",
+        "native_new_code_s",
         "prepare_ratio",
         "first_call_ratio",
         "within_budget",
@@ -144,8 +145,10 @@ def _notes(table: str, timing: Timing) -> str:
         "`first_call_ratio`, the preparation and the first call of a new code (a function of a code never seen; "
         "fresh lambdas before 2026-11-27) over the native's first call: the native "
         "built and called (a fresh `jax.jit`, `mx.compile`, `tf.function` or `pytensor.function`, traced and "
-        "compiled; torch's and autograd's are eager). A native first call under 5 ms (an eager engine's) is timed "
-        "with the preparation and the new code's first call in the same interleaved rounds (their medians: "
+        "compiled; torch's and autograd's are eager), for `first_call_ratio` on a function of new code made the "
+        "same way (`native_new_code_s`; since 2026-11-28, f itself before; a compiling engine's is its "
+        "`native_first_s`, which compiles a new function whatever its code). A native first call under 5 ms (an "
+        "eager engine's) is timed with the preparation and the new code's first call in the same interleaved rounds (their medians: "
         "the ratios agree with the times); a slower one (a compilation) as the median of single calls. Budget "
         "(contract section 11): the prepared "
         "ratio at most 1.05 at sizes >= 1e4, 1.25 below. f: `sum(sin(x)**2)` (gradient, hvp, hessian), "
