@@ -13,7 +13,11 @@ code, around the same ``f``: from its fourth call on it takes the preparation it
   it takes over 5 ms;
 - ``prepared_us``: ours with ``prep=``; ``fresh_us``: ours on a new lambda at every call;
   ``unshared_us``: the same under a config with ``reuse_prep=False`` (a one-shot call: what a new lambda cost before
-  its code's preparation was shared).
+  its code's preparation was shared);
+- ``fresh_state_us``: ours on a new lambda over a new number at every call (``lambda *a: scale * f(*a)``,
+  state of its own, as ``lambda p: loss(p, batch)`` over a new batch), served from its code's third new
+  function by the preparation the code shares over state (the copy takes each lambda's state at its call);
+  ``unshared_state_us`` the same with ``reuse_prep=False``.
 
 ``fresh_over_prepared``, ``fresh_over_native`` and ``unshared_over_fresh`` are the ratios of those
 times; the calls of a row are interleaved (one of each per round, medians over the rounds), as in
@@ -59,6 +63,8 @@ def calls(name: str, operator: str, size: int) -> dict[str, Any] | None:
         "prepared": case["prepared"],
         "fresh": fresh,
         "unshared": case["fresh_unshared"],
+        "fresh_state": case["fresh_state"],
+        "unshared_state": case["fresh_state_unshared"],
     }
 
 
@@ -76,6 +82,7 @@ def row(name: str, operator: str, size: int, seconds: float) -> dict[str, Any] |
         slow = None
     for _ in range(4):  # past the code's first new functions: from here on the shared preparation
         row_calls["fresh"]()
+        row_calls["fresh_state"]()
     t = _interleaved(row_calls, seconds)
     if slow is not None:
         t["native_new"] = slow
@@ -93,6 +100,10 @@ def row(name: str, operator: str, size: int, seconds: float) -> dict[str, Any] |
         "fresh_over_prepared": t["fresh"] / t["prepared"],
         "fresh_over_native": t["fresh"] / t["native"],
         "unshared_over_fresh": t["unshared"] / t["fresh"],
+        "fresh_state_us": t["fresh_state"] * 1e6,
+        "unshared_state_us": t["unshared_state"] * 1e6,
+        "fresh_state_over_prepared": t["fresh_state"] / t["prepared"],
+        "unshared_over_fresh_state": t["unshared_state"] / t["fresh_state"],
     }
 
 
@@ -114,6 +125,10 @@ COLUMNS = [
     "fresh_over_prepared",
     "fresh_over_native",
     "unshared_over_fresh",
+    "fresh_state_us",
+    "unshared_state_us",
+    "fresh_state_over_prepared",
+    "unshared_over_fresh_state",
 ]
 
 
@@ -131,7 +146,9 @@ def main() -> None:
                 print(
                     f"{name:>10} {operator:>12} {size:>5}: native {r['native_us']:9.1f} us, on a new lambda "
                     f"{r['native_new_us']:9.1f} us; ours prepared {r['prepared_us']:8.1f}, fresh {r['fresh_us']:8.1f}"
-                    f" ({r['fresh_over_prepared']:.2f} of prepared), unshared {r['unshared_us']:9.1f} us",
+                    f" ({r['fresh_over_prepared']:.2f} of prepared), unshared {r['unshared_us']:9.1f} us;"
+                    f" over state {r['fresh_state_us']:8.1f} ({r['fresh_state_over_prepared']:.2f}), unshared"
+                    f" {r['unshared_state_us']:9.1f} us",
                     flush=True,
                 )
     notes = (
@@ -140,7 +157,10 @@ def main() -> None:
         "engine's own best call, warm; `native_new_us`: its own call on a new lambda (a compiling engine traces and "
         "compiles again; median of three single calls where over 5 ms); `prepared_us`: ours with prep=; "
         "`fresh_us`: ours on a new lambda, which shares its code's preparation from its fourth call "
-        "(prep_cache.shared_hits); `unshared_us`: the same under a config with reuse_prep=False (a one-shot call)."
+        "(prep_cache.shared_hits); `unshared_us`: the same under a config with reuse_prep=False (a one-shot call). "
+        "`fresh_state_us`: a new lambda over a new number at every call (`lambda *a: scale * f(*a)`: state of its "
+        "own), which shares its code's preparation over state from its third call; `unshared_state_us` the same "
+        "with reuse_prep=False."
     )
     save("fresh_lambda", "A new lambda at every call: the preparation its code shares", rows, COLUMNS, notes)
 

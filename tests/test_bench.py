@@ -174,14 +174,25 @@ def test_the_fresh_lambda_script_times_calls_that_agree(engine, monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     script = importlib.import_module("fresh_lambda")
     calls = script.calls(engine, "gradient", 10)
-    assert calls is not None and set(calls) == {"native", "native_new", "prepared", "fresh", "unshared"}
+    expected = {"native", "native_new", "prepared", "fresh", "unshared", "fresh_state", "unshared_state"}
+    assert calls is not None and set(calls) == expected
     di.prep_cache.clear()
     results = {name: call() for name, call in calls.items()}
     for _ in range(4):
         calls["fresh"]()
     assert di.prep_cache.shared_hits >= 1
+    hits = di.prep_cache.shared_hits
+    native = _numpy(results["native"])
+    for _ in range(4):  # a new lambda over a new number: its code's preparation over state, from the third
+        scaled = _numpy(calls["fresh_state"]())
+        scale = scaled[0] / native[0]  # (scale * f)' = scale * f', each call's own scale
+        assert min(abs(scale - s) for s in np.linspace(0.5, 1.5, 7)) < 1e-6
+        np.testing.assert_allclose(scaled, scale * native, rtol=1e-5, atol=1e-6)
+    assert di.prep_cache.shared_hits > hits
     for name, result in results.items():
-        np.testing.assert_allclose(_numpy(result), _numpy(results["native"]), rtol=1e-5, atol=1e-6, err_msg=name)
+        if name.endswith("state"):
+            continue
+        np.testing.assert_allclose(_numpy(result), native, rtol=1e-5, atol=1e-6, err_msg=name)
     r = script.row(engine, "gradient", 10, seconds=0.01)
     assert r["fresh_over_prepared"] == pytest.approx(r["fresh_us"] / r["prepared_us"])
     assert r["fresh_over_native"] == pytest.approx(r["fresh_us"] / r["native_us"])

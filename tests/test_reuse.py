@@ -54,14 +54,18 @@ def test_the_third_call_prepares_and_later_calls_reuse_it(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_fresh_lambda_each_call_builds_nothing_and_leaves_nothing(backend):
+def test_a_fresh_lambda_each_call_leaves_nothing_but_its_codes_preparation(backend):
+    """A new lambda at every call (over a number of its own, its default ``k``): the first two run
+    unprepared, the third prepares once for the code (its copy takes each lambda's ``k`` at the call),
+    and nothing of any lambda stays registered."""
     x = np.linspace(0.0, 1.0, 4)
     for k in range(5):
         g = di.gradient(backend, lambda z, k=k: k * sum_sin2(z), x)
         np.testing.assert_allclose(g, k * np.sin(2 * x), atol=_tol(backend))
     gc.collect()
-    assert di.prep_cache.builds == 0 and di.prep_cache.hits == 0
+    assert (di.prep_cache.builds, di.prep_cache.shared_hits) == (1, 3)
     assert di.prep_cache.functions == 0  # each lambda's entry died with it
+    assert len(di.prep_cache) == 1  # its code's
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -267,15 +271,17 @@ def test_a_first_call_registers_nothing_and_the_second_holds_the_first_key():
     lambdas = [lambda z, k=k: k * sum_sin2(z) for k in range(3)]  # alive: only registration is counted
     for k, g in enumerate(lambdas):
         np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), g, x), k * np.sin(2 * x), atol=1e-6)
-    assert (di.prep_cache.functions, di.prep_cache.misses, di.prep_cache.builds) == (0, 3, 0)
+    # the third, a new function of the first two's code over other state (its default k), is served by
+    # the prep its code shares over state (made for its copy), which is not its own registration either
+    assert (di.prep_cache.functions, di.prep_cache.misses, di.prep_cache.builds) == (0, 3, 1)
     f = lambdas[1]
     di.gradient(di.AutoFiniteDiff(), f, y)  # another key: two keys held, one call each
     assert di.prep_cache.functions == 1
     assert [e.calls for e in f.__dict__["__diffinterface_preps__"].keys.values()] == [1, 1]
     di.gradient(di.AutoFiniteDiff(), f, x)  # the first key's second call
-    assert di.prep_cache.builds == 0
-    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), f, x), np.sin(2 * x), atol=1e-6)
     assert di.prep_cache.builds == 1
+    np.testing.assert_allclose(di.gradient(di.AutoFiniteDiff(), f, x), np.sin(2 * x), atol=1e-6)
+    assert di.prep_cache.builds == 2
 
 
 def test_clear_and_a_wrapper_forget_a_first_call():
@@ -960,3 +966,133 @@ def test_a_helper_rebound_to_one_that_reads_a_value_is_watched_again():
     helper = reads
     with pytest.raises(LostDerivativeError, match="item"):
         di.gradient(di.AutoTorch(), f, x)
+
+
+def _weighted(z, batch):
+    xp = array_namespace(z)
+    return xp.sum(xp.sin(xp.asarray(batch) * z) ** 2)
+
+
+def _d_weighted(z, batch):
+    return batch * np.sin(2 * batch * z)
+
+
+_BATCH = np.ones(4)  # rebound by a test: a module global batch a lambda's code reads
+
+
+class _Model:
+    """A user's object (its attributes may change while it stays the same object)."""
+
+    scale = 1.0
+
+
+_MODEL = _Model()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_new_functions_over_new_state_share_their_codes_preparation(backend):
+    """A lambda written anew for each batch (``lambda p: loss(p, batch)``), the batch in a closure cell,
+    a default argument or a module global: from its code's fourth new function with a key, the calls
+    run the prep made for the third's private copy (the third's call included), which takes each new
+    function's state at its call.
+    Every derivative is the one of its own batch (new values at every call, another shape once)."""
+    global _BATCH
+    rng = np.random.default_rng(5)
+    x = np.linspace(0.2, 0.8, 4)
+
+    def over_cell(batch):
+        return lambda z: _weighted(z, batch)
+
+    def over_default(batch):
+        return lambda z, b=batch: _weighted(z, b)
+
+    def over_global(batch):
+        global _BATCH
+        _BATCH = batch
+        return lambda z: _weighted(z, _BATCH)
+
+    try:
+        for k, make in enumerate((over_cell, over_default, over_global)):
+            for _ in range(8):
+                batch = rng.normal(size=4)
+                g = di.gradient(backend, make(batch), x)
+                np.testing.assert_allclose(g, _d_weighted(x, batch), atol=_tol(backend) * 10)
+            assert (di.prep_cache.builds, di.prep_cache.shared_hits) == (k + 1, 6 * (k + 1)), make.__name__
+        assert len(di.prep_cache) == 3
+        builds, hits = di.prep_cache.builds, di.prep_cache.shared_hits
+        for size in (1, 1, 4):  # another batch shape (broadcast): f(x)'s unchanged, right (traced again or eager)
+            batch = rng.normal(size=size)
+            np.testing.assert_allclose(
+                di.gradient(backend, over_cell(batch), x), _d_weighted(x, batch), atol=_tol(backend) * 10
+            )
+        assert di.prep_cache.builds == builds and di.prep_cache.shared_hits == hits + 3
+    finally:
+        _BATCH = np.ones(4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_what_new_functions_over_state_share_needs_the_same_helpers_and_code_that_stores_nothing(backend):
+    """A code's prep over state serves a new function only where its slots hold what the prep's
+    function held besides state: a closure over another helper gets its own derivative; a code that
+    rebinds a captured name, or reaches a user's object, never shares (its prep would write into, or
+    read from, what the new function does not)."""
+    rng = np.random.default_rng(6)
+    x = np.linspace(0.2, 0.8, 4)
+
+    def over(helper, batch):
+        return lambda z: helper(z) + _weighted(z, batch)
+
+    for k in range(10):
+        helper, d_helper = (sum_sin2, _d_sum_sin2) if k % 3 else (_cube_sum, _d_cube_sum)
+        batch = rng.normal(size=4)
+        g = di.gradient(backend, over(helper, batch), x)
+        np.testing.assert_allclose(g, d_helper(x) + _d_weighted(x, batch), atol=_tol(backend) * 10)
+    assert di.prep_cache.builds == 1 and 0 < di.prep_cache.shared_hits < 7  # the cube helper's: one-shot
+
+    def counting(batch):
+        calls = 0
+
+        def f(z):
+            nonlocal calls
+            calls += 1
+            return _weighted(z, batch)
+
+        return f
+
+    def reaching(batch, model=_MODEL):
+        return lambda z: model.scale * _weighted(z, batch)
+
+    for make in (counting, reaching):
+        builds = di.prep_cache.builds
+        for _ in range(6):
+            batch = rng.normal(size=4)
+            np.testing.assert_allclose(
+                di.gradient(backend, make(batch), x), _d_weighted(x, batch), atol=_tol(backend) * 10
+            )
+        assert di.prep_cache.builds == builds, make.__name__
+
+
+def test_threads_writing_new_lambdas_over_their_own_state_agree():
+    """Four threads, each writing a lambda over its own batch at every call: the code's prep over state
+    serves one call at a time (a thread that finds it busy runs unprepared), each with its own batch."""
+    backend = di.AutoFiniteDiff()
+    x = np.linspace(0.1, 0.9, 6)
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        try:
+            for _ in range(25):
+                batch = rng.normal(size=6)
+                g = di.gradient(backend, lambda v: _weighted(v, batch), x)
+                np.testing.assert_allclose(g, _d_weighted(x, batch), atol=1e-6)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds == 1

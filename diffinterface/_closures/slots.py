@@ -21,9 +21,11 @@ attributes are taken as they were (contract section 5).
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
+from . import summaries
 from .code import code_facts
 from .namespaces import is_user_function
 from .summaries import EMPTY, MISSING
@@ -50,7 +52,7 @@ class Slots:
     which the closure walk skips too, is not checked). Made with :func:`slots_of`; :meth:`holds`
     checks them by identity, in three flat loops (a function reading one helper: 0.3 us)."""
 
-    __slots__ = ("functions", "cells", "names")
+    __slots__ = ("functions", "cells", "names", "stores", "closed")
 
     def __init__(self, fn: types.FunctionType) -> None:
         functions: list[tuple[Any, ...]] = []
@@ -58,13 +60,20 @@ class Slots:
         names: list[tuple[Any, str, Any]] = []
         seen: set[int] = set()
         todo = [fn]
+        # whether a code reached writes a captured name or an attribute (walk's ``stores``), and whether
+        # every other object reached is one a program does not change while it stays the same object
+        # (``summaries.closed``: no user module, class or object, whose attributes this does not check)
+        self.stores, self.closed = False, True
         while todo:
             fn = todo.pop()
             if id(fn) in seen:
                 continue
             seen.add(id(fn))
-            functions.append((fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__))
-            reached = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
+            stores, global_names = code_facts(fn.__code__)
+            self.stores = self.stores or stores
+            defaults = fn.__defaults__
+            functions.append((fn, fn.__code__, defaults, tuple(map(_kept, defaults or ())), fn.__kwdefaults__))
+            reached = [*(defaults or ()), *(fn.__kwdefaults__ or {}).values()]
             for cell in fn.__closure__ or ():
                 try:
                     value = cell.cell_contents
@@ -73,18 +82,29 @@ class Slots:
                 cells.append((cell, _kept(value)))
                 reached.append(value)
             module_globals = fn.__globals__
-            for name in code_facts(fn.__code__)[1]:
+            for name in global_names:
                 value = module_globals.get(name, MISSING)
                 if not isinstance(value, types.ModuleType):
                     names.append((module_globals, name, _kept(value)))
                     reached.append(value)
-            todo.extend(v for v in reached if type(v) is types.FunctionType and is_user_function(v))
+            for value in reached:
+                if type(value) is types.FunctionType and is_user_function(value):
+                    todo.append(value)
+                elif self.closed and value is not EMPTY and value is not MISSING and not is_state(value):
+                    # a bound method or a partial holds what this does not look into (its object, its
+                    # arguments): taken as open, as a summary is not made for them
+                    self.closed = not isinstance(value, (types.MethodType, functools.partial)) and summaries.closed(
+                        value
+                    )
         self.functions, self.cells, self.names = tuple(functions), tuple(cells), tuple(names)
 
     def holds(self) -> bool:
         """Whether every slot holds what it held (other state where it held state)."""
-        for fn, code, defaults, kwdefaults in self.functions:
-            if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+        for fn, code, defaults, kept_defaults, kwdefaults in self.functions:
+            if fn.__code__ is not code or fn.__kwdefaults__ is not kwdefaults:
+                return False
+            now = fn.__defaults__
+            if now is not defaults and not _same_defaults(kept_defaults, now):
                 return False
         for cell, kept in self.cells:
             try:
@@ -98,6 +118,19 @@ class Slots:
             if value is not kept and not _still(kept, value):
                 return False
         return True
+
+
+def _same_defaults(kept: tuple[Any, ...], defaults: tuple[Any, ...] | None) -> bool:
+    """Whether another tuple of defaults holds what ``kept`` held, one by one (a function's copy made
+    with another's defaults: :meth:`diffinterface._frontend.reuse.PrepCache.bind`)."""
+    if defaults is None:
+        return not kept
+    if len(defaults) != len(kept):
+        return False
+    for k, value in zip(kept, defaults):
+        if value is not k and not _still(k, value):
+            return False
+    return True
 
 
 def _still(kept: Any, value: Any) -> bool:

@@ -165,7 +165,7 @@ class Summary:
         # user's program goes: no user module, class or object (whose attributes a program sets
         # between calls: ``Config.exact = True``), only libraries' and builtins' objects and user
         # functions whose own summaries are closed. Only then is what was learned shared
-        self.closed = all(map(_closed, cells)) and all(map(_closed, values)) and all(map(_closed, defaults))
+        self.closed = all(map(closed, cells)) and all(map(closed, values)) and all(map(closed, defaults))
 
     def holds(self, fn: types.FunctionType, checking: set[int]) -> bool:
         """Whether ``fn``'s slots hold the objects they held (and its user functions' theirs). Inline
@@ -219,7 +219,7 @@ class Summary:
         return True
 
 
-def _closed(value: Any) -> bool:
+def closed(value: Any) -> bool:
     """Whether a slot's object is one a user's program does not change (see ``Summary.closed``): a
     library's module, class, function or object (decided by module name, as the walk decides what it
     looks into), a builtin's, a string, a flag, None, and a user function whose summary is closed."""
@@ -231,11 +231,11 @@ def _closed(value: Any) -> bool:
         summary = summary_of(value)
         return summary is not None and summary.closed
     if type(value) is tuple:
-        return all(_closed(v) for v in value)
+        return all(closed(v) for v in value)
     if isinstance(value, (types.BuiltinFunctionType, types.MethodWrapperType)):
         bound = getattr(value, "__self__", None)  # a method of a user's object is that object's
         if bound is not None and not isinstance(bound, (types.ModuleType, type)):
-            return _closed(bound)
+            return closed(bound)
     return not namespaces.is_user_module(type(value).__module__)
 
 

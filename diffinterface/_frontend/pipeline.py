@@ -18,6 +18,7 @@ from .._adapters.contract import SecondOrderAdapter
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
 from .._closures.slots import slots_of
+from .._closures.summaries import summary_of
 from .._core.arrays import (
     NUMPY,
     as_input,
@@ -45,7 +46,7 @@ from .._core.structure import (
     tangent_leaves,
 )
 from .prep import Prep, describe_arg, signature
-from .reuse import prep_cache, reusable
+from .reuse import NOT_SERVED, prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
 if TYPE_CHECKING:
@@ -430,9 +431,12 @@ def reused(
     y: Array | None,
     holomorphic: bool,
     has_aux: bool = False,
-) -> Prep | None:
+    over_state: bool = False,
+) -> Prep | OverState | None:
     """The prep :data:`prep_cache` keeps for a call without ``prep=`` (checked against its arguments),
-    made now if these arguments were seen once before; None: the call runs unprepared."""
+    made now if these arguments were seen once before; None: the call runs unprepared. With
+    ``over_state`` (a plain call, which :func:`run` runs): for a new function with state of its own,
+    its code's prep shared over state (:class:`OverState`, run by ``prep_cache.serve_over_state``)."""
     if type(f) is not types.FunctionType or not reusable(backend):  # only Python functions are kept
         return None
     if y is None and not contexts:  # _arguments' common case, inline (a call in a loop's every call)
@@ -451,6 +455,25 @@ def reused(
                 copy = prep_cache.shared_copy(f)
                 made = prepare(operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic)
                 return prep_cache.keep_shared(shared, made)
+            if over_state and summary_of(f) is None:  # a function with state: its code's prep over state
+                over = prep_cache.over_state(f, key)
+                if over is not None:
+                    if over.prep is None:  # the third new function of its code with this key: prepared
+                        copy = prep_cache.shared_copy(f)
+                        slots = slots_of(copy)
+                        over_prep: Prep | None = None
+                        if slots is not None and slots.closed and not slots.stores:
+                            try:
+                                over_prep = prepare(
+                                    operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic
+                                )
+                            except BaseException:  # f's own error (the one-shot call would raise it too)
+                                prep_cache.keep_over_state(over, copy, None)  # not shared from then on
+                                raise
+                            over_prep.slots = slots
+                        prep_cache.keep_over_state(over, copy, over_prep)
+                    if isinstance(over.prep, Prep):
+                        return OverState(over)
         if prep_cache.first(f, key):  # marked, nothing to find: one-shot
             return None
     last = prep_cache.latest(operator, backend, f, args, holomorphic, has_aux)
@@ -549,6 +572,27 @@ def run(
     p, kept = _prep_for(operator, backend, f, x, tangent, contexts, y, prep, holomorphic, False, plain)
     if isinstance(p, Direct):
         return _convert(operator.plain_conversion, p.result, x, tangent, None, operator.name, backend, False)
+    if type(p) is OverState:  # f's code's prep, over f's state (a plain call)
+        try:
+            done = prep_cache.serve_over_state(
+                p.over,
+                cast("types.FunctionType", f),
+                lambda q: (
+                    _execute(operator, q, backend, x, tangent, contexts, out, False)
+                    if q.structured
+                    else _fast(operator, q, backend, x, tangent, contexts, out)
+                ),
+            )
+        except OutputShapeChanged:  # the state's shape changed f(x)'s: dropped, and this call unprepared
+            prep_cache.forget_over_state(cast("Prep", p.over.prep))
+            done = NOT_SERVED
+        if done is not NOT_SERVED:
+            return done
+        made = _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False, plain)
+        if isinstance(made, Direct):
+            return _convert(operator.plain_conversion, made.result, x, tangent, None, operator.name, backend, False)
+        p, kept = made, False
+    p = cast("Prep", p)
     try:
         if kept and not value and y is None and not p.structured and (out is None or operator.tangent is None):
             return _fast(operator, p, backend, x, tangent, contexts, out)  # as with prep=
@@ -559,6 +603,16 @@ def run(
         prep_cache.forget(f, p)  # a kept one: dropped, and this call prepared again (as a one-shot call)
     p = cast("Prep", _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False))
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
+
+
+class OverState:
+    """What :func:`reused` answers for a new function served by its code's prep over its own state:
+    the cache's entry, which :func:`run` runs with ``prep_cache.serve_over_state``."""
+
+    __slots__ = ("over",)
+
+    def __init__(self, over: Any) -> None:
+        self.over = over
 
 
 def _prep_for(
@@ -573,7 +627,7 @@ def _prep_for(
     holomorphic: bool,
     has_aux: bool,
     direct: bool = False,
-) -> tuple[Prep | Direct, bool]:
+) -> tuple[Prep | Direct | OverState, bool]:
     """The call's prep and whether it is a kept one: the given prep checked (:func:`resolve`), else
     the one :data:`prep_cache` keeps (:func:`reused`), else a one-shot preparation (``direct``: or
     the one-shot call's result, see :func:`_prepare`)."""
@@ -591,7 +645,7 @@ def _prep_for(
             has_aux=has_aux,
         )
         return p, False
-    kept = reused(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux=has_aux)
+    kept = reused(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux=has_aux, over_state=direct)
     if kept is not None:
         return kept, True
     return _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, has_aux, direct), False

@@ -42,6 +42,14 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   this way is not marked (its next call is served the same way, a summary check and one dict read
   more than a kept prep's fast path). The preps shared by code are held by the cache (with the
   function each was made for: at most ``max_functions`` keys of codes, the oldest go first);
+- a new function with state of its own (``lambda p: loss(p, batch)`` written for each batch: no
+  summary, its walk found state) shares its code's preparation *over state* (:meth:`PrepCache.over_state`):
+  counted by code and key, the third prepares for a private copy (``Prep.slots`` made for it), and each
+  later one is run by :meth:`PrepCache.serve_over_state`, which puts its cell contents and defaults
+  into the copy, checks that the copy's slots then hold what they held besides state, and runs the
+  prep under the entry's lock (the copy is one; a thread that finds it busy runs unprepared). Only for
+  a code that stores nothing and reaches no user's object (``Slots.closed``), and for plain calls
+  (``run`` runs them: no value form, ``out=``, contexts or has_aux);
 - it is off for a backend config built with ``reuse_prep=False``, and process-wide with
   ``diffinterface.prep_cache.enabled = False`` (or the environment variable
   ``DIFFINTERFACE_REUSE_PREP=0`` at import).
@@ -92,6 +100,25 @@ class _Entry:
         self.calls = 1
         self.summary = summary
         self.slots: Slots | None = None
+
+
+class _OverState:
+    """A code's prep shared by its new functions over other state (:meth:`PrepCache.over_state`): how many
+    calls counted, the prep once made, the private copy of a function it was made for (whose cells and
+    defaults take each served function's at its call), and the lock a served call holds (the copy is
+    one). ``prep`` is False where the code cannot share (it writes a captured name, or reaches a user's
+    object)."""
+
+    __slots__ = ("calls", "prep", "copy", "lock")
+
+    def __init__(self) -> None:
+        self.calls = 1
+        self.prep: Prep | None | bool = None
+        self.copy: types.FunctionType | None = None
+        self.lock = threading.Lock()
+
+
+NOT_SERVED = object()  # what PrepCache.serve_over_state returns where it did not run the call
 
 
 class _First(tuple[Any, ...]):
@@ -180,6 +207,8 @@ class PrepCache:
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
         # (the summary of a code, key) -> its new functions' calls and the prep they share (shared)
         self._shared: OrderedDict[tuple[summaries.Summary, Any], _Entry] = OrderedDict()
+        # (a code, the call's key) -> the prep its new functions over other state share (over_state)
+        self._over_state: OrderedDict[tuple[types.CodeType, Any], _OverState] = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -200,7 +229,8 @@ class PrepCache:
     def __len__(self) -> int:
         """The number of preparations held (a function's own, and those its code's new functions share)."""
         own = sum(1 for held in self._alive() for e in list(held.keys.values()) if e.prep is not None)
-        return own + sum(1 for e in list(self._shared.values()) if e.prep is not None)
+        over_state = sum(1 for o in list(self._over_state.values()) if isinstance(o.prep, Prep))
+        return own + sum(1 for e in list(self._shared.values()) if e.prep is not None) + over_state
 
     def clear(self) -> None:
         """Forget every preparation and reset the counters."""
@@ -209,6 +239,7 @@ class PrepCache:
                 _detach(held)
             self._held.clear()
             self._shared.clear()
+            self._over_state.clear()
             self._token = object()
             self.hits = self.misses = self.builds = self.shared_hits = self.stale = 0
 
@@ -376,6 +407,76 @@ class PrepCache:
                 return entry
             entry.calls += 1
             return None
+
+    def over_state(self, f: types.FunctionType, key: Any) -> _OverState | None:
+        """For a new function with state (``lambda p: loss(p, batch)`` written anew for each batch, the
+        batch in a closure cell, a default or a module global): the entry of its code and
+        ``key`` where it holds a prep (the caller runs it with :meth:`serve_over_state`) or where this
+        is the third new function of the code with ``key`` (the caller prepares for
+        :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call."""
+        where = (f.__code__, key)
+        with self._lock:
+            over = self._over_state.get(where)
+            if over is None:
+                self._over_state[where] = _OverState()
+                if len(self._over_state) > self.max_functions:  # the oldest code's first
+                    self._over_state.popitem(last=False)
+                return None
+            if over.prep is False:
+                return None
+            if over.prep is not None:
+                return over
+            if over.calls >= self.after:
+                over.calls = -1  # one caller prepares (another thread meanwhile: unprepared)
+                self.misses += 1
+                return over
+            if over.calls >= 0:
+                over.calls += 1
+            return None
+
+    def keep_over_state(self, over: _OverState, copy: types.FunctionType, prep: Prep | None) -> None:
+        """Keep ``prep``, made for ``copy``, for the new functions of its code (None: the code cannot
+        share, see :class:`_OverState`)."""
+        with self._lock:
+            if prep is None:
+                over.prep = False
+                return
+            over.prep, over.copy = prep, copy
+            self.builds += 1
+
+    def serve_over_state(self, over: _OverState, f: types.FunctionType, run: Callable[[Prep], Any]) -> Any:
+        """``run(prep)`` with the code's shared prep over ``f``'s state: the prep's function (a private
+        copy) takes ``f``'s cell contents and defaults, and the call runs where what its slots then hold
+        is what they held at preparation besides state (``Prep.slots``: the same helpers, flags and
+        module globals, by identity; state in place of state, read by the prep at the call). Under the
+        entry's lock, held for the call: a thread that finds it held, or an ``f`` whose slots differ,
+        gets :data:`NOT_SERVED` (its call runs unprepared)."""
+        prep, copy = over.prep, over.copy
+        if not isinstance(prep, Prep) or copy is None or copy.__globals__ is not f.__globals__:
+            return NOT_SERVED
+        if not over.lock.acquire(blocking=False):
+            return NOT_SERVED
+        try:
+            for own, cell in zip(copy.__closure__ or (), f.__closure__ or ()):
+                try:
+                    own.cell_contents = cell.cell_contents
+                except ValueError:  # an empty cell
+                    return NOT_SERVED
+            copy.__defaults__ = f.__defaults__
+            if not prep.slots.holds():
+                return NOT_SERVED
+            self.hits += 1
+            self.shared_hits += 1
+            return run(prep)
+        finally:
+            over.lock.release()
+
+    def forget_over_state(self, prep: Prep) -> None:
+        """Drop a prep shared over state that no longer serves (``OutputShapeChanged``): counted anew."""
+        with self._lock:
+            for over in self._over_state.values():
+                if over.prep is prep:
+                    over.prep, over.copy, over.calls = None, None, 1
 
     @staticmethod
     def shared_copy(f: types.FunctionType) -> types.FunctionType:

@@ -113,17 +113,35 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
             di.prep_cache.enabled = True
 
     ready = _computed if numpy_inputs else eng.ready  # a numpy result has been computed (np.asarray waits)
+    scales = itertools.cycle(np.linspace(0.5, 1.5, 7).tolist())  # a new number for each fresh_state call
+
+    def fresh_state() -> Any:  # a new lambda over a new number (state) at every call
+        scale = next(scales)
+        return ready(plain(backend, lambda *a: scale * f(*a), *args))
+
     if "reuse_prep" in getattr(backend, "__dataclass_fields__", {}):  # the configs' dataclass fields
         unshared = dataclasses.replace(backend, reuse_prep=False)
 
         def fresh_unshared() -> Any:
             return ready(plain(unshared, lambda *a: f(*a), *args))
+
+        def fresh_state_unshared() -> Any:
+            scale = next(scales)
+            return ready(plain(unshared, lambda *a: scale * f(*a), *args))
     else:  # an outside config without the switch (diffinterface.extend): the process-wide one
 
         def fresh_unshared() -> Any:
             di.prep_cache.enabled = False
             try:
                 return ready(plain(backend, lambda *a: f(*a), *args))
+            finally:
+                di.prep_cache.enabled = True
+
+        def fresh_state_unshared() -> Any:
+            scale = next(scales)
+            di.prep_cache.enabled = False
+            try:
+                return ready(plain(backend, lambda *a: scale * f(*a), *args))
             finally:
                 di.prep_cache.enabled = True
 
@@ -148,6 +166,10 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
         # the same under a config with reuse_prep=False: no preparation kept or shared (the closure walk's
         # summary and what adapters learned for the code still are), timed as the fresh call is
         "fresh_unshared": fresh_unshared,
+        # a new lambda over a new number at every call (`lambda *a: scale * f(*a)`): state of its own, so its
+        # code's preparation is shared over state (prep_cache.over_state), and the same unshared
+        "fresh_state": fresh_state,
+        "fresh_state_unshared": fresh_state_unshared,
         # the same, with a code never seen before (a new code object at every call): nothing any cache
         # holds applies, the closure walk's summaries and what adapters learned for a code included
         "new_code": lambda: ready(plain(backend, _new_code(lambda *a: f(*a)), *args)),
