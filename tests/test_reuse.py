@@ -1096,3 +1096,29 @@ def test_threads_writing_new_lambdas_over_their_own_state_agree():
         th.join()
     assert not errors
     assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds == 1
+
+
+def test_a_code_summarised_over_a_stateless_helper_shares_over_state_around_one_with_state():
+    """One lambda code (``lambda z: fn(z)``) around a stateless helper first (the walk keeps a summary
+    of the code for those objects), then around a helper with an array default: its new functions share
+    the code's preparation over state (the summary, made for other objects, does not hold for them),
+    and every derivative follows the array, written between calls."""
+    backend = di.AutoFiniteDiff()
+    x = np.linspace(0.2, 0.8, 4)
+    weights = np.ones(4)
+
+    def around(fn):
+        return lambda z: fn(z)
+
+    def weighted(z, w=weights):
+        return _weighted(z, w)
+
+    for _ in range(4):
+        np.testing.assert_allclose(di.gradient(backend, around(sum_sin2), x), _d_sum_sin2(x), atol=1e-6)
+    hits = di.prep_cache.shared_hits
+    for k in range(6):
+        weights[:] = k + 1.0
+        np.testing.assert_allclose(di.gradient(backend, around(weighted), x), _d_weighted(x, weights), atol=1e-6)
+    # from the second new function around `weighted`: the code's very first function, met before any
+    # summary of the code, was counted for it too
+    assert di.prep_cache.shared_hits - hits == 5

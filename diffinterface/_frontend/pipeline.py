@@ -455,7 +455,7 @@ def reused(
                 copy = prep_cache.shared_copy(f)
                 made = prepare(operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic)
                 return prep_cache.keep_shared(shared, made)
-            if over_state and summary_of(f) is None:  # a function with state: its code's prep over state
+            if over_state and not _stateless(f):  # a function with state: its code's prep over state
                 over = prep_cache.over_state(f, key)
                 if over is not None:
                     if over.prep is None:  # the third new function of its code with this key: prepared
@@ -603,6 +603,14 @@ def run(
         prep_cache.forget(f, p)  # a kept one: dropped, and this call prepared again (as a one-shot call)
     p = cast("Prep", _oneshot(operator, backend, f, x, tangent, contexts, y, holomorphic, False))
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
+
+
+def _stateless(f: types.FunctionType) -> bool:
+    """Whether ``f``'s code has a summary that holds for ``f`` (the walk found it stateless): shared by
+    code (``prep_cache.shared``), not over state. A summary of its code made for other objects (the
+    same lambda around a stateless helper before, around one with state now) does not tell."""
+    summary = summary_of(f)
+    return summary is not None and summary.holds(f, set())
 
 
 class OverState:

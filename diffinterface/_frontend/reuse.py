@@ -207,8 +207,9 @@ class PrepCache:
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
         # (the summary of a code, key) -> its new functions' calls and the prep they share (shared)
         self._shared: OrderedDict[tuple[summaries.Summary, Any], _Entry] = OrderedDict()
-        # (a code, the call's key) -> the prep its new functions over other state share (over_state)
-        self._over_state: OrderedDict[tuple[types.CodeType, Any], _OverState] = OrderedDict()
+        # (a code's first line, the code, the call's key) -> the prep its new functions over other state
+        # share (over_state)
+        self._over_state: OrderedDict[tuple[int, types.CodeType, Any], _OverState] = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -414,14 +415,18 @@ class PrepCache:
         ``key`` where it holds a prep (the caller runs it with :meth:`serve_over_state`) or where this
         is the third new function of the code with ``key`` (the caller prepares for
         :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call."""
-        where = (f.__code__, key)
+        code = f.__code__
+        # the first line in the key: part of a code object's equality and not of its hash (code.py's
+        # _CODE_FACTS says why: codes of one content on other lines would collide, compared one by one)
+        where = (code.co_firstlineno, code, key)
         with self._lock:
             over = self._over_state.get(where)
             if over is None:
                 self._over_state[where] = _OverState()
-                if len(self._over_state) > self.max_functions:  # the oldest code's first
+                if len(self._over_state) > self.max_functions:  # the code met least recently first
                     self._over_state.popitem(last=False)
                 return None
+            self._over_state.move_to_end(where)  # a code in use stays (every new code is counted here)
             if over.prep is False:
                 return None
             if over.prep is not None:
