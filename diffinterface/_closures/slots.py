@@ -139,6 +139,23 @@ def _still(kept: Any, value: Any) -> bool:
     return type(kept) is _State and (type(value) is kept.kind or is_state(value))
 
 
+def own_objects(fn: types.FunctionType) -> tuple[int | None, ...] | None:
+    """What tells apart the functions of one code that may share a preparation over state: the
+    identity of each object in ``fn``'s closure cells and defaults, None for state (which may differ);
+    None for a function with an empty cell. A key, not a check (an id may be reused: :meth:`Slots.holds`
+    decides)."""
+    out: list[int | None] = []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            return None
+        out.append(None if is_state(value) else id(value))
+    for value in fn.__defaults__ or ():
+        out.append(None if is_state(value) else id(value))
+    return tuple(out)
+
+
 def slots_of(fn: Any) -> Slots | None:
     """The :class:`Slots` of a Python function (and of the user functions it reaches); None for
     any other callable (a bound method, a callable object, a partial: the cache keeps nothing for them)."""

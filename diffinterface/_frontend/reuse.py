@@ -44,7 +44,8 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   function each was made for: at most ``max_functions`` keys of codes, the oldest go first);
 - a new function with state of its own (``lambda p: loss(p, batch)`` written for each batch: no
   summary, its walk found state) shares its code's preparation *over state* (:meth:`PrepCache.over_state`):
-  counted by code and key, the third prepares for a private copy (``Prep.slots`` made for it), and each
+  counted by code, key and the objects its cells and defaults hold besides state (``own_objects``), the
+  third prepares for a private copy (``Prep.slots`` made for it), and each
   later one is run by :meth:`PrepCache.serve_over_state`, which puts its cell contents and defaults
   into the copy, checks that the copy's slots then hold what they held besides state, and runs the
   prep under the entry's lock (the copy is one; a thread that finds it busy runs unprepared). Only for
@@ -72,7 +73,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .._closures import summaries
-from .._closures.slots import Slots, slots_of
+from .._closures.slots import Slots, own_objects, slots_of
 from .prep import Prep, signature
 
 if TYPE_CHECKING:
@@ -207,9 +208,9 @@ class PrepCache:
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
         # (the summary of a code, key) -> its new functions' calls and the prep they share (shared)
         self._shared: OrderedDict[tuple[summaries.Summary, Any], _Entry] = OrderedDict()
-        # (a code's first line, the code, the call's key) -> the prep its new functions over other state
-        # share (over_state)
-        self._over_state: OrderedDict[tuple[int, types.CodeType, Any], _OverState] = OrderedDict()
+        # (a code's first line, the code, the call's key, the objects its functions hold besides state)
+        # -> the prep its new functions over other state share (over_state)
+        self._over_state: OrderedDict[tuple[int, types.CodeType, Any, Any], _OverState] = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -416,9 +417,12 @@ class PrepCache:
         is the third new function of the code with ``key`` (the caller prepares for
         :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call."""
         code = f.__code__
+        own = own_objects(f)  # the functions of one code around other helpers: entries of their own
+        if own is None:
+            return None
         # the first line in the key: part of a code object's equality and not of its hash (code.py's
         # _CODE_FACTS says why: codes of one content on other lines would collide, compared one by one)
-        where = (code.co_firstlineno, code, key)
+        where = (code.co_firstlineno, code, key, own)
         with self._lock:
             over = self._over_state.get(where)
             if over is None:
