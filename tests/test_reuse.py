@@ -42,6 +42,24 @@ def sum_sin2(x):
     return xp.sum(xp.sin(x) ** 2)
 
 
+def _in_threads(work, count):
+    """``work(k)`` for k in range(count), each in a thread of its own, all at once: the errors raised."""
+    errors: list[BaseException] = []
+
+    def run(k):
+        try:
+            work(k)
+        except BaseException as error:  # noqa: BLE001 - returned to the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return errors
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_third_call_prepares_and_later_calls_reuse_it(backend):
     x = np.linspace(0.0, 1.0, 5)
@@ -199,21 +217,12 @@ def test_another_family_at_the_same_shape_is_another_key():
 def test_threads_calling_unprepared_with_the_same_f_agree(backend):
     xs = [np.linspace(0.0, 1.0, 6) + k for k in range(8)]
     results: dict[int, np.ndarray] = {}
-    errors: list[BaseException] = []
 
     def work(k):
-        try:
-            for _ in range(5):
-                results[k] = di.gradient(backend, sum_sin2, xs[k])
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(5):
+            results[k] = di.gradient(backend, sum_sin2, xs[k])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not _in_threads(work, 8)
     for k in range(8):
         np.testing.assert_allclose(results[k], np.sin(2 * xs[k]), atol=_tol(backend))
     assert di.prep_cache.hits > 0
@@ -861,23 +870,14 @@ def test_what_a_code_shares_needs_a_closed_function_that_stores_nothing(backend)
 def test_threads_writing_new_lambdas_of_one_code_agree():
     backend = di.AutoFiniteDiff()
     x = np.linspace(0.1, 0.9, 6)
-    errors = []
 
     def work(k):
-        try:
-            for j in range(20):
-                z = x + 0.01 * (k + j)
-                g = di.gradient(backend, lambda v: 2.0 * sum_sin2(v), z)
-                np.testing.assert_allclose(g, 2.0 * np.sin(2 * z), atol=1e-6)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for j in range(20):
+            z = x + 0.01 * (k + j)
+            g = di.gradient(backend, lambda v: 2.0 * sum_sin2(v), z)
+            np.testing.assert_allclose(g, 2.0 * np.sin(2 * z), atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors
+    assert not _in_threads(work, 4)
     assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds <= 4
 
 
@@ -1080,24 +1080,15 @@ def test_threads_writing_new_lambdas_over_their_own_state_agree():
     serves one call at a time (a thread that finds it busy runs unprepared), each with its own batch."""
     backend = di.AutoFiniteDiff()
     x = np.linspace(0.1, 0.9, 6)
-    errors = []
 
     def work(k):
         rng = np.random.default_rng(k)
-        try:
-            for _ in range(25):
-                batch = rng.normal(size=6)
-                g = di.gradient(backend, lambda v: _weighted(v, batch), x)
-                np.testing.assert_allclose(g, _d_weighted(x, batch), atol=1e-6)
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        for _ in range(25):
+            batch = rng.normal(size=6)
+            g = di.gradient(backend, lambda v: _weighted(v, batch), x)
+            np.testing.assert_allclose(g, _d_weighted(x, batch), atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors
+    assert not _in_threads(work, 4)
     assert di.prep_cache.shared_hits > 0 and di.prep_cache.builds == 1
 
 
