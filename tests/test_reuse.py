@@ -1114,3 +1114,37 @@ def test_a_code_summarised_over_a_stateless_helper_shares_over_state_around_one_
         weights[:] = k + 1.0
         np.testing.assert_allclose(di.gradient(backend, around(weighted), x), _d_weighted(x, weights), atol=1e-6)
     assert di.prep_cache.shared_hits - hits == 4  # from the third new function around `weighted`
+
+
+def test_new_functions_with_keyword_only_defaults_or_a_failing_preparation_run_unprepared(monkeypatch):
+    """A function with keyword-only defaults is not shared over state (a copy takes its cells and
+    defaults, not those); nor is a code whose preparation for the copy fails (here made to fail for
+    any function but the user's): those calls run unprepared and give their own derivatives."""
+    from diffinterface._frontend import pipeline
+
+    backend = di.AutoFiniteDiff()
+    x = np.linspace(0.2, 0.8, 4)
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        batch = rng.normal(size=4)
+
+        def keyword(z, *, b=batch):
+            return _weighted(z, b)
+
+        np.testing.assert_allclose(di.gradient(backend, keyword, x), _d_weighted(x, batch), atol=1e-6)
+    assert di.prep_cache.builds == 0
+    users: list = []  # the user's functions, alive (a dead one's id could be the copy's)
+    prepare = pipeline.prepare
+
+    def failing(operator, backend, f, x, **options):
+        if not any(f is g for g in users):  # the copy made for the code's shared preparation
+            raise RuntimeError("this preparation fails")
+        return prepare(operator, backend, f, x, **options)
+
+    monkeypatch.setattr(pipeline, "prepare", failing)
+    for _ in range(6):
+        batch = rng.normal(size=4)
+        f = lambda z, b=batch: _weighted(z, b)  # noqa: E731 - a lambda written at each call
+        users.append(f)
+        np.testing.assert_allclose(di.gradient(backend, f, x), _d_weighted(x, batch), atol=1e-6)
+    assert di.prep_cache.builds == 0 and di.prep_cache.shared_hits == 0

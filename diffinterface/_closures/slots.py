@@ -142,8 +142,10 @@ def _still(kept: Any, value: Any) -> bool:
 def own_objects(fn: types.FunctionType) -> tuple[int | None, ...] | None:
     """What tells apart the functions of one code that may share a preparation over state: the
     identity of each object in ``fn``'s closure cells and defaults, None for state (which may differ);
-    None for a function with an empty cell. A key, not a check (an id may be reused: :meth:`Slots.holds`
-    decides)."""
+    None for a function with an empty cell or keyword-only defaults (a copy of it takes its cells and
+    defaults, not those). A key, not a check (an id may be reused: :meth:`Slots.holds` decides)."""
+    if fn.__kwdefaults__:
+        return None
     out: list[int | None] = []
     for cell in fn.__closure__ or ():
         try:

@@ -467,10 +467,9 @@ def reused(
                                 over_prep = prepare(
                                     operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic
                                 )
-                            except BaseException:  # f's own error (the one-shot call would raise it too)
-                                prep_cache.keep_over_state(over, copy, None)  # not shared from then on
-                                raise
-                            over_prep.slots = slots
+                                over_prep.slots = slots
+                            except Exception:  # noqa: BLE001 - not shared from then on; the call runs one-shot,
+                                over_prep = None  # which raises f's own error where it is f's
                         prep_cache.keep_over_state(over, copy, over_prep)
                     if isinstance(over.prep, Prep):
                         return OverState(over)
