@@ -17,6 +17,12 @@ A slot that held state may hold other state (a new batch, a rebound learning rat
 the call. What this does not see is an attribute set on a captured user object (``model.act =
 np.tanh``), as ``jax.jit`` does not: an object's arrays are state, read at every call, its other
 attributes are taken as they were (contract section 5).
+
+The same check lets a code's preparation serve its new functions over other state
+(``PrepCache.over_state``: ``lambda p: loss(p, batch)`` written for each batch): the preparation is
+made for a private copy of one of them, each later one's cell contents and defaults are put into the
+copy, and the copy's :class:`Slots` then holds only where the new function holds the same objects
+besides state. :func:`own_objects` keys them (the functions of one code around other helpers apart).
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ class Slots:
     functions in its slots, and in theirs) with its code and defaults, each closure cell and each module
     global its code reads with the object it held (a :class:`_State` where it held state; a module,
     which the closure walk skips too, is not checked). Made with :func:`slots_of`; :meth:`holds`
-    checks them by identity, in three flat loops (a function reading one helper: 0.3 us)."""
+    checks them by identity, in three flat loops (0.3 us for a function reading modules alone, 0.7 with
+    a helper and an array, measured 2026-11-28 on a 2-core x86_64 VM under load)."""
 
     __slots__ = ("functions", "cells", "names", "stores", "closed")
 
