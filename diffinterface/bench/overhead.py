@@ -122,28 +122,23 @@ def _case(name: str, eng: Engine, operator: str, size: int, numpy_inputs: bool =
     if "reuse_prep" in getattr(backend, "__dataclass_fields__", {}):  # the configs' dataclass fields
         unshared = dataclasses.replace(backend, reuse_prep=False)
 
-        def fresh_unshared() -> Any:
-            return ready(plain(unshared, lambda *a: f(*a), *args))
-
-        def fresh_state_unshared() -> Any:
-            scale = next(scales)
-            return ready(plain(unshared, lambda *a: scale * f(*a), *args))
+        def unshared_call(g: Callable[..., Any]) -> Any:  # g's call with nothing reused or shared
+            return ready(plain(unshared, g, *args))
     else:  # an outside config without the switch (diffinterface.extend): the process-wide one
 
-        def fresh_unshared() -> Any:
+        def unshared_call(g: Callable[..., Any]) -> Any:
             di.prep_cache.enabled = False
             try:
-                return ready(plain(backend, lambda *a: f(*a), *args))
+                return ready(plain(backend, g, *args))
             finally:
                 di.prep_cache.enabled = True
 
-        def fresh_state_unshared() -> Any:
-            scale = next(scales)
-            di.prep_cache.enabled = False
-            try:
-                return ready(plain(backend, lambda *a: scale * f(*a), *args))
-            finally:
-                di.prep_cache.enabled = True
+    def fresh_unshared() -> Any:
+        return unshared_call(lambda *a: f(*a))
+
+    def fresh_state_unshared() -> Any:
+        scale = next(scales)
+        return unshared_call(lambda *a: scale * f(*a))
 
     runner, tangents = prep.plain, ((t,) if t is not None else ())
     native_arrays = eng.arrays(x, t, A) if numpy_inputs else (x, t, A)  # the engine's own, as native_first takes
