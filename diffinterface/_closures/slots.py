@@ -129,7 +129,7 @@ class Slots:
 
 def _same_defaults(kept: tuple[Any, ...], defaults: tuple[Any, ...] | None) -> bool:
     """Whether another tuple of defaults holds what ``kept`` held, one by one (a function's copy made
-    with another's defaults: :meth:`diffinterface._frontend.reuse.PrepCache.bind`)."""
+    with another's defaults: :meth:`diffinterface._frontend.reuse.PrepCache.serve_over_state`)."""
     if defaults is None:
         return not kept
     if len(defaults) != len(kept):

@@ -18,7 +18,6 @@ from .._adapters.contract import SecondOrderAdapter
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
 from .._closures.slots import slots_of
-from .._closures.summaries import summary_of
 from .._core.arrays import (
     NUMPY,
     as_input,
@@ -46,7 +45,7 @@ from .._core.structure import (
     tangent_leaves,
 )
 from .prep import Prep, describe_arg, signature
-from .reuse import NOT_SERVED, prep_cache, reusable
+from .reuse import NOT_SERVED, NoSummary, prep_cache, reusable
 from .sparse_results import fill_out, is_sparse
 
 if TYPE_CHECKING:
@@ -451,28 +450,17 @@ def reused(
             if isinstance(shared, Prep):
                 shared.check(operator, backend, shared.f, args)
                 return shared
-            if shared is not None:  # the third new function of its code with this key: prepared for it
+            if isinstance(shared, NoSummary):  # state, or a summary for other objects: its code's prep over state
+                if over_state:
+                    over = prep_cache.over_state(f, key)
+                    if over is not None and over.prep is None:  # the third new function of its code with key
+                        _prepare_over_state(operator, backend, f, x, tangent, holomorphic, over)
+                    if over is not None and isinstance(over.prep, Prep):
+                        return OverState(over)
+            elif shared is not None:  # the third new function of its code with this key: prepared for it
                 copy = prep_cache.shared_copy(f)
                 made = prepare(operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic)
                 return prep_cache.keep_shared(shared, made)
-            if over_state and not _stateless(f):  # a function with state: its code's prep over state
-                over = prep_cache.over_state(f, key)
-                if over is not None:
-                    if over.prep is None:  # the third new function of its code with this key: prepared
-                        copy = prep_cache.shared_copy(f)
-                        slots = slots_of(copy)
-                        over_prep: Prep | None = None
-                        if slots is not None and slots.closed and not slots.stores:
-                            try:
-                                over_prep = prepare(
-                                    operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic
-                                )
-                                over_prep.slots = slots
-                            except Exception:  # noqa: BLE001 - not shared from then on; the call runs one-shot,
-                                over_prep = None  # which raises f's own error where it is f's
-                        prep_cache.keep_over_state(over, copy, over_prep)
-                    if isinstance(over.prep, Prep):
-                        return OverState(over)
         if prep_cache.first(f, key):  # marked, nothing to find: one-shot
             return None
     last = prep_cache.latest(operator, backend, f, args, holomorphic, has_aux)
@@ -604,12 +592,29 @@ def run(
     return _execute(operator, p, backend, x, tangent, contexts, out, value)
 
 
-def _stateless(f: types.FunctionType) -> bool:
-    """Whether ``f``'s code has a summary that holds for ``f`` (the walk found it stateless): shared by
-    code (``prep_cache.shared``), not over state. A summary of its code made for other objects (the
-    same lambda around a stateless helper before, around one with state now) does not tell."""
-    summary = summary_of(f)
-    return summary is not None and summary.holds(f, set())
+def _prepare_over_state(
+    operator: Operator,
+    backend: Backend,
+    f: types.FunctionType,
+    x: Array,
+    tangent: Tangent,
+    holomorphic: bool,
+    over: Any,
+) -> None:
+    """The prep a code's new functions share over state, made for a private copy of ``f`` (with the
+    copy's ``Prep.slots``) and kept in ``over``; where the code stores or reaches a user's object
+    (``Slots``), or the preparation fails, kept as none (the calls run one-shot, which raise ``f``'s own
+    error where it is ``f``'s)."""
+    copy = prep_cache.shared_copy(f)
+    slots = slots_of(copy)
+    made: Prep | None = None
+    if slots is not None and slots.closed and not slots.stores:
+        try:
+            made = prepare(operator, backend, copy, x, tangent=tangent, strict=True, holomorphic=holomorphic)
+            made.slots = slots
+        except Exception:  # noqa: BLE001 - not shared from then on
+            made = None
+    prep_cache.keep_over_state(over, copy, made)
 
 
 class OverState:

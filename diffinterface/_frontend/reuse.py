@@ -122,6 +122,15 @@ class _OverState:
 NOT_SERVED = object()  # what PrepCache.serve_over_state returns where it did not run the call
 
 
+class NoSummary:
+    """The type of :data:`NO_SUMMARY`."""
+
+    __slots__ = ()
+
+
+NO_SUMMARY = NoSummary()  # what PrepCache.shared returns for a function no summary of its code holds for
+
+
 class _First(tuple[Any, ...]):
     """``(owner, key, token)``: the key of a function's first call without ``prep=``, left on the
     function itself (``f.__dict__``) and nowhere else: it dies with ``f``, and a second call turns it
@@ -376,15 +385,19 @@ class PrepCache:
             f.__dict__[_HELD] = _First((id(f), key, self._token))
         return True
 
-    def shared(self, f: types.FunctionType, key: Any) -> Prep | _Entry | None:
+    def shared(self, f: types.FunctionType, key: Any) -> Prep | _Entry | NoSummary | None:
         """For a new function (no mark of its own): the prep its code keeps for ``key``, where the code's
         summary holds for ``f``, is closed and stores nothing (see the module docstring), and ``f``
         reads the module globals the prep's function reads; else None, after counting the call for
         the code, or the code's entry where this is the third new function with ``key`` (the caller
-        prepares for :meth:`shared_copy` of ``f`` and calls :meth:`keep_shared`)."""
+        prepares for :meth:`shared_copy` of ``f`` and calls :meth:`keep_shared`). :data:`NO_SUMMARY`
+        where no summary of its code holds for ``f`` (state, or one made for other objects: the caller
+        may share over state, :meth:`over_state`)."""
         summary = summaries.summary_of(f)
-        if summary is None or not summary.closed or summary.stores or not summary.holds(f, set()):
-            return None  # not a function of a code seen over these same objects (or one that writes)
+        if summary is None or not summary.holds(f, set()):
+            return NO_SUMMARY  # not a function of a code seen stateless over these same objects
+        if not summary.closed or summary.stores:
+            return None  # one that reaches a user's object, or writes
         where = (summary, key)
         with self._lock:
             shared = self._shared
