@@ -1178,6 +1178,11 @@ class Adapter(_Base):
         except NotImplementedError:
             return None
 
+    def recorded_in_reverse(self, info: Info) -> bool:
+        """A one-shot ``output_info`` that recorded ``f`` (:class:`_Recorded`), which the reverse-mode
+        runners' first call takes (:func:`_recorder`)."""
+        return info.oneshot and type(info.value) is _Recorded
+
     def _records(self, target: Target, x: torch.Tensor) -> bool:
         """Whether a one-shot ``output_info`` records ``f`` for the runner (:class:`_Recorded`): the
         reverse-mode operators, and the Jacobian unless ``mode="forward"`` (its direction follows from

@@ -516,6 +516,49 @@ def test_the_asarray_warning_is_silenced_only_around_an_f_that_calls_torch_asarr
         assert runs == 3 if silenced else runs <= 1, (f.__name__, runs)  # plain: its watched first run alone
 
 
+def test_a_one_shot_square_jacobian_goes_in_reverse_on_the_recording_of_its_first_evaluation():
+    """mode=None builds a Jacobian with x and f(x) of one size from pushforwards; a call without prep=
+    that reuses nothing has recorded f to learn f(x)'s size (``Adapter.recorded_in_reverse``), so it goes
+    in reverse on that recording: f evaluated once, where the pushforwards evaluated it again. A
+    tall one stays forward; an operation without a backward rule falls back to forward mode."""
+    import torch
+
+    A = torch.tensor([[1.0, 2.0, 0.5], [-1.0, 0.3, 2.0], [0.7, -0.2, 1.5], [0.1, 0.4, -0.9]], dtype=torch.float64)
+    x = torch.tensor([0.3, -0.4, 0.8], dtype=torch.float64)
+
+    class Count(torch.overrides.TorchFunctionMode):  # the evaluations of f, batched ones once
+        def __init__(self) -> None:
+            super().__init__()
+            self.sins = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.sins += func is torch.sin
+            return func(*args, **(kwargs or {}))
+
+    unshared = di.AutoTorch(reuse_prep=False)
+    for B, evaluations in ((A[:3], 1), (A, 2)):  # square: the recording; tall: recorded, then pushforwards
+        with Count() as count:
+            J = di.jacobian(unshared, lambda z, B=B: torch.sin(B @ z), x)
+        torch.testing.assert_close(J, torch.cos(B @ x)[:, None] * B)
+        assert count.sins == evaluations, (B.shape, count.sins)
+
+    class Cube(torch.autograd.Function):  # a forward-mode rule alone
+        @staticmethod
+        def forward(z):
+            return z**3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def jvp(ctx, t):
+            (z,) = ctx.saved_tensors
+            return 3 * z**2 * t
+
+    torch.testing.assert_close(di.jacobian(unshared, lambda z: Cube.apply(z), x), torch.diag(3 * x**2))
+
+
 def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_no_backward_rule():
     """A call without prep= takes its gradient or pullback whole from the recording its preparation
     made (``Adapter.oneshot_result``); an ``autograd.Function`` with a forward-mode rule (``jvp``)

@@ -370,8 +370,21 @@ class Adapter:
         if operator is JACOBIAN:
             if mode is None and complex_dtype(info.y_dtype):
                 return True  # a complex f(x) of a real x: pullbacks would carry the real part only
-            return self.jacobian_forward(shape_size(info.x_shape), shape_size(info.y_shape))
+            n, m = shape_size(info.x_shape), shape_size(info.y_shape)
+            forward = self.jacobian_forward(n, m)
+            if forward and n == m and mode is None and self.recorded_in_reverse(info):
+                # a tie, where a one-shot output_info recorded f as the pullbacks take it: they cost what
+                # the pushforwards would, which would evaluate f again (torch, 10 x 10, f of new code:
+                # 617 -> 457 us a call, measured)
+                return False
+            return forward
         return mode == "forward" if mode is not None else operator.direction == "forward"
+
+    def recorded_in_reverse(self, info: Info) -> bool:
+        """Whether a one-shot :meth:`output_info` left in ``info.value`` a recording of ``f`` that the
+        reverse-mode runners take in place of evaluating ``f`` again (torch's graph): where ``x`` and ``f(x)`` are of one size, a Jacobian of ``mode=None`` then goes in
+        reverse (:meth:`forward`). False here: an adapter that records says so."""
+        return False
 
     def direction_fallback(
         self, operator: Operator, forward: bool, target: Target, build: Build
