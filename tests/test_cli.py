@@ -145,7 +145,9 @@ def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
     assert out.index("warning raised") > out.index("passed  refused  failed")
 
 
-@pytest.mark.skipif(not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"')
+@pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
 def test_check_drops_each_columns_kept_preparations_before_the_next(monkeypatch, capsys):
     """The catalogue's scenarios live to the end of a check, and the unprepared calls of each (six
     per scenario) keep a preparation in ``prep_cache``: each holds its compiled programs (JAX's numpy
