@@ -63,16 +63,24 @@ ENGINES = ("torch", "autograd", "finitediff")
 OPERATORS = ("gradient", "hvp", "pushforward", "pullback", "jacobian tall", "jacobian wide")
 
 
+_EMPTY: Any = None  # the empty mode's class, made once (a class made at every call would cost mode_new_us ~15 us)
+
+
 def _under_mode(f: Callable[..., Any]) -> Callable[..., Any]:
     """``f`` evaluated under an empty torch function mode (torch's own dispatch, and nothing else)."""
-    import torch
+    global _EMPTY
+    if _EMPTY is None:
+        import torch
 
-    class Empty(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            return func(*args, **(kwargs or {}))
+        class Empty(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                return func(*args, **(kwargs or {}))
+
+        _EMPTY = Empty
+    empty = _EMPTY
 
     def watched(*args: Any) -> Any:
-        with Empty():
+        with empty():
             return f(*args)
 
     return watched
