@@ -516,6 +516,27 @@ def test_the_asarray_warning_is_silenced_only_around_an_f_that_calls_torch_asarr
         assert runs == 3 if silenced else runs <= 1, (f.__name__, runs)  # plain: its watched first run alone
 
 
+def _forward_only_cube() -> type:
+    """``z**3`` as a ``torch.autograd.Function`` with a forward-mode rule (``jvp``) and no ``backward``."""
+    import torch
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(z):
+            return z**3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def jvp(ctx, t):
+            (z,) = ctx.saved_tensors
+            return 3 * z**2 * t
+
+    return Cube
+
+
 def test_a_one_shot_square_jacobian_goes_in_reverse_on_the_recording_of_its_first_evaluation():
     """mode=None builds a Jacobian with x and f(x) of one size from pushforwards; a call without prep=
     that reuses nothing has recorded f to learn f(x)'s size (``Adapter.recorded_in_reverse``), so it goes
@@ -542,21 +563,8 @@ def test_a_one_shot_square_jacobian_goes_in_reverse_on_the_recording_of_its_firs
         torch.testing.assert_close(J, torch.cos(B @ x)[:, None] * B)
         assert count.sins == evaluations, (B.shape, count.sins)
 
-    class Cube(torch.autograd.Function):  # a forward-mode rule alone
-        @staticmethod
-        def forward(z):
-            return z**3
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def jvp(ctx, t):
-            (z,) = ctx.saved_tensors
-            return 3 * z**2 * t
-
-    torch.testing.assert_close(di.jacobian(unshared, lambda z: Cube.apply(z), x), torch.diag(3 * x**2))
+    cube = _forward_only_cube()
+    torch.testing.assert_close(di.jacobian(unshared, lambda z: cube.apply(z), x), torch.diag(3 * x**2))
 
 
 def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_no_backward_rule():
@@ -566,20 +574,7 @@ def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_n
     mode="reverse" raises, naming the fix."""
     import torch
 
-    class Cube(torch.autograd.Function):
-        @staticmethod
-        def forward(z):
-            return z**3
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_forward(inputs[0])
-
-        @staticmethod
-        def jvp(ctx, t):
-            (z,) = ctx.saved_tensors
-            return 3 * z**2 * t
-
+    Cube = _forward_only_cube()
     x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
     ty = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     backend = di.AutoTorch()
