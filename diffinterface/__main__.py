@@ -253,7 +253,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
             done += len(scenarios)
             # the scenarios live to the end of the check, and so would every preparation the unprepared
             # calls kept for them (prep_cache, each holding its compiled programs: JAX's numpy column
-            # peaks at 3.46 GB with them, 2.24 without): none serves another column, so each column's go
+            # peaks at 3.46 GB with them, 2.24 without): none serves another column, so they go with it
             prep_cache.clear()
     seconds = time.perf_counter() - start
     failures = [r for r in rows if not r["passed"]]

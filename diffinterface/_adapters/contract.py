@@ -382,8 +382,9 @@ class Adapter:
 
     def recorded_in_reverse(self, info: Info) -> bool:
         """Whether a one-shot :meth:`output_info` left in ``info.value`` a recording of ``f`` that the
-        reverse-mode runners take in place of evaluating ``f`` again (torch's graph): where ``x`` and ``f(x)`` are of one size, a Jacobian of ``mode=None`` then goes in
-        reverse (:meth:`forward`). False here: an adapter that records says so."""
+        reverse-mode runners take in place of evaluating ``f`` again (torch's graph): where ``x`` and
+        ``f(x)`` are of one size, a Jacobian of ``mode=None`` then goes in reverse (:meth:`forward`).
+        False here: an adapter that records says so."""
         return False
 
     def direction_fallback(
