@@ -150,9 +150,9 @@ def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
 )
 def test_check_drops_each_columns_kept_preparations_before_the_next(monkeypatch, capsys):
     """The catalogue's scenarios live to the end of a check, and the unprepared calls of each (up to
-    six per scenario, the third prepares) keep a preparation in ``prep_cache``: each holds its compiled programs (JAX's numpy
-    column: 3.46 GB at most with them, 2.24 without), none serves another column, so each column's are
-    dropped when it ends."""
+    six per scenario, the third prepares) keep a preparation in ``prep_cache``: each holds its
+    compiled programs (JAX's numpy column: 3.46 GB at most with them, 2.24 without), none serves
+    another column, so each column's are dropped when it ends."""
     import diffinterface as di
 
     scenarios = [s for s in testing.default_scenarios() if s.operator == "gradient"][:3]
