@@ -43,6 +43,7 @@ leaves 0.3 of the native for it, on top of the floor where the floor alone is ov
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import random
@@ -63,21 +64,22 @@ ENGINES = ("torch", "autograd", "finitediff")
 OPERATORS = ("gradient", "hvp", "pushforward", "pullback", "jacobian tall", "jacobian wide")
 
 
-_EMPTY: Any = None  # the empty mode's class, made once (a class made at every call would cost mode_new_us ~15 us)
+@functools.cache
+def _empty_mode() -> type:
+    """An empty torch function mode's class, made once: a class made at every call of ``_under_mode``
+    cost ``mode_new_us`` about 16 us."""
+    import torch
+
+    class Empty(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    return Empty
 
 
 def _under_mode(f: Callable[..., Any]) -> Callable[..., Any]:
     """``f`` evaluated under an empty torch function mode (torch's own dispatch, and nothing else)."""
-    global _EMPTY
-    if _EMPTY is None:
-        import torch
-
-        class Empty(torch.overrides.TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-                return func(*args, **(kwargs or {}))
-
-        _EMPTY = Empty
-    empty = _EMPTY
+    empty = _empty_mode()
 
     def watched(*args: Any) -> Any:
         with empty():
