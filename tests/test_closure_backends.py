@@ -843,7 +843,7 @@ def test_mlx_stand_ins_take_mlx_and_numpy_functions():
     assert np.all(buf == 1)
 
 
-@pytest.mark.parametrize("name", ["jax", "pytensor"])
+@pytest.mark.parametrize("name", ["jax", "pytensor", "tensorflow"])
 def test_under_const_the_first_traces_guards_are_the_users_own_arrays(name):
     """The guards the first trace gives f under closure='const' (ConstGuardView) are views of your
     arrays: a write that does not depend on x lands in your buffer as const says, reads see it, the
@@ -851,7 +851,7 @@ def test_under_const_the_first_traces_guards_are_the_users_own_arrays(name):
     array and the operator."""
     if not installed(name):
         pytest.skip(f'{name} is not installed: pip install "diffinterface[{name}]"')
-    backend = di.AutoJAX(closure="const") if name == "jax" else di.AutoPyTensor(closure="const")
+    backend = {"jax": di.AutoJAX, "pytensor": di.AutoPyTensor, "tensorflow": di.AutoTensorFlow}[name](closure="const")
     buf = np.array([1.0, 2.0, 3.0])
 
     def f(x):
@@ -874,21 +874,14 @@ def test_under_const_the_first_traces_guards_are_the_users_own_arrays(name):
 
 
 @pytest.mark.parametrize("backend", backend_params())
-def test_a_view_written_under_const_closure_is_the_calls_error(request, backend):
+def test_a_view_written_under_const_closure_is_the_calls_error(backend):
     """closure='const' hands f your own buffer: a write through a slice held in a variable
     (part = buf[1:3]; part *= x) cannot carry x's derivative into a numpy array, so the call raises
     (torch, autograd, MLX), as docs/closures.md says (what f writes under const may reach your buffer).
-    Under JAX and PyTensor numpy hands part *= x to the traced value's own operator, which rebinds
-    part and leaves buf as it was: the first trace gives f guards of its numpy arrays
-    (ConstGuardView) whose in-place operators raise on a traced operand (they gave zeros)."""
-    if isinstance(backend, di.AutoTensorFlow):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="known hole, reported: TensorFlow differentiates eager tensors, which its adapter's "
-                "traced test (a symbolic tensor) does not cover, so the guard lets part *= x through; zeros, no error",
-            )
-        )
+    Under JAX, PyTensor and TensorFlow numpy hands part *= x to the engine's value's own operator,
+    which rebinds part and leaves buf as it was: the first trace gives f guards of its numpy arrays
+    (ConstGuardView) whose in-place operators raise on a traced operand, on TensorFlow any tensor,
+    eager ones included (they gave zeros)."""
     buf = np.ones(3)
 
     def f(x):

@@ -162,6 +162,44 @@ def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(prepared):
         assert buffer.tolist() == [9.0, 9.0, 9.0]
 
 
+@pytest.mark.parametrize("function", [True, False], ids=["tf.function", "eager"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-shot", "prepared"])
+@pytest.mark.parametrize("op", ["gradient", "jacobian", "pushforward", "pullback", "hvp"])
+def test_under_const_an_in_place_operator_with_any_tensor_on_a_captured_array_is_the_calls_error(
+    op, prepared, function
+):
+    """closure='const': numpy hands ``part *= t`` on a captured array to the tensor's own operator,
+    which rebinds ``part`` and leaves the array as it was (a zero derivative). TensorFlow
+    differentiates eager tensors (a one-shot call, function=False) as well as symbolic ones: the
+    operator raises for either, for x's tensors and for a constant one alike (the write is lost
+    both ways), naming the array and the operator, and the user's array stays as it was."""
+    import tensorflow as tf
+
+    backend = di.AutoTensorFlow(closure="const", function=function)
+    buf = np.ones(3)
+    x = np.array([0.5, 1.5, 2.0])
+
+    def computed(x):
+        part = buf[0:3]
+        part *= tf.sin(x)
+        return tf.reduce_sum(buf * x) if op in ("gradient", "hvp") else buf * x
+
+    def constant(x):
+        part = buf[1:3]
+        part += tf.constant([2.0, 3.0], dtype=tf.float64)
+        return tf.reduce_sum(buf * x) if op in ("gradient", "hvp") else buf * x
+
+    args = (x, np.ones(3)) if op in ("pushforward", "pullback", "hvp") else (x,)
+    for f, operator in ((computed, r"\*="), (constant, r"\+=")):
+        match = rf"^{op}\(.*closure='const', f writes a TensorFlow value into its own captured array \('buf' captured by .*{f.__name__}\) with an in-place operator \({operator}\)"
+        with pytest.raises(ValueError, match=match):
+            if prepared:
+                getattr(di, f"prepare_{op}")(backend, f, *args)
+            else:
+                getattr(di, op)(backend, f, *args)
+        assert list(buf) == [1.0, 1.0, 1.0]
+
+
 def test_a_captured_variable_assigned_in_f_carries_the_derivative_and_stays_untouched():
     tf = _tf()
     v = tf.Variable(np.array([5.0, 5.0]))

@@ -210,23 +210,24 @@ def _over_const_guards(
     values: list[Any],
     arrays: list[int],
     run: Callable[[], Any],
-    traced: Callable[[Any], bool],
+    rebinding: Callable[[Any], bool],
     engine: str,
 ) -> Callable[[], Any]:
     """``run`` with ``f`` rebuilt over :class:`ConstGuardView` s of its captured numpy arrays (the
     user's memory, and every other value as it is: ``plan.transparent``), put back afterwards: an
-    in-place operator of ``f`` that meets a traced value raises the call's error."""
+    in-place operator of ``f`` whose operand numpy hands the operation to (``rebinding``: a traced
+    value, or any TensorFlow tensor) raises the call's error."""
     where = plan.where()
     guarded = list(values)
     for i in arrays:
         message = (
-            f"{target.call}: with closure='const', f writes a value that depends on x into its own captured "
-            f"array ({where[i]}) with an in-place operator ({{operator}}); numpy hands that to the {engine} "
-            f"value's own operator, which leaves the array unchanged, so the derivative through it would be "
-            f"lost without an error. Use closure='duplicated' (the default): f then writes into duplicates "
-            f"that carry derivatives, and your objects stay as they were."
+            f"{target.call}: with closure='const', f writes a {engine} value into its own captured array "
+            f"({where[i]}) with an in-place operator ({{operator}}); numpy hands that to the {engine} value's "
+            f"own operator, which leaves the array unchanged, so what f writes there, and the derivative "
+            f"through it, would be lost without an error. Use closure='duplicated' (the default): f then writes "
+            f"into duplicates that carry derivatives, and your objects stay as they were."
         )
-        guarded[i] = const_guard(values[i], traced, message)
+        guarded[i] = const_guard(values[i], rebinding, message)
     fn = plan.rebuild(guarded)
 
     def guarded_run() -> Any:
@@ -252,21 +253,28 @@ def _over_const_guards(
     return guarded_run
 
 
-def const_trace_checked(target: Any, run: Callable[[], Any], traced: Callable[[Any], bool], engine: str) -> Any:
+def const_trace_checked(
+    target: Any,
+    run: Callable[[], Any],
+    traced: Callable[[Any], bool],
+    engine: str,
+    rebinding: Callable[[Any], bool] | None = None,
+) -> Any:
     """``run()`` (an engine's first trace of ``f``, at preparation) under ``closure="const"``, with
     the lists and dicts ``f`` captures checked afterwards: a traced value (a JAX tracer, an autograd
     box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
     their contents are put back and the error names them (contract section 7). Also put back when
     ``run`` raises. Its numpy arrays reach ``f`` in this trace as :class:`ConstGuardView` s, where
-    ``f``'s functions allow it (``StatePlan.transparent``): an in-place operator with a traced
-    operand is the call's error, not a silent zero. Discovery runs at preparation only; prepared
-    calls pay nothing."""
+    ``f``'s functions allow it (``StatePlan.transparent``): an in-place operator with an operand
+    that numpy hands the operation to (``rebinding``, the adapter's ``rebinding_operand``; its
+    ``traced`` where it has none) is the call's error, not a silent zero. Discovery runs at
+    preparation only; prepared calls pay nothing."""
     plan = StatePlan(target.user_f)
     values = plan.read()
     containers = [(where, v) for where, v in zip(plan.where(), values) if isinstance(v, (list, dict))]
     arrays = [i for i, v in enumerate(values) if type(v) is np.ndarray]
     if arrays and plan.transparent:  # f over guards of its own numpy arrays for this trace (ConstGuardView)
-        run = _over_const_guards(target, plan, values, arrays, run, traced, engine)
+        run = _over_const_guards(target, plan, values, arrays, run, rebinding or traced, engine)
     if not containers:
         return run()
     saved = [copy.copy(v) for _, v in containers]

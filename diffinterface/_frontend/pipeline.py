@@ -360,6 +360,7 @@ def _output_info(adapter: Adapter, target: Target, x: Array, contexts: tuple[Any
             lambda: adapter.output_info(target, x, contexts, oneshot),
             traced,
             cast("str", adapter.engine_name),  # declared wherever traced is
+            getattr(adapter, "rebinding_operand", traced),
         )
     return adapter.output_info(target, x, contexts, oneshot)
 

@@ -102,6 +102,7 @@ class SparseAdapter(Adapter):
             )
         self.dense = adapter_for(backend.dense, repr(backend))
         self.traced = getattr(self.dense, "traced", None)
+        self.rebinding_operand = getattr(self.dense, "rebinding_operand", self.traced)
         self.engine_name = getattr(self.dense, "engine_name", None)
         self.complex_dtypes = self.dense.complex_dtypes
 
