@@ -214,6 +214,16 @@ class WritableArray(_Writable):
     _copies = True  # buf[[0, 2]]: a stand-in over the copy (c *= x, c[0] = v are functional updates of it)
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
+        out = kwargs.get("out")
+        targets = out if isinstance(out, tuple) else (out,)
+        if out is not None and any(isinstance(t, _Writable) for t in targets):
+            # out= a stand-in (np.multiply(buf[1:3], x, out=buf[1:3])): the result, then the stand-in's item
+            # assignment, a functional update that keeps the derivative (numpy would call this hook again
+            # for the stand-in in out=, without end)
+            result = self.__array_ufunc__(ufunc, method, *inputs, **{k: v for k, v in kwargs.items() if k != "out"})
+            for target, value in zip(targets, result if isinstance(result, tuple) else (result,)):
+                typing.cast("Any", target)[...] = value  # a stand-in, or numpy's own array
+            return out
         own = getattr(anp, ufunc.__name__, None) if method == "__call__" and "out" not in kwargs else None
         values = [unwrap(v) for v in inputs]
         if own is not None:
@@ -228,6 +238,9 @@ class WritableArray(_Writable):
     def __array_function__(
         self, func: Callable[..., Any], types: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        if func is np.copyto and len(args) == 2 and not kwargs and isinstance(args[0], _Writable):
+            args[0][...] = args[1]  # np.copyto(buf[1:3], x): the stand-in's item assignment (the derivative kept)
+            return None
         module = {"numpy": anp, "numpy.linalg": anp.linalg, "numpy.fft": anp.fft}.get(func.__module__)
         own = getattr(module, func.__name__, None) if module is not None else None
         args, kwargs = _unwrapped(args), _unwrapped(kwargs)

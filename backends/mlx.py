@@ -252,14 +252,62 @@ _MX_NAMES = {"absolute": "abs", "fabs": "abs", "rint": "round", "deg2rad": "radi
 
 def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dict[str, object]) -> Any:
     """numpy's ``ufunc`` over MLX arrays (or stand-ins): MLX's function of the same name where MLX has
-    one (an MLX array, the derivative kept), else numpy's on the current values, as numpy would."""
+    one (an MLX array, the derivative kept), else numpy's on the current values, as numpy would.
+    ``out=`` an MLX array or a stand-in: see :func:`_into`."""
+    out = kwargs.get("out")
+    if out is not None:
+        targets = out if isinstance(out, tuple) else (out,)
+        if any(isinstance(t, (mx.array, _Writable)) for t in targets):
+            rest = {k: v for k, v in kwargs.items() if k != "out"}
+            result = _ufunc(ufunc, method, inputs, rest)
+            results = result if isinstance(result, tuple) else (result,)
+            for target, value in zip(targets, results):
+                _into(target, value, f"np.{ufunc.__name__}(..., out=...)")
+            return out
     values = [_unwrap(v) for v in inputs]
     name = str(ufunc.__name__)  # numpy's stubs type a ufunc's name as str | None
     name = _MX_NAMES.get(name, name)
     own = getattr(mx, name, None) if method == "__call__" and not kwargs else None
     if own is not None:
         return own(*values)
-    return getattr(ufunc, method)(*(np.asarray(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+    return getattr(ufunc, method)(*(_read_only(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+
+
+def _read_only(value: Any) -> np.ndarray:
+    """An MLX array's values as numpy reads them, read-only: ``np.asarray`` of an MLX array is a
+    writable view of MLX's own memory (of a temporary, for a slice), so a numpy function that writes
+    into it (``np.copyto(buf[1:3], x)``, ``np.put``) changed a value without a graph, or wrote into
+    a copy and lost the write, silently. numpy refuses a write into a read-only array: where the
+    array is a captured one's guarded alias, ``f`` runs again over stand-ins (the adapter's
+    ``refused_write``); over a stand-in, the call's error (:func:`_array_function`)."""
+    array = np.asarray(value)
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+class NumpyWriteError(TypeError):
+    """A numpy function wrote into an MLX array or an MLX stand-in, which it cannot: the write would
+    have been lost (or would have changed an array's memory without a graph)."""
+
+
+def _into(target: Any, value: Any, what: str) -> None:
+    """``value`` written into ``target`` where a numpy function writes (``out=``, ``np.copyto``'s
+    destination): a stand-in takes it as its item assignment does (a functional update: the derivative
+    flows through it); a guarded alias refuses it (``f`` runs again over stand-ins); an MLX array of
+    ``f``'s own cannot be written by numpy: :class:`NumpyWriteError`; a numpy array, numpy's own write."""
+    if isinstance(target, _Writable):
+        target[...] = value
+    elif isinstance(target, _Guarded):
+        _refused(target, value)
+    elif isinstance(target, mx.array):
+        raise NumpyWriteError(
+            f"passes an MLX array to {what}, which would write into it: numpy cannot write MLX arrays "
+            f"(it would write into a copy of the values, and the write would be lost); assign instead (a[...] = v)"
+        )
+    else:
+        np.copyto(target, _read_only(value) if isinstance(value, mx.array) else value)
 
 
 def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:
@@ -267,10 +315,11 @@ def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: object, **kwa
 
 
 def _numpy_values(value: object) -> object:
-    """``value`` with its MLX arrays (and stand-ins) as numpy arrays, inside lists and tuples too."""
+    """``value`` with its MLX arrays (and stand-ins) as numpy arrays, inside lists and tuples too:
+    read-only (:func:`_read_only`)."""
     value = _unwrap(value)
     if isinstance(value, mx.array):
-        return np.asarray(value)
+        return _read_only(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_numpy_values(v) for v in value)
     return value
@@ -279,16 +328,39 @@ def _numpy_values(value: object) -> object:
 def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
     """numpy's array functions over MLX arrays (``np.sum``, ``np.stack``, ``np.concatenate``): MLX's
     function of the same name where MLX has one and takes the arguments (an MLX array, the
-    derivative kept), else numpy's on the current values, as numpy itself would convert them."""
+    derivative kept), else numpy's on the current values, as numpy itself would convert them, read
+    only: ``np.copyto`` into a stand-in is its item assignment (:func:`_into`), and a function that
+    writes into an MLX array or a stand-in (``np.put``, ``np.place``, ``out=``) is the call's
+    error, not a write into a copy that is lost (into a guarded alias: ``f`` runs again over stand-ins)."""
+    if func is np.copyto and len(args) == 2 and not kwargs:
+        _into(args[0], _unwrap(args[1]), "np.copyto")
+        return None
     own = getattr(mx, func.__name__, None) if func.__module__ == "numpy" else None
-    if own is not None:
+    if own is not None and "out" not in kwargs:
         try:
             return own(
                 *(_unwrap(a) if not isinstance(a, (list, tuple)) else [_unwrap(v) for v in a] for a in args), **kwargs
             )
         except TypeError:  # MLX's signature differs (an argument numpy has and MLX lacks)
             pass
-    return func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
+    out = kwargs.get("out")
+    if out is not None and isinstance(out, (mx.array, _Writable)):
+        result = _array_function(self, func, types, args, {k: v for k, v in kwargs.items() if k != "out"})
+        _into(out, result, f"np.{func.__name__}(..., out=...)")
+        return out
+    try:
+        return func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
+    except ValueError as error:
+        if not _Base.refused_write(error):  # numpy's own refusal of a write into a read-only array
+            raise
+        written = [a for a in (*args, *kwargs.values()) if isinstance(a, (mx.array, _Writable))]
+        if any(isinstance(a, _Guarded) for a in written):
+            raise  # a captured array's guarded alias: f runs again over stand-ins (refused_write)
+        raise NumpyWriteError(
+            f"passes an MLX array (or a captured array, which f gets as one) to np.{func.__name__}, which would "
+            f"write into it: numpy cannot write MLX arrays (it would write into a copy of the values, and the write "
+            f"would be lost); assign instead (a[idx] = v)"
+        ) from error
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:
@@ -470,7 +542,15 @@ class _Function:
         target, call = self.target, self.target.call
         if self.simple:
             f = target.f
-            return lambda z: target.checked(_output(f(z), call))
+
+            def plain(z: Any) -> Any:
+                try:
+                    y = f(z)
+                except NumpyWriteError as error:
+                    raise NumpyWriteError(f"{call}: f {error}") from None
+                return target.checked(_output(y, call))
+
+            return plain
         kinds = self.kinds
         guarded = target.y is None  # an output buffer is written by every call: stand-ins from the start
 
@@ -482,7 +562,11 @@ class _Function:
             def run(aliased: bool) -> Any:
                 leaf = _guarded if aliased else _standin
                 instance = target.instance(leaf, values=state if target.has_state else None)
-                return target.checked(_output(instance(z, *values), call))
+                try:
+                    y = instance(z, *values)
+                except NumpyWriteError as error:
+                    raise NumpyWriteError(f"{call}: f {error}") from None
+                return target.checked(_output(y, call))
 
             # f reads its captured arrays as guarded aliases (MLX arrays) until it writes into one
             return target.guarded_with(run, False, Adapter.refused_write) if guarded else run(False)
@@ -818,6 +902,14 @@ class Adapter(_Base):
     """MLX; see the module docstring."""
 
     engine_name = "MLX"
+
+    @staticmethod
+    def rebinding_operand(value: Any) -> bool:
+        """An MLX array or a stand-in: under closure='const', a write of one into a captured numpy array
+        (an in-place operator, item assignment, ``out=``, ``np.copyto``) is the call's error: numpy
+        writes its values alone (or hands an in-place operator to MLX's, which rebinds the name), and
+        MLX gives no way to tell an array computed from ``x`` from a constant."""
+        return isinstance(value, (mx.array, _Writable))
 
     @staticmethod
     def refused_write(error: BaseException) -> bool:

@@ -1099,11 +1099,11 @@ class Adapter(_Base):
 
     @staticmethod
     def rebinding_operand(value: Any) -> bool:
-        """Any tensor, eager or symbolic: under closure='const', the operand of an in-place operator on
-        a captured numpy array that is the call's error (``part = buf[1:3]; part *= x``: numpy hands it
-        to the tensor's own operator, which rebinds ``part`` and leaves ``buf`` as it was). TensorFlow
-        differentiates eager tensors, and gives no public way to tell one computed from ``x`` from a
-        constant: either way the write is lost, so either is refused."""
+        """Any tensor, eager or symbolic: under closure='const', a write of one into a captured numpy
+        array is the call's error (``part = buf[1:3]; part *= x``: numpy hands it to the tensor's own
+        operator, which rebinds ``part`` and leaves ``buf`` as it was; ``buf[1:3] = x``, ``out=``,
+        ``np.copyto``: numpy writes the values alone). TensorFlow differentiates eager tensors, and
+        gives no public way to tell one computed from ``x`` from a constant, so either is refused."""
         return isinstance(value, _Tensor)
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: Any) -> Any:

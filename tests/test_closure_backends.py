@@ -873,6 +873,54 @@ def test_under_const_the_first_traces_guards_are_the_users_own_arrays(name):
     assert list(buf[1:]) == [2.0, 3.0]
 
 
+@pytest.mark.parametrize("write", ["setitem", "copyto", "out"])
+@pytest.mark.parametrize("backend", backend_params())
+def test_under_const_numpy_writing_an_engine_value_into_a_captured_array_is_the_calls_error(backend, write):
+    """closure='const' hands f your own numpy buffer; numpy writes an engine's value into it by item
+    assignment, np.copyto or a ufunc's out= as its values alone (TensorFlow's and MLX's arrays, which
+    numpy reads), or refuses it (JAX's tracers, autograd's boxes, PyTensor's variables, torch's tensors
+    that require grad): the derivative through the buffer is lost either way. Each is the call's
+    error, never a derivative that misses that path (TensorFlow and MLX gave [6, 6] for [8, 6]); the
+    same writes of numbers land in the buffer, as const says."""
+    buf = np.ones(3)
+
+    def f(x):
+        xp = array_namespace(x)
+        if write == "setitem":
+            buf[1:3] = x
+        elif write == "copyto":
+            np.copyto(buf[1:3], x)
+        else:
+            np.multiply(buf[1:3], x, out=buf[1:3])
+        return xp.sum(x * x) + buf[1] * x[0]  # buf[1] = x0: f = 2 x0^2 + x1^2, gradient [8, 6]
+
+    const = type(backend)(closure="const")
+    x = np.array([2.0, 3.0])
+    with pytest.raises((TypeError, ValueError, di.LostDerivativeError), match=r"^gradient\(.*closure='const'"):
+        di.gradient(const, f, x)
+    # the default closure: the right derivative (item assignment everywhere; copyto and out= where the
+    # engine's stand-ins take numpy's writes, MLX and autograd), or an error, never another number
+    carried = write == "setitem" or isinstance(backend, (di.AutoMLX, di.AutoAutograd))
+    try:
+        duplicated = di.gradient(type(backend)(), f, x)
+    except (TypeError, ValueError, di.LostDerivativeError):
+        assert not carried
+    else:
+        np.testing.assert_allclose(np.asarray(duplicated), [8.0, 6.0], rtol=1e-6)
+    assert list(buf) == [1.0, 1.0, 1.0]
+
+    def g(x):  # numbers written: they land in the buffer, and the derivative needs none of them
+        xp = array_namespace(x)
+        buf[0] = 2.0
+        np.copyto(buf[1:2], 3.0)
+        np.multiply(buf[2:3], 0.5, out=buf[2:3])
+        return xp.sum(x * x) * buf[0]
+
+    buf[:] = 1.0
+    np.testing.assert_allclose(np.asarray(di.gradient(const, g, x)), [8.0, 12.0], rtol=1e-6)
+    assert buf[0] == 2.0 and buf[1] == 3.0 and buf[2] < 1.0
+
+
 @pytest.mark.parametrize("backend", backend_params())
 def test_a_view_written_under_const_closure_is_the_calls_error(backend):
     """closure='const' hands f your own buffer: a write through a slice held in a variable

@@ -174,6 +174,51 @@ def test_captured_arrays_reach_mlx_functions_that_take_only_mlx_arrays(prepared,
     assert np.array_equal(np.array(buffer), np.zeros(3))
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("write", ["copyto", "out", "put"])
+def test_numpys_writes_into_a_captured_array_carry_the_derivative_or_are_the_calls_error(write, prepared):
+    """numpy's functions that write into their argument, on a captured numpy array under the default
+    closure: ``np.copyto(buf[1:3], x)`` and a ufunc's ``out=`` are the stand-in's item assignment (the
+    derivative flows through them); ``np.put``, which MLX has no stand-in write for, is the call's
+    error. Before, numpy wrote into a copy of an MLX array's values, and the write was lost without an
+    error (copyto gave [5, 6] for [8, 6]). The user's array is never written."""
+    buf = np.ones(3)
+
+    def f(x):
+        if write == "copyto":
+            np.copyto(buf[1:3], x)
+        elif write == "out":
+            np.multiply(buf[1:3], x, out=buf[1:3])
+        else:
+            np.put(buf, [1, 2], x)
+        return (x * x).sum() + buf[1] * x[0]  # buf[1] = x0: f = 2 x0^2 + x1^2
+
+    backend = di.AutoMLX()
+    x = np.array([2.0, 3.0])
+    prep = di.prepare_gradient(backend, f, x) if prepared and write != "put" else None
+    for _ in range(2):
+        if write == "put":
+            with pytest.raises(TypeError, match=r"^gradient\(AutoMLX\(\), f, x\): f passes an MLX array .* to np.put"):
+                di.gradient(backend, f, x)
+        else:
+            np.testing.assert_allclose(np.asarray(di.gradient(backend, f, x, prep=prep)), [8.0, 6.0], rtol=1e-12)
+        assert list(buf) == [1.0, 1.0, 1.0]
+
+
+def test_numpy_writing_into_fs_own_mlx_array_is_the_calls_error():
+    """``np.copyto(a, x)`` with ``a`` an MLX array of f's own: numpy cannot write an MLX array (it
+    wrote into a copy of its values: a lost write, and a wrong derivative without an error)."""
+    import mlx.core as mx
+
+    def f(x):
+        a = mx.zeros(2, dtype=x.dtype)
+        np.copyto(a, x)
+        return (a * x).sum()
+
+    with pytest.raises(TypeError, match=r"^gradient\(AutoMLX\(\), f, x\): f passes an MLX array to np.copyto"):
+        di.gradient(di.AutoMLX(), f, np.array([2.0, 3.0]))
+
+
 @pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compile"])
 def test_an_mlx_constant_that_f_writes_into_is_left_as_it_was(compile_):
     """A ``Constant`` context's MLX array reaches ``f`` as a fresh array: MLX writes an array in place,

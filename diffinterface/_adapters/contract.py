@@ -214,11 +214,13 @@ class Adapter:
     """Base of every adapter; see the module docstring for the contract."""
 
     # the engine as messages name it: declared by the adapters whose traced values can leak into
-    # the user's objects (those with a ``traced`` check, read under closure="const"). Such an adapter
-    # may also declare ``rebinding_operand(value) -> bool`` (default: its ``traced``): the operands
-    # of an in-place operator on a captured numpy array that numpy hands the operation to (the name
-    # rebound, the array left as it was), the call's error under closure="const" (diagnose's
-    # ConstGuardView); TensorFlow's: any tensor, as it differentiates eager ones
+    # the user's objects (those with a ``traced`` check, read under closure="const"). An adapter may
+    # also declare ``rebinding_operand(value) -> bool`` (default: its ``traced``): the engine's values
+    # whose write into a captured numpy array under closure="const" is the call's error (diagnose's
+    # ConstGuardView): an in-place operator numpy hands to the value's own operator (the name rebound,
+    # the array left as it was), item assignment, out= or np.copyto, which write its values without
+    # their derivative. TensorFlow's and MLX's: any tensor or array (neither tells a value computed
+    # from x from a constant)
     engine_name: str | None
 
     # How the adapter serves as ``outer`` in ``SecondOrder(outer, inner)`` (_frontend.pipeline): it only

@@ -219,15 +219,23 @@ def _over_const_guards(
     value, or any TensorFlow tensor) raises the call's error."""
     where = plan.where()
     guarded = list(values)
+    duplicated = (
+        "Use closure='duplicated' (the default): f then writes into duplicates that carry derivatives, and "
+        "your objects stay as they were."
+    )
     for i in arrays:
-        message = (
+        rebound = (
             f"{target.call}: with closure='const', f writes a {engine} value into its own captured array "
-            f"({where[i]}) with an in-place operator ({{operator}}); numpy hands that to the {engine} value's "
-            f"own operator, which leaves the array unchanged, so what f writes there, and the derivative "
-            f"through it, would be lost without an error. Use closure='duplicated' (the default): f then writes "
-            f"into duplicates that carry derivatives, and your objects stay as they were."
+            f"({where[i]}) with {{how}}; numpy hands that to the {engine} value's own operator, which leaves "
+            f"the array unchanged, so what f writes there, and the derivative through it, would be lost "
+            f"without an error. {duplicated}"
         )
-        guarded[i] = const_guard(values[i], rebinding, message)
+        written = (
+            f"{target.call}: with closure='const', f writes into its own captured state ({where[i]}), where "
+            f"{engine} cannot carry a value that depends on x ({{how}} of a {engine} value: numpy writes its "
+            f"values alone); the derivative through it would be lost. {duplicated}"
+        )
+        guarded[i] = const_guard(values[i], rebinding, rebound, written)
     fn = plan.rebuild(guarded)
 
     def guarded_run() -> Any:
@@ -256,7 +264,7 @@ def _over_const_guards(
 def const_trace_checked(
     target: Any,
     run: Callable[[], Any],
-    traced: Callable[[Any], bool],
+    traced: Callable[[Any], bool] | None,
     engine: str,
     rebinding: Callable[[Any], bool] | None = None,
 ) -> Any:
@@ -264,18 +272,20 @@ def const_trace_checked(
     the lists and dicts ``f`` captures checked afterwards: a traced value (a JAX tracer, an autograd
     box) that ``f`` wrote into one would outlive the call and fail later, far from its cause. Then
     their contents are put back and the error names them (contract section 7). Also put back when
-    ``run`` raises. Its numpy arrays reach ``f`` in this trace as :class:`ConstGuardView` s, where
-    ``f``'s functions allow it (``StatePlan.transparent``): an in-place operator with an operand
-    that numpy hands the operation to (``rebinding``, the adapter's ``rebinding_operand``; its
-    ``traced`` where it has none) is the call's error, not a silent zero. Discovery runs at
-    preparation only; prepared calls pay nothing."""
+    ``run`` raises (no check where ``traced`` is None: an engine whose values outlive no call).
+    Its numpy arrays reach ``f`` in this trace as :class:`ConstGuardView` s, where ``f``'s functions
+    allow it (``StatePlan.transparent``): a write of the engine's value into one (``rebinding``, the
+    adapter's ``rebinding_operand``; its ``traced`` where it has none), by an in-place operator (which
+    numpy hands to the value's own operator), item assignment, ``out=`` or ``np.copyto``, is the
+    call's error, not a silent zero. Discovery runs at preparation only; prepared calls pay nothing."""
     plan = StatePlan(target.user_f)
     values = plan.read()
     containers = [(where, v) for where, v in zip(plan.where(), values) if isinstance(v, (list, dict))]
     arrays = [i for i, v in enumerate(values) if type(v) is np.ndarray]
-    if arrays and plan.transparent:  # f over guards of its own numpy arrays for this trace (ConstGuardView)
-        run = _over_const_guards(target, plan, values, arrays, run, rebinding or traced, engine)
-    if not containers:
+    test = rebinding or traced
+    if arrays and plan.transparent and test is not None:  # f over guards of its numpy arrays (ConstGuardView)
+        run = _over_const_guards(target, plan, values, arrays, run, test, engine)
+    if not containers or traced is None:
         return run()
     saved = [copy.copy(v) for _, v in containers]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -104,20 +104,40 @@ for _op in _INPLACE:
 
 
 class ConstTracedWrite(ValueError):
-    """An in-place operator of a :class:`ConstGuardView` met the engine's traced value."""
+    """A write into a :class:`ConstGuardView` met the engine's value (``ConstGuardView.guard``)."""
+
+
+# numpy's functions that write into their first argument (np.copyto's destination, np.put's array, ...)
+_WRITES_FIRST = frozenset(
+    f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis) if f is not None
+)
+
+
+def _holds_value(value: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether ``test`` holds for ``value`` or for an item of a list or tuple of it."""
+    if isinstance(value, (list, tuple)):
+        return any(_holds_value(v, test) for v in value)
+    return test(value)
 
 
 class ConstGuardView(np.ndarray):
     """A captured numpy array as ``f`` gets it in the first trace under ``closure="const"``: a
-    writable view of the user's own memory (const uses the state as it is) whose in-place operators
-    refuse the engine's traced value. numpy hands ``part *= t`` to ``t``'s reflected operator where
-    ``t`` ranks above numpy arrays (a JAX tracer, a PyTensor or TensorFlow symbolic value), which
-    rebinds ``part`` and leaves the array unchanged: a zero derivative and no error. Here it raises
-    :class:`ConstTracedWrite` with ``message``; any other operand is numpy's own operator. Slices
-    of the view are guards too; what numpy computes from it is a plain array. ``guard`` holds
-    ``(traced, message)``: the adapter's test of its traced values and the call's error."""
+    writable view of the user's own memory (const uses the state as it is) whose writes refuse the
+    engine's values. numpy hands ``part *= t`` to ``t``'s reflected operator where ``t`` ranks above
+    numpy arrays (a JAX tracer, a PyTensor or TensorFlow symbolic value), which rebinds ``part`` and
+    leaves the array unchanged: a zero derivative and no error; and it writes the values of an engine
+    whose arrays it can read (a TensorFlow or MLX array: ``buf[1:3] = x``, ``np.copyto(buf, x)``,
+    ``np.multiply(buf, x, out=buf)``) without their derivative. Here each of those writes, an
+    in-place operator, item assignment, a ufunc's ``out=`` and numpy's functions that write into
+    their first argument (``np.copyto``, ``np.put``, ...), raises :class:`ConstTracedWrite` with
+    ``message`` where the value written is the engine's (``guard[0]``); any other value is numpy's
+    own write. Slices of the view are guards too; what numpy computes from it is a plain array.
+    ``guard`` holds ``(test, rebound, written)``: the adapter's test of its values and the call's
+    errors, for an in-place operator (numpy hands it to the value's own operator: the write is lost)
+    and for the other writes (the values written, their derivative lost), whose ``{how}`` names the
+    write."""
 
-    guard: tuple[Callable[[Any], bool], str] | None = None
+    guard: tuple[Callable[[Any], bool], str, str] | None = None
 
     def __array_finalize__(self, obj: object) -> None:
         self.guard = getattr(obj, "guard", None)
@@ -126,22 +146,53 @@ class ConstGuardView(np.ndarray):
         array = array.view(np.ndarray)
         return array[()] if return_scalar else array
 
+    def _refuse(self, value: Any, how: str, rebound: bool = False) -> None:
+        guard = self.guard
+        if guard is not None and _holds_value(value, guard[0]):
+            raise ConstTracedWrite((guard[1] if rebound else guard[2]).format(how=how))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._refuse(value, "an item assignment (a[...] = v)")
+        np.ndarray.__setitem__(self, index, value)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        out = kwargs.get("out")
+        if out is not None:
+            for target in out if isinstance(out, tuple) else (out,):
+                if isinstance(target, ConstGuardView):
+                    target._refuse(inputs, f"np.{ufunc.__name__}(..., out=...)")
+            kwargs["out"] = tuple(_plain(o) for o in out) if isinstance(out, tuple) else _plain(out)
+        return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+        args = tuple(args)
+        if func in _WRITES_FIRST and args and isinstance(args[0], ConstGuardView):
+            args[0]._refuse((args[1:], tuple(kwargs.values())), f"np.{func.__name__}")
+        out = kwargs.get("out")
+        if isinstance(out, ConstGuardView):
+            out._refuse((args, tuple(kwargs.values())), f"np.{func.__name__}(..., out=...)")
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def _plain(value: Any) -> Any:
+    """A :class:`ConstGuardView` as the plain numpy view of the same memory (numpy's own operation on
+    it, once its writes were checked); anything else as it is."""
+    return value.view(np.ndarray) if isinstance(value, ConstGuardView) else value
+
 
 def _const_inplace(name: str) -> Callable[[ConstGuardView, Any], Any]:
     def update(self: ConstGuardView, other: object) -> Any:
-        guard = self.guard
-        if guard is not None and guard[0](other):
-            raise ConstTracedWrite(guard[1].format(operator=_SYMBOLS[name[3:-2]]))
+        self._refuse(other, f"an in-place operator ({_SYMBOLS[name[3:-2]]})", rebound=True)
         return getattr(np.ndarray, name)(self, other)
 
     update.__name__ = name
     return update
 
 
-def const_guard(value: np.ndarray, traced: Callable[[Any], bool], message: str) -> ConstGuardView:
-    """``value`` as a :class:`ConstGuardView` (``message``'s ``{operator}`` is filled in)."""
+def const_guard(value: np.ndarray, test: Callable[[Any], bool], rebound: str, written: str) -> ConstGuardView:
+    """``value`` as a :class:`ConstGuardView` (the messages' ``{how}`` names the write)."""
     view = value.view(ConstGuardView)
-    view.guard = (traced, message)
+    view.guard = (test, rebound, written)
     return view
 
 

@@ -354,13 +354,14 @@ def _complex_x(operator: Operator, adapter: Adapter, holomorphic: bool, call: st
 
 def _output_info(adapter: Adapter, target: Target, x: Array, contexts: tuple[Any, ...], oneshot: bool) -> Any:
     traced = getattr(adapter, "traced", None)  # engines whose traced values can leak into user objects
-    if target.closure == "const" and traced is not None:
+    rebinding = getattr(adapter, "rebinding_operand", traced)  # and whose values numpy cannot write
+    if target.closure == "const" and rebinding is not None:
         return const_trace_checked(
             target,
             lambda: adapter.output_info(target, x, contexts, oneshot),
             traced,
-            cast("str", adapter.engine_name),  # declared wherever traced is
-            getattr(adapter, "rebinding_operand", traced),
+            cast("str", adapter.engine_name),  # declared wherever either hook is
+            rebinding,
         )
     return adapter.output_info(target, x, contexts, oneshot)
 
