@@ -66,6 +66,7 @@ from diffinterface.extend import (
     Target,
     contract_all,
     duplicate,
+    escaped_error,
     family,
     innermost_frame,
     is_array,
@@ -211,6 +212,44 @@ for _name in ("zeros", "ones", "empty", "full", "eye", "arange", "linspace", "ze
 namespace: _Namespace = _Namespace()
 
 
+class _Escapes(threading.local):
+    """Per thread: whether ``f`` runs inside a derivative of a runner (``active``), and the reads of
+    an MLX array's values into Python or numpy it made there (``found``). MLX tells no array that
+    carries a derivative from a constant, so each is recorded, and the call checks its derivative
+    where any was (:func:`_check_escapes`): a value read out of MLX that reaches f(x) drops its part
+    of the derivative without an error (``x[0].item() * x[1]``, ``np.linalg.norm(x)``)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.found: list[str] = []
+
+
+_ESCAPES = _Escapes()
+
+
+def _escaped(what: str) -> None:
+    if _ESCAPES.active:
+        _ESCAPES.found.append(what)
+
+
+# MLX's methods that read an array's values into Python, recorded while a call runs (_ArrayAPI)
+_READS = {"item": "a.item()", "tolist": "a.tolist()", "__float__": "float(a)"}
+
+
+def _reader(name: str) -> Any:
+    original = mx.array.__dict__[name]
+
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _escaped(_READS[name])
+        return original(self, *args, **kwargs)
+
+    read.__name__ = name
+    return read
+
+
+_READERS = {name: _reader(name) for name in _READS}
+
+
 class _ArrayAPI:
     """While a call runs: ``__array_namespace__`` of MLX arrays gives :data:`namespace`, MLX arrays
     have a ``device`` (``array_api_compat.device(x)`` reads it), and numpy's ufuncs on them compute
@@ -223,7 +262,7 @@ class _ArrayAPI:
     _lock = threading.Lock()
     _depth = 0
     _saved: dict[str, Any] = {}
-    _PATCHED = ("__array_namespace__", "device", "__array_ufunc__", "__array_function__")
+    _PATCHED = ("__array_namespace__", "device", "__array_ufunc__", "__array_function__", *_READS)
 
     def __enter__(self) -> None:
         with self._lock:
@@ -233,6 +272,8 @@ class _ArrayAPI:
                 setattr(mx.array, "device", _device)  # noqa: B010
                 setattr(mx.array, "__array_ufunc__", _array_ufunc)  # noqa: B010
                 setattr(mx.array, "__array_function__", _array_function)  # noqa: B010
+                for name, read in _READERS.items():
+                    setattr(mx.array, name, read)
             _ArrayAPI._depth += 1
 
     def __exit__(self, *exc: Any) -> None:
@@ -270,6 +311,8 @@ def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dic
     own = getattr(mx, name, None) if method == "__call__" and not kwargs else None
     if own is not None:
         return own(*values)
+    if any(isinstance(v, mx.array) for v in values):
+        _escaped(f"numpy's {name} of an MLX array")
     return getattr(ufunc, method)(*(_read_only(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
 
 
@@ -348,6 +391,8 @@ def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...
         result = _array_function(self, func, types, args, {k: v for k, v in kwargs.items() if k != "out"})
         _into(out, result, f"np.{func.__name__}(..., out=...)")
         return out
+    if _holds_mlx((args, kwargs)):
+        _escaped(f"np.{func.__name__} of an MLX array")
     try:
         return func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
     except ValueError as error:
@@ -361,6 +406,17 @@ def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...
             f"write into it: numpy cannot write MLX arrays (it would write into a copy of the values, and the write "
             f"would be lost); assign instead (a[idx] = v)"
         ) from error
+
+
+def _holds_mlx(value: object) -> bool:
+    """Whether ``value`` is an MLX array or a stand-in, or a list, tuple or dict holding one."""
+    if isinstance(value, (mx.array, _Writable)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_mlx(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_mlx(v) for v in value.values())
+    return False
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:
@@ -804,12 +860,20 @@ class _Prepared:
 
         def run(x: Any, tangents: tuple[Any, ...], contexts: tuple[Any, ...]) -> Any:
             token = SECOND_ORDER.set(True) if second else None  # an opaque custom rule refuses it (mlx_rules)
+            saved, _ESCAPES.found = _ESCAPES.found, []
             try:
                 with _context(self.x_dtype):
                     xm, ts = self._inputs(x, tangents)
                     ctx, state = self.function.arguments(contexts)
-                    out = self._call(value, xm, ts, ctx, state)
+                    _ESCAPES.active += 1
+                    try:
+                        out = self._call(value, xm, ts, ctx, state)
+                    finally:
+                        _ESCAPES.active -= 1
+                    if _ESCAPES.found:  # f read a value out of MLX: does its derivative still hold?
+                        _check_escapes(self.function, (ctx, state), xm, _ESCAPES.found)
             finally:
+                _ESCAPES.found = saved
                 if token is not None:
                     SECOND_ORDER.reset(token)
             if oneshot:
@@ -965,6 +1029,43 @@ class Adapter(_Base):
         jit = bool(self.backend.compile) and (not info.oneshot or large)
         prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit)
         return prepared.runners()
+
+
+def _check_escapes(function: _Function, args: tuple[Any, Any], x: Any, escapes: list[str]) -> None:
+    """Raises :class:`LostDerivativeError` where ``f`` read an MLX array's values into Python or numpy
+    (``escapes``) and MLX's derivative of f along a random direction (seeded) disagrees with a central
+    difference of f (two steps: their difference bounds the truncation error, so a kink or a branch
+    switch inside the step widens the tolerance instead of raising), as torch's and TensorFlow's
+    adapters check; real floating x and f(x) only. A read that only steers control flow passes."""
+    floating = (mx.float16, mx.bfloat16, mx.float32, mx.float64)
+    if x.dtype not in floating or x.size == 0:
+        return
+    fn = function(*args)
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal(x.shape)
+    v = mx.array(v / max(float(np.linalg.norm(v)), 1e-300), dtype=x.dtype)
+    y = fn(x)
+    if y.dtype not in floating or y.size == 0:
+        return
+    w = mx.array(rng.standard_normal(y.shape), dtype=y.dtype)
+    try:
+        _, (g,) = mx.vjp(fn, [x], [w])
+    except Exception:  # noqa: BLE001 - a function MLX cannot reverse: the call's own result stands
+        return
+    ad = float(mx.sum(g * v))
+    eps = max(float(np.finfo(_np_dtype(x.dtype)).eps), float(np.finfo(_np_dtype(y.dtype)).eps))
+    h = eps ** (1 / 3) * max(1.0, float(mx.max(mx.abs(x))))
+
+    def central(step: float) -> float:
+        return float(mx.sum(w * (fn(x + step * v) - fn(x - step * v)))) / (2 * step)
+
+    fd, fd2 = central(h), central(2 * h)
+    noise = eps * float(mx.sum(mx.abs(w) * mx.abs(y))) / h
+    error = escaped_error(
+        function.target.call, "MLX", escapes, ad, fd, fd2, noise, eps, "an MLX array (mlx.core, or array_namespace(x))"
+    )
+    if error is not None:
+        raise error
 
 
 def _check_lost(function: _Function, args: tuple[Any, Any], x: Any, y: Any, call: str) -> None:

@@ -69,6 +69,7 @@ from diffinterface.extend import (
     Target,
     contract_all,
     duplicate,
+    escaped_error,
     family,
     is_array,
     shape_size,
@@ -232,6 +233,86 @@ def _carries(value: Any) -> bool:
     return any(acc.jvp(value) is not None for acc in _RECORDER.accumulators)
 
 
+# numpy's ufuncs that are Python's operators: with ``__array_ufunc__`` set on tensors (below), numpy no
+# longer defers ``A * t`` to the tensor's reflected operator, so the hook calls it (the same TensorFlow op)
+_BINARY = {
+    "add": ("__add__", "__radd__"),
+    "subtract": ("__sub__", "__rsub__"),
+    "multiply": ("__mul__", "__rmul__"),
+    "divide": ("__truediv__", "__rtruediv__"),
+    "true_divide": ("__truediv__", "__rtruediv__"),
+    "floor_divide": ("__floordiv__", "__rfloordiv__"),
+    "remainder": ("__mod__", "__rmod__"),
+    "power": ("__pow__", "__rpow__"),
+    "matmul": ("__matmul__", "__rmatmul__"),
+    "less": ("__lt__", "__gt__"),
+    "less_equal": ("__le__", "__ge__"),
+    "greater": ("__gt__", "__lt__"),
+    "greater_equal": ("__ge__", "__le__"),
+}
+_UNARY = {"negative": "__neg__", "positive": "__pos__", "absolute": "__abs__"}
+_NDARRAY = np.empty(0)  # the receiver of numpy's own __array_function__ (numpy's implementation, no dispatch)
+
+
+def _read_by_numpy(value: Any, what: str) -> Any:
+    """``value`` with its tensors as numpy arrays, as numpy reads them (through the buffer protocol,
+    which TensorFlow does not see: its derivative is dropped); a tensor that carries a derivative is
+    recorded as an escape (``what``), which the call then checks (:func:`_check_escapes`)."""
+    if isinstance(value, _Tensor):
+        if _RECORDER.active and _carries(value):
+            _RECORDER.escapes.append(what)
+        return np.asarray(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_read_by_numpy(v, what) for v in value)
+    return value
+
+
+def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """numpy's ufunc on a tensor, during a call: Python's operators as the tensor's own (``A * t``, as
+    numpy's deferral ran them: the derivative kept); any other (``np.sin(t)``, ``np.hypot(t, 1)``,
+    ``out=``) on the values, as numpy computed it, where a tensor that carries a derivative is an
+    escape, checked after the call: the derivative through it was lost without an error before."""
+    name = ufunc.__name__
+    if method == "__call__" and not kwargs:
+        if len(inputs) == 2 and name in _BINARY:
+            a, b = inputs
+            result = getattr(a, _BINARY[name][0])(b) if isinstance(a, _Tensor) else getattr(b, _BINARY[name][1])(a)
+            if result is not NotImplemented:
+                return result
+        if len(inputs) == 1 and name in _UNARY:
+            return getattr(inputs[0], _UNARY[name])()
+    what = f"numpy's {name} of a tensor"
+    return getattr(ufunc, method)(*_read_by_numpy(inputs, what), **_read_by_numpy(kwargs, what))
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, _Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+def _carried(value: Any) -> bool:
+    if isinstance(value, _Tensor):
+        return _carries(value)
+    if isinstance(value, (list, tuple)):
+        return any(_carried(v) for v in value)
+    if isinstance(value, dict):
+        return any(_carried(v) for v in value.values())
+    return False
+
+
+def _array_function(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    """numpy's function on a tensor, during a call: numpy's own implementation (``np.sum(t)`` calls
+    the tensor's ``sum``, a TensorFlow op; ``np.dot(t, t)`` reads the values), where a result with no
+    tensor in it from arguments that carry a derivative is an escape, checked after the call."""
+    result = np.ndarray.__array_function__(_NDARRAY, func, (np.ndarray,), args, kwargs)
+    if _RECORDER.active and not _holds_tensor(result) and _carried((args, kwargs)):
+        _RECORDER.escapes.append(f"np.{func.__name__} of a tensor")
+    return result
+
+
 def _recording(name: str, original: Any) -> Any:
     def read(self, *args: Any, **kwargs: Any) -> Any:
         if _RECORDER.active and _carries(self):
@@ -281,6 +362,8 @@ class _Scope:
             (_Tensor, "__array_namespace__", _tensor_namespace),
             (_Tensor, "__matmul__", _matmul),
             (_Tensor, "__rmatmul__", lambda a, b: _matmul(b, a)),
+            (_Tensor, "__array_ufunc__", _array_ufunc),
+            (_Tensor, "__array_function__", _array_function),
         ]
         out += [(_Tensor, name, value) for name, value in _METHODS.items()]
         out.append((_Tensor, "__getitem__", _getitem))
@@ -298,6 +381,13 @@ def _reduction(name: str) -> Any:
     function = getattr(tnp, name)
 
     def method(self, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Any:
+        # numpy's np.prod(t) / np.max(t) call the method with out=None (and dtype=None), which
+        # TensorFlow's functions do not take: a tensor cannot be written, and None is the default
+        if kwargs.get("out", None) is not None:
+            raise TypeError(f"{name}(out=...): a tensor cannot be written in place; use the result")
+        kwargs.pop("out", None)
+        if kwargs.get("dtype", 0) is None:
+            del kwargs["dtype"]
         return function(self, axis=axis, keepdims=keepdims, **kwargs)
 
     method.__name__ = name
@@ -657,15 +747,9 @@ def _check_escapes(fn: _Function, call: Callable[[Any], Any], x: tf.Tensor, esca
 
     fd, fd2 = central(h), central(2 * h)
     noise = eps * float(tf.reduce_sum(tf.abs(w) * tf.abs(y))) / h
-    tolerance = 4 * abs(fd - fd2) + 10 * noise + eps**0.5 * (abs(derivative) + abs(fd))
-    if not abs(derivative - fd) <= tolerance:
-        where = ", ".join(dict.fromkeys(escapes))
-        raise LostDerivativeError(
-            f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}): along a "
-            f"random direction TensorFlow's derivative is {derivative:.6g}, a central difference of f gives "
-            f"{fd:.6g}. A value read into Python that only steers control flow is fine; one that reaches f(x) "
-            f"must stay a tensor. {LOST_CAUSES}."
-        )
+    error = escaped_error(fn.target.call, "TensorFlow", escapes, derivative, fd, fd2, noise, eps, "a tensor")
+    if error is not None:
+        raise error
 
 
 # -- the operators' bodies ----------------------------------------------------------------------------

@@ -205,6 +205,43 @@ def test_numpys_writes_into_a_captured_array_carry_the_derivative_or_are_the_cal
         assert list(buf) == [1.0, 1.0, 1.0]
 
 
+_NUMPY_ON_X = {  # a value read out of MLX: numpy computing on an array's values, or Python's
+    "np.linalg.norm": lambda x: np.linalg.norm(x),
+    "np.hypot": lambda x: np.sum(np.hypot(x, 1.0)),
+    "np.dot": lambda x: np.dot(x, x),
+    "float": lambda x: float(x[0]) * x[1],
+    "item": lambda x: x[0].item() * x[1],
+    "tolist": lambda x: sum(x.tolist()) * 1.0,
+}
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("use", list(_NUMPY_ON_X))
+def test_a_value_read_out_of_mlx_that_reaches_f_is_a_lost_derivative_error(use, prepared):
+    """A value read out of MLX (numpy's function of an array MLX has no function for, ``.item()``,
+    ``.tolist()``, ``float(a)``) that reaches f(x) beside a path MLX differentiates: that term's
+    derivative was lost, a wrong gradient and no error (the check only looked at all-zero results).
+    Such reads are recorded while the runner runs, and the call checks its derivative against a
+    central difference: the call's error. A read that only chooses a branch keeps the derivative."""
+    h = _NUMPY_ON_X[use]
+
+    def f(x):
+        return (x * x).sum() + h(x)
+
+    backend = di.AutoMLX()
+    x = np.array([0.3, -0.7, 1.1])
+    with pytest.raises(di.LostDerivativeError, match=r"^gradient\(AutoMLX\(\), f, x\): .*derivative was lost"):
+        prep = di.prepare_gradient(backend, f, x) if prepared else None
+        di.gradient(backend, f, x, prep=prep)
+
+    def g(x):
+        y = (x * x).sum()
+        return y * 2.0 if x[0].item() > 0 and float(np.max(x)) > 1.0 else y
+
+    prep = di.prepare_gradient(backend, g, x) if prepared else None
+    np.testing.assert_allclose(np.asarray(di.gradient(backend, g, x, prep=prep)), 4.0 * x, rtol=1e-12)
+
+
 def test_numpy_writing_into_fs_own_mlx_array_is_the_calls_error():
     """``np.copyto(a, x)`` with ``a`` an MLX array of f's own: numpy cannot write an MLX array (it
     wrote into a copy of its values: a lost write, and a wrong derivative without an error)."""

@@ -162,6 +162,50 @@ def test_the_captured_buffer_example_gives_2_1_plus_x_on_every_call(prepared):
         assert buffer.tolist() == [9.0, 9.0, 9.0]
 
 
+_NUMPY_ON_X = {  # numpy computing on a tensor's values: its part of the derivative lost
+    "np.linalg.norm": lambda x: np.linalg.norm(x),
+    "np.hypot": lambda x: np.sum(np.hypot(x, 1.0)),
+    "np.dot": lambda x: np.dot(x, x),
+    "np.cumsum": lambda x: np.cumsum(x)[-1] * 1.0,
+    "np.clip": lambda x: np.sum(np.clip(x, -0.5, 0.5)),
+    "float": lambda x: float(x[0]) * x[1],
+}
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["one-shot", "prepared"])
+@pytest.mark.parametrize("use", list(_NUMPY_ON_X))
+def test_numpy_computing_on_a_tensor_that_reaches_f_is_a_lost_derivative_error(use, prepared):
+    """numpy reads an eager tensor through the buffer protocol, which TensorFlow does not see: a numpy
+    function or ufunc of x (np.linalg.norm(x), np.hypot(x, 1)) gave f(x) without that term's derivative,
+    a wrong gradient and no error where the rest of f kept the path to x. numpy's ufuncs and functions on
+    tensors now go through hooks set during the call that record such a read, and the call checks the
+    derivative against a central difference (as for float(t)): the call's error. What numpy ran as the
+    tensor's own operators (A * x, np.abs(x)) and a read that only steers control flow keep their
+    derivative."""
+    import tensorflow as tf
+
+    h = _NUMPY_ON_X[use]
+
+    def f(x):
+        return tf.reduce_sum(x * x) + h(x)
+
+    backend = di.AutoTensorFlow()
+    x = np.array([0.3, -0.7, 1.1])
+    with pytest.raises(di.LostDerivativeError, match=r"^gradient\(AutoTensorFlow\(\), f, x\): .*derivative was lost"):
+        prep = di.prepare_gradient(backend, f, x) if prepared else None
+        di.gradient(backend, f, x, prep=prep)
+
+    A = np.array([[1.0, 2.0, 0.5], [0.0, 1.0, -1.0], [2.0, 0.1, 1.0]])
+
+    def g(x):  # numpy's operators and abs on x run as TensorFlow's; np.max and float(x[0]) only choose a branch
+        y = np.sum(A * x) + np.sum(np.abs(x)) + np.sum(x @ A)
+        return y * 2.0 if float(x[0]) > 0 and np.max(x) > 1.0 else y
+
+    want = 2.0 * (A.sum(axis=0) + np.sign(x) + A.sum(axis=1))
+    prep = di.prepare_gradient(backend, g, x) if prepared else None
+    np.testing.assert_allclose(np.asarray(di.gradient(backend, g, x, prep=prep)), want, rtol=1e-12)
+
+
 @pytest.mark.parametrize("function", [True, False], ids=["tf.function", "eager"])
 @pytest.mark.parametrize("prepared", [False, True], ids=["one-shot", "prepared"])
 @pytest.mark.parametrize("op", ["gradient", "jacobian", "pushforward", "pullback", "hvp"])

@@ -98,6 +98,28 @@ LOST_CAUSES = (
 )
 
 
+def escaped_error(
+    call: str, engine: str, escapes: list[str], ad: float, fd: float, fd2: float, noise: float, eps: float, keep: str
+) -> LostDerivativeError | None:
+    """The call's error where a value read out of the engine (``escapes``: ``.item()``, numpy's function
+    of an array) reached ``f(x)``: the engine's derivative along a random direction, ``ad``, against
+    central differences of ``f`` along it at two steps (``fd`` at ``h``, ``fd2`` at ``2 h``: their
+    difference bounds the truncation error, so a kink or a branch switch inside the step widens the
+    tolerance instead of raising), ``noise`` the rounding in the difference, ``eps`` the dtype's. None
+    where they agree: a read that only steers control flow. ``keep``: what such a value must stay
+    (``"a tensor"``). The check torch's, TensorFlow's and MLX's adapters make after a call with a read."""
+    tolerance = 4 * abs(fd - fd2) + 10 * noise + eps**0.5 * (abs(ad) + abs(fd))
+    if abs(ad - fd) <= tolerance:  # NaN: not within, the error
+        return None
+    where = ", ".join(dict.fromkeys(escapes))
+    return LostDerivativeError(
+        f"{call}: f(x) is computed from x, but its derivative was lost on the way ({where}): along a random "
+        f"direction {engine}'s derivative is {ad:.6g}, a central difference of f gives {fd:.6g}. A value read into "
+        f"Python or numpy that only steers control flow is fine; one that reaches f(x) must stay {keep}. "
+        f"{LOST_CAUSES}."
+    )
+
+
 class StructuredOutputError(TypeError):
     """``f`` returned a tuple, list or dict where an engine needs one array. The frontend turns
     such outputs into one vector (``diffinterface._core.structure``) and prepares again; the error reaches
