@@ -68,6 +68,7 @@ from diffinterface.extend import (
     duplicate,
     escaped_error,
     family,
+    floating_value,
     innermost_frame,
     is_array,
     prefer,
@@ -236,13 +237,15 @@ _READS = {"item": "a.item()", "tolist": "a.tolist()", "__float__": "float(a)"}
 
 
 _ORIGINAL_READS = {name: mx.array.__dict__[name] for name in _READS}
+_FLOATING = (mx.float16, mx.bfloat16, mx.float32, mx.float64, mx.complex64)
 
 
 def _reader(name: str) -> Any:
     original = _ORIGINAL_READS[name]
 
     def read(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _escaped(_READS[name])
+        if self.dtype in _FLOATING:  # an index or a flag carries no derivative
+            _escaped(_READS[name])
         return original(self, *args, **kwargs)
 
     read.__name__ = name
@@ -339,9 +342,10 @@ def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dic
     own = getattr(mx, name, None) if method == "__call__" and not kwargs else None
     if own is not None:
         return own(*values)
-    if any(isinstance(v, mx.array) for v in values):
+    result = getattr(ufunc, method)(*(_read_only(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+    if floating_value(result) and any(isinstance(v, mx.array) for v in values):
         _escaped(f"numpy's {name} of an MLX array")
-    return getattr(ufunc, method)(*(_read_only(v) if isinstance(v, mx.array) else v for v in values), **kwargs)
+    return result
 
 
 def _read_only(value: Any) -> np.ndarray:
@@ -419,10 +423,8 @@ def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...
         result = _array_function(self, func, types, args, {k: v for k, v in kwargs.items() if k != "out"})
         _into(out, result, f"np.{func.__name__}(..., out=...)")
         return out
-    if _holds_mlx((args, kwargs)):
-        _escaped(f"np.{func.__name__} of an MLX array")
     try:
-        return func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
+        result = func(*(_numpy_values(a) for a in args), **{k: _numpy_values(v) for k, v in kwargs.items()})
     except ValueError as error:
         if not _Base.refused_write(error):  # numpy's own refusal of a write into a read-only array
             raise
@@ -434,6 +436,9 @@ def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...
             f"write into it: numpy cannot write MLX arrays (it would write into a copy of the values, and the write "
             f"would be lost); assign instead (a[idx] = v)"
         ) from error
+    if floating_value(result) and _holds_mlx((args, kwargs)):
+        _escaped(f"np.{func.__name__} of an MLX array")
+    return result
 
 
 def _holds_mlx(value: object) -> bool:

@@ -71,6 +71,7 @@ from diffinterface.extend import (
     duplicate,
     escaped_error,
     family,
+    floating_value,
     is_array,
     shape_size,
     standin_error,
@@ -254,24 +255,31 @@ _UNARY = {"negative": "__neg__", "positive": "__pos__", "absolute": "__abs__"}
 _NDARRAY = np.empty(0)  # the receiver of numpy's own __array_function__ (numpy's implementation, no dispatch)
 
 
-def _read_by_numpy(value: Any, what: str) -> Any:
+def _read_by_numpy(value: Any) -> Any:
     """``value`` with its tensors as numpy arrays, as numpy reads them (through the buffer protocol,
-    which TensorFlow does not see: its derivative is dropped); a tensor that carries a derivative is
-    recorded as an escape (``what``), which the call then checks (:func:`_check_escapes`)."""
+    which TensorFlow does not see: their derivative is dropped)."""
     if isinstance(value, _Tensor):
-        if _RECORDER.active and _carries(value):
-            _RECORDER.escapes.append(what)
         return np.asarray(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_read_by_numpy(v, what) for v in value)
+        return type(value)(_read_by_numpy(v) for v in value)
     return value
+
+
+def _escape_if_read(result: Any, arguments: Any, what: str) -> Any:
+    """``result``, numpy's from ``arguments``, after recording an escape (``what``, checked after the
+    call by :func:`_check_escapes`) where it is a floating value of numpy's made from a tensor that
+    carries a derivative."""
+    if _RECORDER.active and not _holds_tensor(result) and floating_value(result) and _carried(arguments):
+        _RECORDER.escapes.append(what)
+    return result
 
 
 def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
     """numpy's ufunc on a tensor, during a call: Python's operators as the tensor's own (``A * t``, as
     numpy's deferral ran them: the derivative kept); any other (``np.sin(t)``, ``np.hypot(t, 1)``,
-    ``out=``) on the values, as numpy computed it, where a tensor that carries a derivative is an
-    escape, checked after the call: the derivative through it was lost without an error before."""
+    ``out=``) on the values, as numpy computed it, where a floating result from a tensor that carries
+    a derivative is an escape, checked after the call: the derivative through it was lost without an
+    error before."""
     name = ufunc.__name__
     if method == "__call__" and not kwargs:
         if len(inputs) == 2 and name in _BINARY:
@@ -281,8 +289,8 @@ def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs
                 return result
         if len(inputs) == 1 and name in _UNARY:
             return getattr(inputs[0], _UNARY[name])()
-    what = f"numpy's {name} of a tensor"
-    return getattr(ufunc, method)(*_read_by_numpy(inputs, what), **_read_by_numpy(kwargs, what))
+    result = getattr(ufunc, method)(*_read_by_numpy(inputs), **{k: _read_by_numpy(v) for k, v in kwargs.items()})
+    return _escape_if_read(result, inputs, f"numpy's {name} of a tensor")
 
 
 def _holds_tensor(value: Any) -> bool:
@@ -305,12 +313,11 @@ def _carried(value: Any) -> bool:
 
 def _array_function(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
     """numpy's function on a tensor, during a call: numpy's own implementation (``np.sum(t)`` calls
-    the tensor's ``sum``, a TensorFlow op; ``np.dot(t, t)`` reads the values), where a result with no
-    tensor in it from arguments that carry a derivative is an escape, checked after the call."""
+    the tensor's ``sum``, a TensorFlow op; ``np.dot(t, t)`` reads the values), where a floating
+    result with no tensor in it, from arguments that carry a derivative, is an escape, checked after
+    the call (``np.shape(t)``, ``np.argmax(t)``: none)."""
     result = np.ndarray.__array_function__(_NDARRAY, func, (np.ndarray,), args, kwargs)
-    if _RECORDER.active and not _holds_tensor(result) and _carried((args, kwargs)):
-        _RECORDER.escapes.append(f"np.{func.__name__} of a tensor")
-    return result
+    return _escape_if_read(result, (args, kwargs), f"np.{func.__name__} of a tensor")
 
 
 def _recording(name: str, original: Any) -> Any:

@@ -70,7 +70,8 @@ The kit, by job:
   exception types and attributes; the default recognises numpy's read-only views),
   :func:`raised_by`, :func:`innermost_frame`, :func:`operand_error`, :func:`const_operand_error`,
   :func:`const_write_error`, :func:`standin_error`, :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
-  ``LOST_CAUSES`` and :func:`escaped_error` (a read out of the engine checked against central differences), :class:`EvaluationError`, :class:`BackendNotAvailableError`;
+  ``LOST_CAUSES`` and :func:`escaped_error` (a read out of the engine checked against central differences) and
+  :func:`floating_value` (whether a result could have carried one), :class:`EvaluationError`, :class:`BackendNotAvailableError`;
 - **custom rules inside the engine** (``diffinterface.rules``): :func:`register_rules`, :class:`Rule`,
   :class:`Active`, :func:`annotate`, :func:`cotangents`, :func:`cotangent_like`, :func:`prefer`,
   :func:`preferred`;
@@ -138,6 +139,7 @@ from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
 from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import escaped_error as escaped_error
+from ._core.errors import floating_value as floating_value
 from ._core.errors import structured_output as structured_output
 from ._core.errors import structured_output_error as structured_output_error
 from ._core.operators import DERIVATIVE as DERIVATIVE
@@ -230,6 +232,7 @@ __all__ = [
     "const_operand_error",
     "const_write_error",
     "escaped_error",
+    "floating_value",
     "innermost_frame",
     "operand_error",
     "raised_by",

@@ -108,9 +108,7 @@ class ConstTracedWrite(ValueError):
 
 
 # numpy's functions that write into their first argument (np.copyto's destination, np.put's array, ...)
-_WRITES_FIRST = frozenset(
-    f for f in (np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis) if f is not None
-)
+_WRITES_FIRST = frozenset((np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis))
 
 
 def _holds_value(value: Any, test: Callable[[Any], bool]) -> bool:
@@ -129,9 +127,8 @@ class ConstGuardView(np.ndarray):
     whose arrays it can read (a TensorFlow or MLX array: ``buf[1:3] = x``, ``np.copyto(buf, x)``,
     ``np.multiply(buf, x, out=buf)``) without their derivative. Here each of those writes, an
     in-place operator, item assignment, a ufunc's ``out=`` and numpy's functions that write into
-    their first argument (``np.copyto``, ``np.put``, ...), raises :class:`ConstTracedWrite` with
-    ``message`` where the value written is the engine's (``guard[0]``); any other value is numpy's
-    own write. Slices of the view are guards too; what numpy computes from it is a plain array.
+    their first argument (``np.copyto``, ``np.put``, ...), raises :class:`ConstTracedWrite` where
+    the value written is the engine's (``guard[0]``); any other value is numpy's own write. Slices of the view are guards too; what numpy computes from it is a plain array.
     ``guard`` holds ``(test, rebound, written)``: the adapter's test of its values and the call's
     errors, for an in-place operator (numpy hands it to the value's own operator: the write is lost)
     and for the other writes (the values written, their derivative lost), whose ``{how}`` names the

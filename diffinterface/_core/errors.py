@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 
 class BackendNotAvailableError(ImportError):
     """The engine behind a backend config is not installed.
@@ -96,6 +98,20 @@ LOST_CAUSES = (
     "traced value, torch.asarray(t) before torch 2.13 (it drops requires_grad there), a write under "
     "torch.no_grad(); compute f(x) from x with the engine's own operations throughout"
 )
+
+
+def floating_value(value: Any) -> bool:
+    """Whether ``value``, numpy's result from an engine's arrays, holds a floating or complex number
+    (a numpy array or scalar, a Python float, inside lists and tuples): what a derivative could have
+    reached, where indices, flags and shapes could not. An adapter records a read out of its engine
+    (checked by :func:`escaped_error`) only for such a result."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.dtype.kind in "fc"
+    if isinstance(value, (float, complex)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(floating_value(v) for v in value)
+    return False
 
 
 def escaped_error(
