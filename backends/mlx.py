@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -243,7 +243,7 @@ _FLOATING = (mx.float16, mx.bfloat16, mx.float32, mx.float64, mx.complex64)
 def _reader(name: str) -> Any:
     original = _ORIGINAL_READS[name]
 
-    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def read(self: mx.array, *args: object, **kwargs: object) -> Any:
         if self.dtype in _FLOATING:  # an index or a flag carries no derivative
             _escaped(_READS[name])
         return original(self, *args, **kwargs)
@@ -272,7 +272,7 @@ class _ReadsSeen:
                     setattr(mx.array, name, read)
             _ReadsSeen._depth += 1
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         with self._lock:
             _ReadsSeen._depth -= 1
             if _ReadsSeen._depth == 0:
@@ -348,7 +348,7 @@ def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[object, ...], kwargs: dic
     return result
 
 
-def _read_only(value: Any) -> np.ndarray:
+def _read_only(value: object) -> np.ndarray:
     """An MLX array's values as numpy reads them, read-only: ``np.asarray`` of an MLX array is a
     writable view of MLX's own memory (of a temporary, for a slice), so a numpy function that writes
     into it (``np.copyto(buf[1:3], x)``, ``np.put``) changed a value without a graph, or wrote into
@@ -367,7 +367,7 @@ class NumpyWriteError(TypeError):
     have been lost (or would have changed an array's memory without a graph)."""
 
 
-def _into(target: Any, value: Any, what: str) -> None:
+def _into(target: object, value: object, what: str) -> None:
     """``value`` written into ``target`` where a numpy function writes (``out=``, ``np.copyto``'s
     destination): a stand-in takes it as its item assignment does (a functional update: the derivative
     flows through it); a guarded alias refuses it (``f`` runs again over stand-ins); an MLX array of
@@ -382,7 +382,7 @@ def _into(target: Any, value: Any, what: str) -> None:
             f"(it would write into a copy of the values, and the write would be lost); assign instead (a[...] = v)"
         )
     else:
-        np.copyto(target, _read_only(value) if isinstance(value, mx.array) else value)
+        np.copyto(cast("np.ndarray", target), _read_only(value) if isinstance(value, mx.array) else cast("Any", value))
 
 
 def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> Any:

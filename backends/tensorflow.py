@@ -255,7 +255,7 @@ _UNARY = {"negative": "__neg__", "positive": "__pos__", "absolute": "__abs__"}
 _NDARRAY = np.empty(0)  # the receiver of numpy's own __array_function__ (numpy's implementation, no dispatch)
 
 
-def _read_by_numpy(value: Any) -> Any:
+def _read_by_numpy(value: object) -> object:
     """``value`` with its tensors as numpy arrays, as numpy reads them (through the buffer protocol,
     which TensorFlow does not see: their derivative is dropped)."""
     if isinstance(value, _Tensor):
@@ -265,7 +265,7 @@ def _read_by_numpy(value: Any) -> Any:
     return value
 
 
-def _escape_if_read(result: Any, arguments: Any, what: str) -> Any:
+def _escape_if_read(result: object, arguments: object, what: str) -> object:
     """``result``, numpy's from ``arguments``, after recording an escape (``what``, checked after the
     call by :func:`_check_escapes`) where it is a floating value of numpy's made from a tensor that
     carries a derivative."""
@@ -274,7 +274,7 @@ def _escape_if_read(result: Any, arguments: Any, what: str) -> Any:
     return result
 
 
-def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+def _array_ufunc(self: tf.Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: object) -> Any:
     """numpy's ufunc on a tensor, during a call: Python's operators as the tensor's own (``A * t``, as
     numpy's deferral ran them: the derivative kept); any other (``np.sin(t)``, ``np.hypot(t, 1)``,
     ``out=``) on the values, as numpy computed it, where a floating result from a tensor that carries
@@ -289,11 +289,12 @@ def _array_ufunc(self: Any, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs
                 return result
         if len(inputs) == 1 and name in _UNARY:
             return getattr(inputs[0], _UNARY[name])()
-    result = getattr(ufunc, method)(*_read_by_numpy(inputs), **{k: _read_by_numpy(v) for k, v in kwargs.items()})
+    values = tuple(_read_by_numpy(v) for v in inputs)
+    result = getattr(ufunc, method)(*values, **{k: _read_by_numpy(v) for k, v in kwargs.items()})
     return _escape_if_read(result, inputs, f"numpy's {name} of a tensor")
 
 
-def _holds_tensor(value: Any) -> bool:
+def _holds_tensor(value: object) -> bool:
     if isinstance(value, _Tensor):
         return True
     if isinstance(value, (list, tuple)):
@@ -301,7 +302,7 @@ def _holds_tensor(value: Any) -> bool:
     return False
 
 
-def _carried(value: Any) -> bool:
+def _carried(value: object) -> bool:
     if isinstance(value, _Tensor):
         return _carries(value)
     if isinstance(value, (list, tuple)):
@@ -311,7 +312,9 @@ def _carried(value: Any) -> bool:
     return False
 
 
-def _array_function(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+def _array_function(
+    self: tf.Tensor, func: Callable[..., Any], types: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     """numpy's function on a tensor, during a call: numpy's own implementation (``np.sum(t)`` calls
     the tensor's ``sum``, a TensorFlow op; ``np.dot(t, t)`` reads the values), where a floating
     result with no tensor in it, from arguments that carry a derivative, is an escape, checked after

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -252,8 +252,9 @@ def _over_const_guards(
                     return True
                 return False
 
-            if raised_by(error, guards):
-                raise ValueError(str(found[0])) from None  # the call's error, as the other const errors
+            if raised_by(error, guards):  # the call's error, as the other const errors
+                kind = ValueError if cast("ConstTracedWrite", found[0]).rebound else TypeError
+                raise kind(str(found[0])) from None
             raise
         finally:
             target.user_f, target.f = user_f, f

@@ -104,14 +104,20 @@ for _op in _INPLACE:
 
 
 class ConstTracedWrite(ValueError):
-    """A write into a :class:`ConstGuardView` met the engine's value (``ConstGuardView.guard``)."""
+    """A write into a :class:`ConstGuardView` met the engine's value (``ConstGuardView.guard``);
+    ``rebound``: by an in-place operator (the call's ValueError), else by item assignment, ``out=``
+    or a numpy function (its TypeError, the kind JAX's own refusal of such a write had)."""
+
+    def __init__(self, message: str, rebound: bool) -> None:
+        super().__init__(message)
+        self.rebound = rebound
 
 
 # numpy's functions that write into their first argument (np.copyto's destination, np.put's array, ...)
 _WRITES_FIRST = frozenset((np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis))
 
 
-def _holds_value(value: Any, test: Callable[[Any], bool]) -> bool:
+def _holds_value(value: object, test: Callable[[Any], bool]) -> bool:
     """Whether ``test`` holds for ``value`` or for an item of a list or tuple of it."""
     if isinstance(value, (list, tuple)):
         return any(_holds_value(v, test) for v in value)
@@ -143,16 +149,16 @@ class ConstGuardView(np.ndarray):
         array = array.view(np.ndarray)
         return array[()] if return_scalar else array
 
-    def _refuse(self, value: Any, how: str, rebound: bool = False) -> None:
+    def _refuse(self, value: object, how: str, rebound: bool = False) -> None:
         guard = self.guard
         if guard is not None and _holds_value(value, guard[0]):
-            raise ConstTracedWrite((guard[1] if rebound else guard[2]).format(how=how))
+            raise ConstTracedWrite((guard[1] if rebound else guard[2]).format(how=how), rebound)
 
-    def __setitem__(self, index: Any, value: Any) -> None:
+    def __setitem__(self, index: Any, value: object) -> None:
         self._refuse(value, "an item assignment (a[...] = v)")
         np.ndarray.__setitem__(self, index, value)
 
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: Any) -> Any:
         out = kwargs.get("out")
         if out is not None:
             for target in out if isinstance(out, tuple) else (out,):
@@ -161,7 +167,9 @@ class ConstGuardView(np.ndarray):
             kwargs["out"] = tuple(_plain(o) for o in out) if isinstance(out, tuple) else _plain(out)
         return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
 
-    def __array_function__(self, func: Any, types: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+    def __array_function__(
+        self, func: Callable[..., Any], types: Iterable[type], args: Iterable[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
         args = tuple(args)
         if func in _WRITES_FIRST and args and isinstance(args[0], ConstGuardView):
             args[0]._refuse((args[1:], tuple(kwargs.values())), f"np.{func.__name__}")
@@ -171,7 +179,7 @@ class ConstGuardView(np.ndarray):
         return super().__array_function__(func, types, args, kwargs)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A :class:`ConstGuardView` as the plain numpy view of the same memory (numpy's own operation on
     it, once its writes were checked); anything else as it is."""
     return value.view(np.ndarray) if isinstance(value, ConstGuardView) else value

@@ -100,7 +100,7 @@ LOST_CAUSES = (
 )
 
 
-def floating_value(value: Any) -> bool:
+def floating_value(value: object) -> bool:
     """Whether ``value``, numpy's result from an engine's arrays, holds a floating or complex number
     (a numpy array or scalar, a Python float, inside lists and tuples): what a derivative could have
     reached, where indices, flags and shapes could not. An adapter records a read out of its engine
