@@ -64,6 +64,7 @@ from diffinterface.extend import (
     Operator,
     Runners,
     Target,
+    any_leaf,
     contract_all,
     duplicate,
     escaped_error,
@@ -436,20 +437,9 @@ def _array_function(self: Any, func: Any, types: object, args: tuple[object, ...
             f"write into it: numpy cannot write MLX arrays (it would write into a copy of the values, and the write "
             f"would be lost); assign instead (a[idx] = v)"
         ) from error
-    if floating_value(result) and _holds_mlx((args, kwargs)):
+    if floating_value(result) and any_leaf((args, kwargs), lambda v: isinstance(v, (mx.array, _Writable))):
         _escaped(f"np.{func.__name__} of an MLX array")
     return result
-
-
-def _holds_mlx(value: object) -> bool:
-    """Whether ``value`` is an MLX array or a stand-in, or a list, tuple or dict holding one."""
-    if isinstance(value, (mx.array, _Writable)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_mlx(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_mlx(v) for v in value.values())
-    return False
 
 
 def _array_namespace(self: Any, api_version: Any = None) -> Any:

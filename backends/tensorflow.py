@@ -67,6 +67,7 @@ from diffinterface.extend import (
     Runners,
     StandInConversionError,
     Target,
+    any_leaf,
     contract_all,
     duplicate,
     escaped_error,
@@ -269,7 +270,12 @@ def _escape_if_read(result: object, arguments: object, what: str) -> object:
     """``result``, numpy's from ``arguments``, after recording an escape (``what``, checked after the
     call by :func:`_check_escapes`) where it is a floating value of numpy's made from a tensor that
     carries a derivative."""
-    if _RECORDER.active and not _holds_tensor(result) and floating_value(result) and _carried(arguments):
+    if (
+        _RECORDER.active
+        and floating_value(result)
+        and not any_leaf(result, _is_tensor)
+        and any_leaf(arguments, lambda v: isinstance(v, _Tensor) and _carries(v))
+    ):
         _RECORDER.escapes.append(what)
     return result
 
@@ -294,22 +300,8 @@ def _array_ufunc(self: tf.Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **
     return _escape_if_read(result, inputs, f"numpy's {name} of a tensor")
 
 
-def _holds_tensor(value: object) -> bool:
-    if isinstance(value, _Tensor):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_tensor(v) for v in value)
-    return False
-
-
-def _carried(value: object) -> bool:
-    if isinstance(value, _Tensor):
-        return _carries(value)
-    if isinstance(value, (list, tuple)):
-        return any(_carried(v) for v in value)
-    if isinstance(value, dict):
-        return any(_carried(v) for v in value.values())
-    return False
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, _Tensor)
 
 
 def _array_function(

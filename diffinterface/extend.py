@@ -61,7 +61,7 @@ The kit, by job:
   ``shape``, ``dtype`` and ``ndim``); :class:`NumericArray`, an ``Array`` with its family's arithmetic; :data:`DType`, a dtype of the built-in families; :class:`Layout` (``info.layout``: how a prep maps a structured
   ``x`` and ``f(x)`` onto flat arrays, for an adapter that runs a structure inside its own program);
 - **closures** (captured state duplicated per call, contract section 7): :func:`duplicate`,
-  :func:`copy_leaf`, :func:`read_only_alias` (a read-only numpy view whose in-place operators are
+  :func:`copy_leaf`, :func:`any_leaf` (a test through lists, tuples and dicts), :func:`read_only_alias` (a read-only numpy view whose in-place operators are
   refused writes whatever the operand), :func:`declare_modules`, the writable stand-in
   :class:`WritableArray`, whose basic slices are views that write it, as numpy's (:func:`unwrap`,
   :func:`note_conversion`, :func:`take_conversion`, :class:`StandInConversionError`);
@@ -103,6 +103,7 @@ from ._closures.diagnose import operand_error as operand_error
 from ._closures.diagnose import raised_by as raised_by
 from ._closures.diagnose import standin_error as standin_error
 from ._closures.namespaces import declare_modules as declare_modules
+from ._closures.plan import any_leaf as any_leaf
 from ._closures.plan import copy_leaf as copy_leaf
 from ._closures.plan import duplicate as duplicate
 from ._closures.plan import read_only_alias as read_only_alias
@@ -217,6 +218,7 @@ __all__ = [
     # closures
     "StandInConversionError",
     "WritableArray",
+    "any_leaf",
     "copy_leaf",
     "declare_modules",
     "duplicate",

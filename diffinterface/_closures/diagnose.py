@@ -17,7 +17,7 @@ import numpy as np
 
 from .._core.arrays import is_array
 from .namespaces import is_user_module
-from .plan import ConstTracedWrite, StatePlan, const_guard
+from .plan import ConstTracedWrite, StatePlan, any_leaf, const_guard
 from .writable import StandInConversionError, WritableArray, take_conversion
 
 
@@ -196,14 +196,6 @@ def _read_first(engine: str) -> str:
     )
 
 
-def _holds(value: Any, traced: Callable[[Any], bool]) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_holds(v, traced) for v in value)
-    if isinstance(value, dict):
-        return any(_holds(v, traced) for v in value.values())
-    return traced(value)
-
-
 def _over_const_guards(
     target: Any,
     plan: StatePlan,
@@ -214,9 +206,10 @@ def _over_const_guards(
     engine: str,
 ) -> Callable[[], Any]:
     """``run`` with ``f`` rebuilt over :class:`ConstGuardView` s of its captured numpy arrays (the
-    user's memory, and every other value as it is: ``plan.transparent``), put back afterwards: an
-    in-place operator of ``f`` whose operand numpy hands the operation to (``rebinding``: a traced
-    value, or any TensorFlow tensor) raises the call's error."""
+    user's memory, and every other value as it is: ``plan.transparent``), put back afterwards: a
+    write of ``f`` into one (an in-place operator, item assignment, ``out=``, ``np.copyto``) of the
+    engine's value (``rebinding``: a traced value; any TensorFlow tensor or MLX array) raises the
+    call's error."""
     where = plan.where()
     guarded = list(values)
     duplicated = (
@@ -303,7 +296,7 @@ def const_trace_checked(
     except BaseException:
         restore()
         raise
-    leaked = [where for where, v in containers if _holds(v, traced)]
+    leaked = [where for where, v in containers if any_leaf(v, traced)]
     if leaked:
         restore()
         raise ValueError(

@@ -117,10 +117,13 @@ class ConstTracedWrite(ValueError):
 _WRITES_FIRST = frozenset((np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis))
 
 
-def _holds_value(value: object, test: Callable[[Any], bool]) -> bool:
-    """Whether ``test`` holds for ``value`` or for an item of a list or tuple of it."""
+def any_leaf(value: object, test: Callable[[Any], bool]) -> bool:
+    """Whether ``test`` holds for ``value`` or for an item inside it, through lists, tuples and dicts
+    (a captured container, a numpy call's arguments or result)."""
     if isinstance(value, (list, tuple)):
-        return any(_holds_value(v, test) for v in value)
+        return any(any_leaf(v, test) for v in value)
+    if isinstance(value, dict):
+        return any(any_leaf(v, test) for v in value.values())
     return test(value)
 
 
@@ -134,8 +137,8 @@ class ConstGuardView(np.ndarray):
     ``np.multiply(buf, x, out=buf)``) without their derivative. Here each of those writes, an
     in-place operator, item assignment, a ufunc's ``out=`` and numpy's functions that write into
     their first argument (``np.copyto``, ``np.put``, ...), raises :class:`ConstTracedWrite` where
-    the value written is the engine's (``guard[0]``); any other value is numpy's own write. Slices of the view are guards too; what numpy computes from it is a plain array.
-    ``guard`` holds ``(test, rebound, written)``: the adapter's test of its values and the call's
+    the value written is the engine's (``guard[0]``); any other value is numpy's own write. Slices
+    of the view are guards too; what numpy computes from it is a plain array. ``guard`` holds ``(test, rebound, written)``: the adapter's test of its values and the call's
     errors, for an in-place operator (numpy hands it to the value's own operator: the write is lost)
     and for the other writes (the values written, their derivative lost), whose ``{how}`` names the
     write."""
@@ -151,7 +154,7 @@ class ConstGuardView(np.ndarray):
 
     def _refuse(self, value: object, how: str, rebound: bool = False) -> None:
         guard = self.guard
-        if guard is not None and _holds_value(value, guard[0]):
+        if guard is not None and any_leaf(value, guard[0]):
             raise ConstTracedWrite((guard[1] if rebound else guard[2]).format(how=how), rebound)
 
     def __setitem__(self, index: Any, value: object) -> None:
