@@ -637,6 +637,8 @@ class Adapter(_Base):
     ) -> Runners:
         """The base runners, run inside the context in which x's library keeps x's dtype (JAX's
         ``enable_x64`` for float64 x without global x64: else the steps and f's values were float32)."""
+        if type(x) is np.ndarray:  # numpy: no context to enter, and the runners as they are
+            return cast("Runners", super().prepare(operator, target, x, tangents, contexts, info))
         with _computing(x):
             runners = super().prepare(operator, target, x, tangents, contexts, info)
         assert isinstance(runners, Runners)  # the base binds the methods into Runners

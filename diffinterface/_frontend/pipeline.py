@@ -125,6 +125,10 @@ def _tangents(
     tangent: Tangent, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
+    if type(tangent) is np.ndarray and type(x) is np.ndarray:  # one numpy tangent of a numpy x, as the loop takes it
+        dtype = tangent.dtype
+        if tangent.shape == expected and dtype.isnative and (complex_ok or dtype.kind != "c"):
+            return (tangent,), False
     batched = isinstance(tangent, tuple)
     items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
     out = []

@@ -35,6 +35,18 @@ def signature(value: Any) -> Any:
     return type(value)
 
 
+def _native_numpy(args: tuple[Any, ...]) -> bool:
+    """Whether ``args`` are one or two numpy arrays of native byte order (x, and a tangent)."""
+    n = len(args)
+    if n == 1:
+        x = args[0]
+        return type(x) is np.ndarray and x.dtype.isnative
+    if n == 2:
+        x, t = args
+        return type(x) is np.ndarray and type(t) is np.ndarray and x.dtype.isnative and t.dtype.isnative
+    return False
+
+
 def describe_arg(value: Any) -> str:
     if isinstance(value, Context):
         return f"{type(value).__name__}({describe_arg(value.value)})"
@@ -172,8 +184,24 @@ class Prep:
             self.signature, self._described, self.plain, self._arrays, self.fast_key = (), None, data.plain, None, None
             return
         # the descriptions for messages (args) are made from the signature when a message needs them
-        self.signature = tuple(signature(a) for a in args)
         self._described = None
+        if not structured and not has_aux and _native_numpy(args):
+            # numpy x (and its tangent) in native byte order, the common case: the signature and the fast
+            # key below without the general walk of the arguments (with pipeline._tangents' and the finite
+            # differences adapter's numpy paths: a prepare_pushforward at n = 10, 44.5 -> 38.3 us, measured
+            # 2026-11-28 on a 2-core x86_64 VM under load, thread time)
+            x = args[0]
+            shape, dtype = x.shape, x.dtype
+            if len(args) == 1:
+                self.signature = self._arrays = ((np.ndarray, shape, dtype),)
+                self.fast_key = (operator, backend, f, np.ndarray, shape, dtype)
+            else:
+                t = args[1]
+                self.signature = self._arrays = ((np.ndarray, shape, dtype), (np.ndarray, t.shape, t.dtype))
+                self.fast_key = (operator, backend, f, np.ndarray, shape, dtype, np.ndarray, t.shape, t.dtype)
+            self.plain = data.plain
+            return
+        self.signature = tuple(signature(a) for a in args)
         if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
             self._described = tuple(describe_arg(a) for a in args)
             held = 2 if names[1:2] in (("tx",), ("ty",)) else 1
