@@ -506,14 +506,28 @@ for _config in (AutoFiniteDiff, AutoJAX, AutoTorch, AutoAutograd, AutoMLX, AutoP
 
 _adapters: dict[Any, Any] = {}
 _adapters_lock = threading.Lock()
+# id(config) -> (config, its adapter): the configs met lately, found by identity before ``_adapters``
+# is asked, whose lookup calls the config's hash (a Python function: hash_once) and, for a config
+# equal to the one it keeps but another object (``AutoTorch()`` written at each call site), its
+# dataclass ``__eq__``. Holds the configs (small frozen records); emptied when full.
+_adapters_by_id: dict[int, tuple[Any, Any]] = {}
+_ADAPTERS_BY_ID_MAX = 256
 
 
 def adapter_for(backend: AbstractBackend, call: str) -> Any:
     """The adapter of ``backend``, importing its module the first time it is used."""
+    kept = _adapters_by_id.get(id(backend))
+    if kept is not None and kept[0] is backend:
+        return kept[1]
     try:
-        return _adapters[backend]
+        adapter = _adapters[backend]
     except KeyError:
         pass
+    else:
+        if len(_adapters_by_id) >= _ADAPTERS_BY_ID_MAX:
+            _adapters_by_id.clear()
+        _adapters_by_id[id(backend)] = (backend, adapter)
+        return adapter
     if not isinstance(backend, AbstractBackend):
         if isinstance(backend, SecondOrder):
             raise TypeError(
