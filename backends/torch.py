@@ -76,6 +76,7 @@ from diffinterface.extend import (
     duplicate,
     escaped_error,
     family,
+    lost_on_the_way,
     raised_by,
     shape_size,
     structured_output_error,
@@ -551,6 +552,10 @@ class _Watch(torch.overrides.TorchFunctionMode):
 _UNWATCHED = contextlib.nullcontext()
 
 
+# what a value read out of torch must stay where it reaches f(x), in the lost-derivative errors
+_KEEP = "a tensor (x[0] * x[1], not x[0].item() * x[1]; if x.max().item() > 1: only steers control flow)"
+
+
 def _numpy_refused(fn: _Function, error: BaseException, watch: _Watch | None) -> LostDerivativeError | None:
     """The call's error where f failed because torch refuses ``.numpy()`` of a tensor that carries a
     derivative (``np.asarray(t)`` too), after the guard's retries over copies."""
@@ -558,13 +563,14 @@ def _numpy_refused(fn: _Function, error: BaseException, watch: _Watch | None) ->
     numpy = [e for e in (watch.escapes if watch is not None else ()) if e in conversions]
     if not numpy or not raised_by(error, Adapter.refused_write):
         return None
-    return _escape_error(
-        fn,
+    return lost_on_the_way(
+        fn.target.call,
         numpy,
         (
             "torch refuses to convert a tensor that requires grad to numpy (a value read only for control flow: "
             "t.detach().numpy())"
         ),
+        _KEEP,
     )
 
 
@@ -602,15 +608,6 @@ def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
     elif not fn.quiet.on and fn.learned is not None:
         fn.learned[_watch_key(x)] = True
-
-
-def _escape_error(fn: _Function, escapes: list[str], found: str) -> LostDerivativeError:
-    where = ", ".join(dict.fromkeys(escapes))
-    return LostDerivativeError(
-        f"{fn.target.call}: f(x) is computed from x, but its derivative was lost on the way ({where}): {found}. "
-        f"A value read into Python that only steers control flow (if x.max().item() > 1:) is fine; one "
-        f"that reaches f(x) must stay a tensor (x[0] * x[1], not x[0].item() * x[1]). {LOST_CAUSES}."
-    )
 
 
 def _check_escapes(fn: _Function, x: torch.Tensor, contexts: Contexts, escapes: list[str], forward: bool) -> None:
@@ -652,9 +649,7 @@ def _check_escapes(fn: _Function, x: torch.Tensor, contexts: Contexts, escapes: 
 
         fd, fd2 = central(h), central(2 * h)
         noise = eps * float((w.abs() * y0.abs()).sum()) / h  # rounding in the difference
-    error = escaped_error(
-        fn.target.call, "torch", escapes, ad, fd, fd2, noise, eps, "a tensor (x[0] * x[1], not x[0].item() * x[1])"
-    )
+    error = escaped_error(fn.target.call, "torch", escapes, ad, fd, fd2, noise, eps, _KEEP)
     if error is not None:
         raise error
 

@@ -70,7 +70,8 @@ The kit, by job:
   exception types and attributes; the default recognises numpy's read-only views),
   :func:`raised_by`, :func:`innermost_frame`, :func:`operand_error`, :func:`const_operand_error`,
   :func:`const_write_error`, :func:`standin_error`, :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
-  ``LOST_CAUSES`` and :func:`escaped_error` (a read out of the engine checked against central differences) and
+  ``LOST_CAUSES``, :func:`escaped_error` (a read out of the engine checked against central differences),
+  :func:`lost_on_the_way` (its error, for a read the engine itself refused) and
   :func:`floating_value` (whether a result could have carried one), :class:`EvaluationError`, :class:`BackendNotAvailableError`;
 - **custom rules inside the engine** (``diffinterface.rules``): :func:`register_rules`, :class:`Rule`,
   :class:`Active`, :func:`annotate`, :func:`cotangents`, :func:`cotangent_like`, :func:`prefer`,
@@ -141,6 +142,7 @@ from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import escaped_error as escaped_error
 from ._core.errors import floating_value as floating_value
+from ._core.errors import lost_on_the_way as lost_on_the_way
 from ._core.errors import structured_output as structured_output
 from ._core.errors import structured_output_error as structured_output_error
 from ._core.operators import DERIVATIVE as DERIVATIVE
@@ -235,6 +237,7 @@ __all__ = [
     "const_write_error",
     "escaped_error",
     "floating_value",
+    "lost_on_the_way",
     "innermost_frame",
     "operand_error",
     "raised_by",

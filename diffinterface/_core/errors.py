@@ -127,12 +127,19 @@ def escaped_error(
     tolerance = 4 * abs(fd - fd2) + 10 * noise + eps**0.5 * (abs(ad) + abs(fd))
     if abs(ad - fd) <= tolerance:  # NaN: not within, the error
         return None
+    found = f"along a random direction {engine}'s derivative is {ad:.6g}, a central difference of f gives {fd:.6g}"
+    return lost_on_the_way(call, escapes, found, keep)
+
+
+def lost_on_the_way(call: str, escapes: list[str], found: str, keep: str) -> LostDerivativeError:
+    """The error of a call where values read out of the engine (``escapes``) lost ``f(x)``'s derivative,
+    ``found`` saying how it showed (:func:`escaped_error`'s disagreement, or the engine's own refusal),
+    ``keep`` what such a value must stay (``"a tensor"``)."""
     where = ", ".join(dict.fromkeys(escapes))
     return LostDerivativeError(
-        f"{call}: f(x) is computed from x, but its derivative was lost on the way ({where}): along a random "
-        f"direction {engine}'s derivative is {ad:.6g}, a central difference of f gives {fd:.6g}. A value read into "
-        f"Python or numpy that only steers control flow is fine; one that reaches f(x) must stay {keep}. "
-        f"{LOST_CAUSES}."
+        f"{call}: f(x) is computed from x, but its derivative was lost on the way ({where}): {found}. A value "
+        f"read into Python or numpy that only steers control flow is fine; one that reaches f(x) must stay "
+        f"{keep}. {LOST_CAUSES}."
     )
 
 
