@@ -887,8 +887,7 @@ class _Prepared:
                 with _context(self.x_dtype):
                     xm, ts = self._inputs(x, tangents)
                     ctx, state = self.function.arguments(contexts)
-                    escapes = self._recorded(value, xm, ts, ctx, state)
-                    out = escapes.pop()
+                    out, escapes = self._recorded(value, xm, ts, ctx, state)
                     if escapes:  # f read a value out of MLX: does its derivative still hold?
                         _check_escapes(self.function, (ctx, state), xm, escapes)
             finally:
@@ -903,15 +902,15 @@ class _Prepared:
 
         return run
 
-    def _recorded(self, value: bool, x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> list[Any]:
-        """The reads out of MLX that :meth:`_call` made (``_ESCAPES``), then its result, last."""
+    def _recorded(self, value: bool, x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> tuple[Any, list[str]]:
+        """:meth:`_call`'s result and the reads out of MLX it made (``_ESCAPES``)."""
         saved = _ESCAPES.found
-        _ESCAPES.found = found = []
+        found: list[str] = []
+        _ESCAPES.found = found
         try:
-            found.append(self._call(value, x, ts, ctx, state))
+            return self._call(value, x, ts, ctx, state), found
         finally:
             _ESCAPES.found = saved
-        return found
 
     def checked(self, result: Any, x: Any, ctx: list[Any], state: list[Any]) -> None:
         """A one-shot call's :func:`_check_lost`, after the call and only where every result is zero:
