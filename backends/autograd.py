@@ -190,6 +190,16 @@ class _Namespace:
     def matrix_transpose(x: Traced) -> Traced:
         return anp.swapaxes(unwrap(x), -1, -2)
 
+    @staticmethod
+    def flip(x: Traced, axis: int | tuple[int, ...] | None = None) -> Traced:
+        """The array API's ``flip`` as a reversed slice, which autograd differentiates: autograd defines
+        no derivative of numpy's ``flip`` (its JVP and VJP are missing, both modes fail)."""
+        value: Any = unwrap(x)  # an ArrayBox indexes as its array (autograd's getitem)
+        ndim = anp.ndim(value)
+        axes = range(ndim) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+        reversed_axes = {a % ndim for a in axes} if ndim else set()
+        return value[tuple(slice(None, None, -1) if i in reversed_axes else slice(None) for i in range(ndim))]
+
     def __repr__(self) -> str:
         return "<the array API over autograd.numpy (diffinterface)>"
 

@@ -72,6 +72,7 @@ from diffinterface.extend import (
     floating_value,
     innermost_frame,
     is_array,
+    positive_strides,
     prefer,
     raised_by,
     shape_size,
@@ -126,7 +127,7 @@ def _to_mx(value: Any, dtype: Any = None) -> Any:
         return value if dtype is None or value.dtype == dtype else value.astype(dtype)
     if family(value) not in (None, NUMPY):
         value = to_family(value, NUMPY)
-    value = np.asarray(value)
+    value = positive_strides(np.asarray(value))  # MLX refuses a negative stride (x[::-1]): copied
     return mx.array(value, dtype=_mx_dtype(value.dtype) if dtype is None else dtype)
 
 

@@ -27,6 +27,7 @@ from diffinterface.extend import (
     Rule,
     annotate,
     cotangents,
+    positive_strides,
 )
 
 # set by the adapter while a second-order operator runs: an opaque rule's derivatives cannot be
@@ -50,7 +51,7 @@ def _np_dtype(dtype: Any) -> Any:
 def _as_mx(value: Any, dtype: Any, shape: Any = None) -> Any:
     """A body's result as an MLX array of ``dtype`` (and ``shape``)."""
     if not isinstance(value, mx.array):
-        value = mx.array(np.asarray(value, dtype=_np_dtype(dtype)), dtype=dtype)
+        value = mx.array(positive_strides(np.asarray(value, dtype=_np_dtype(dtype))), dtype=dtype)  # x[::-1]: copied
     elif value.dtype != dtype:
         value = value.astype(dtype)
     return value if shape is None or tuple(value.shape) == tuple(shape) else mx.reshape(value, shape)

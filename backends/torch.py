@@ -23,11 +23,12 @@ us against 810 us. So the adapter uses, with the direction given by ``mode`` (co
   no double backward. A function whose captured state is duplicated runs eagerly with a warning
   (new duplicates at every call would recompile). Unprepared calls never compile.
 
-Arrays: numpy inputs reach ``f`` as tensors sharing their memory (``torch.from_numpy``), jax arrays
-through dlpack; results come back in the family of ``x``. Tensors keep their dtype and device. The
-user's tensors are never modified: ``x`` is differentiated through a detached alias, so neither its
-``requires_grad`` nor its ``.grad`` changes, and parameters captured by ``f`` (an ``nn.Module``) get
-no ``.grad`` from these calls. Results never carry a graph.
+Arrays: numpy inputs reach ``f`` as tensors sharing their memory (``torch.from_numpy``; one with a
+negative stride, ``x[::-1]``, which torch refuses to share, as a copy), jax arrays through dlpack;
+results come back in the family of ``x``. Tensors keep their dtype and device. The user's tensors
+are never modified: ``x`` is differentiated through a detached alias, so neither its ``requires_grad``
+nor its ``.grad`` changes, and parameters captured by ``f`` (an ``nn.Module``) get no ``.grad`` from
+these calls. Results never carry a graph.
 
 Captured state and ``Cache`` contexts reach ``f`` as fresh tensors with no graph history, copied at
 every call from the user's arrays (numpy ones become tensors on the device of ``x``), so that
@@ -77,6 +78,7 @@ from diffinterface.extend import (
     escaped_error,
     family,
     lost_on_the_way,
+    positive_strides,
     raised_by,
     shape_size,
     structured_output_error,
@@ -159,8 +161,9 @@ def as_tensor(value: Array | ArrayLike, like: torch.Tensor | None = None) -> tor
     if type(value) is _Tensor:
         return value
     if type(value) is np.ndarray:
-        flags = value.flags
-        out = torch.from_numpy(value) if flags.writeable and flags.c_contiguous else torch.tensor(value)
+        flags = value.flags  # torch shares what it can; it refuses a negative stride (x[::-1]: copied)
+        shared = flags.writeable and flags.c_contiguous and min(value.strides, default=0) >= 0
+        out = torch.from_numpy(value) if shared else torch.tensor(positive_strides(value))
         return out if like is None or like.device == out.device else out.to(like.device)
     if isinstance(value, np.generic):
         value = np.asarray(value)
@@ -172,7 +175,7 @@ def _fresh(value: Any, device: torch.device) -> Any:
     if isinstance(value, _Tensor):
         return value.detach().clone()
     if isinstance(value, np.ndarray):
-        return torch.tensor(value, device=device)
+        return torch.tensor(positive_strides(value), device=device)
     if family(value) is not None and not isinstance(value, np.generic):  # a jax array
         return as_tensor(value).clone().to(device)
     return value
@@ -190,7 +193,7 @@ def _alias(value: Any, device: torch.device) -> torch.Tensor | None:
             return value.detach().requires_grad_()
     elif type(value) is np.ndarray and device.type == "cpu" and value.dtype.kind in "fc":
         flags = value.flags
-        if flags.writeable and flags.c_contiguous:
+        if flags.writeable and flags.c_contiguous and min(value.strides, default=0) >= 0:
             return torch.from_numpy(value).requires_grad_()
     return None
 
@@ -328,7 +331,7 @@ def _output(y: Any, x: torch.Tensor, target: Target) -> torch.Tensor:
     error = const_write_error(target, f"f returned a {type(y).__name__}, not a tensor computed from x", "numpy")
     if error is not None:
         raise error
-    return torch.as_tensor(np.asarray(y) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
+    return torch.as_tensor(positive_strides(np.asarray(y)) if family(y) == NUMPY else y, dtype=x.dtype, device=x.device)
 
 
 def _compilable(target: Target) -> bool:

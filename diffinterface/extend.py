@@ -53,7 +53,7 @@ The kit, by job:
 - **array families** (recognise and convert an engine's arrays without importing it):
   :class:`ArrayFamily`, :func:`register_family`, :func:`families`, :func:`family`,
   :func:`family_accuracy` (a family's arithmetic coarser than its dtype: MLX's float64),
-  :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`, :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
+  :func:`family_of_type`, :func:`to_family`, :func:`is_array`, :func:`private_copy`, :func:`positive_strides` (a numpy array an engine that shares memory can take: ``x[::-1]`` copied), :func:`dtype_name`, :func:`shape_size`, :func:`complex_dtype`, :func:`jax_enable_x64`, and the
   built-in families' names ``NUMPY``, ``TORCH``;
 - **contexts**: :class:`Cache`, :func:`context_values`, and the types :class:`Context` (``Constant`` and
   ``Cache``'s base) and :data:`Contexts` (the tuple of them a runner receives);
@@ -124,6 +124,7 @@ from ._core.arrays import family_accuracy as family_accuracy
 from ._core.arrays import family_of_type as family_of_type
 from ._core.arrays import is_array as is_array
 from ._core.arrays import jax_enable_x64 as jax_enable_x64
+from ._core.arrays import positive_strides as positive_strides
 from ._core.arrays import private_copy as private_copy
 from ._core.arrays import register_family as register_family
 from ._core.arrays import shape_size as shape_size
@@ -206,6 +207,7 @@ __all__ = [
     "family_of_type",
     "is_array",
     "jax_enable_x64",
+    "positive_strides",
     "private_copy",
     "register_family",
     "shape_size",

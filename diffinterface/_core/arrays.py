@@ -263,10 +263,20 @@ def _torch_to_numpy(value: torch.Tensor) -> np.ndarray:
         return value.cpu().numpy()
 
 
+def positive_strides(value: np.ndarray) -> np.ndarray:
+    """``value``, or a C-ordered copy of it where a stride is negative: ``x[::-1]``, ``np.flip(x)``, and
+    a reversed axis of length 1, which numpy counts C-contiguous (``np.ascontiguousarray`` leaves it as
+    it is). ``torch.from_numpy`` and MLX's import of a numpy array refuse negative strides with a
+    ValueError; the engines that copy (JAX, TensorFlow) take them."""
+    return value.copy() if value.ndim and min(value.strides) < 0 else value
+
+
 def _torch_from_numpy(value: ArrayLike, like: torch.Tensor | None = None) -> torch.Tensor:
     torch = sys.modules["torch"]
     if isinstance(value, np.ndarray):
-        out = torch.from_numpy(value if value.flags.c_contiguous and value.flags.writeable else value.copy())
+        flags = value.flags
+        shared = flags.c_contiguous and flags.writeable and min(value.strides, default=0) >= 0
+        out = torch.from_numpy(value if shared else value.copy())
     else:
         out = torch.as_tensor(value)
     if like is not None and out.device != like.device:
@@ -364,7 +374,7 @@ def _mlx_from_numpy(value: ArrayLike, like: Array | None = None) -> mlx.core.arr
     """A numpy value as an ``mlx.core.array`` of the same dtype (``mx.array`` of a float64 numpy array
     would give float32 without the explicit dtype); float64 is kept (MLX computes it on the CPU)."""
     mx = sys.modules["mlx.core"]
-    value = np.asarray(value)
+    value = positive_strides(np.asarray(value))
     dtype = getattr(mx, "bool_" if value.dtype == np.bool_ else value.dtype.name, None)
     return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
 
