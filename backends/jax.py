@@ -60,6 +60,8 @@ from diffinterface.extend import (
     duplicate,
     families,
     family,
+    host_callbacks,
+    host_error,
     innermost_frame,
     jax_enable_x64,
     note_conversion,
@@ -394,6 +396,31 @@ class _Function:
             self.writes = _wrote(error)
 
 
+def _reporting(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """``runner`` raising a host callback's own error where JAX reports it as a runtime error (an opaque
+    rule's body, a ``DifferentiateWith``'s inner backend: its error names its call, JAX's does not;
+    ``diffinterface.extend.keep_host_error``). Only for an ``f`` that meets a host callback: the others'
+    runners are left one call."""
+
+    def run(x: Any, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
+        with _host_errors():
+            return runner(x, tangents, contexts)
+
+    return run
+
+
+@contextlib.contextmanager
+def _host_errors() -> Any:
+    """A host callback's own error for JAX's report of it (:func:`_reporting`); any other error as it is."""
+    try:
+        yield
+    except RuntimeError as error:  # JaxRuntimeError (XlaRuntimeError before 0.4.36)
+        kept = host_error(error)
+        if kept is None:
+            raise
+        raise kept from None
+
+
 def _wrote(error: BaseException) -> bool:
     """Whether ``error`` (of ``f`` over plain arrays) is a write: one refused over the plain arrays, or a
     traced value written into a numpy array ``f`` made from them (``copy.copy(buf); c[0] = z[0]``); over
@@ -570,9 +597,13 @@ class _Prepared:
         self.value_form = self._compile(body, True, jit)
         self.plain_form = self._compile(body, False, jit)
 
-    def runners(self) -> Runners:
-        """The plain and value runners (see :meth:`_runner`), this object as their data."""
-        return Runners(self._runner(self.plain_form, False), self._runner(self.value_form, True), self)
+    def runners(self, host: bool) -> Runners:
+        """The plain and value runners (see :meth:`_runner`), this object as their data; ``host``: ``f``
+        may run a host callback (an opaque rule), whose body's error the runners raise for JAX's."""
+        plain, value = self._runner(self.plain_form, False), self._runner(self.value_form, True)
+        if host:
+            plain, value = _reporting(plain), _reporting(value)
+        return Runners(plain, value, self)
 
     def _runner(self, compiled: Any, value: bool) -> Any:
         """The runner: one call into ``compiled`` where ``f`` is simple, :meth:`_state_runner` where
@@ -883,13 +914,13 @@ class Adapter(_Base):
         """has_aux's aux: ``f`` at ``x`` as JAX arrays, inside the x64 context for a float64 ``x`` (or a
         structure with a float64 leaf)."""
         leaves = [x] if family(x) is not None else list(getattr(x, "values", lambda: x)())
-        with _x64_where(any(_is_float64(v) for v in leaves)):
+        with _x64_where(any(_is_float64(v) for v in leaves)), _host_errors():
             return super().aux(target, x, contexts)
 
     def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         """``f(x)`` once (the value of ``SecondOrder(...)``'s value forms), inside the x64 context
         for a float64 ``x`` as every other call of ``f``: float64 stays float64 with x64 off."""
-        with _x64_where(_is_float64(x)):
+        with _x64_where(_is_float64(x)), _host_errors():
             return super().evaluate(target, x, contexts)
 
     def output_info(self, target: Target, x: Array, contexts: Contexts, oneshot: bool) -> Info:
@@ -939,9 +970,11 @@ class Adapter(_Base):
         jit = self.backend.jit and not info.oneshot
         function = _Function(target, contexts)
         prepared = _Prepared(function, operator, body, jit, _is_float64(leaf), family(leaf) == TORCH, len(tangents))
+        traced = host_callbacks()
         if jit:  # a user's prepare_*: compiled here (an unprepared call compiles nothing: jit=False there)
             prepared.compile_ahead(x, tangents, contexts)
-        return prepared.runners()
+        # the trace met a host callback, or none ran yet (an eager prep traces at each call)
+        return prepared.runners(host=not jit or host_callbacks() != traced)
 
     def jaxpr(self, target: Target, x: Array, contexts: Contexts) -> Any:
         """The closed jaxpr of ``f`` at ``x`` as this adapter traces it (captured state and caches as
@@ -985,9 +1018,10 @@ class Adapter(_Base):
             body = _preferring("forward" if kind == "columns" else "reverse", body)
         jit = self.backend.jit and not info.oneshot
         prepared = _Prepared(_Function(target, contexts), JACOBIAN, body, jit, _is_float64(x), family(x) == TORCH, 0)
+        traced = host_callbacks()
         if jit:
             prepared.compile_ahead(x, (), contexts)
-        runners = prepared.runners()
+        runners = prepared.runners(host=not jit or host_callbacks() != traced)  # as in prepare
         if pattern is None:
             return runners
         to_sparse = _bcoo_of(pattern)

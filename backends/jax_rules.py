@@ -52,6 +52,8 @@ from diffinterface.extend import (
     annotate,
     cotangent_like,
     cotangents,
+    keep_host_error,
+    note_host_callback,
     preferred,
 )
 
@@ -288,6 +290,7 @@ def _host(body: Callable[..., Any], out: Out, args: tuple[Any, ...], vectorized:
     float64 operands arrived as float32 there (derivatives silently 1e-8 off) and float64 results
     failed. The results of ``vectorized`` rules travel as they are (their batch axes are JAX's to
     add): there a float64 result of a large input fails loudly unless x64 is on globally."""
+    note_host_callback()  # the adapter's runners then check JAX's errors for the body's (host_error)
     wide_in = tuple(d if _is_wide(d) else None for d in (_dtype(a) for a in args))
     operands = tuple(
         jax.lax.bitcast_convert_type(jnp.asarray(a, dtype=w), jnp.uint32) if w is not None else a
@@ -344,7 +347,10 @@ def _callback(body: Callable[..., Any], out: Out, vectorized: bool, wide_in: tup
         return np.ascontiguousarray(a).view(wide)[..., 0]  # (..., 2) uint32 -> (...) 64-bit
 
     def callback(*arrays: ArrayLike) -> Any:
-        result = body(*(operand(a, w) for a, w in zip(arrays, wide_in)))
+        try:
+            result = body(*(operand(a, w) for a, w in zip(arrays, wide_in)))
+        except Exception as error:  # JAX reports it as its own error: kept for the call (keep_host_error)
+            raise keep_host_error(error) from error
         return tuple(map(one, result, declared)) if several else one(result, declared[0])
 
     return callback

@@ -73,6 +73,7 @@ from diffinterface.extend import (
     escaped_error,
     family,
     floating_value,
+    host_error,
     is_array,
     shape_size,
     standin_error,
@@ -1167,7 +1168,13 @@ class _Prepared:
             tensor = x if type(x) is _EagerTensor and x.dtype == dtype else _as_tensor(x, dtype)
             # the graph was traced at preparation for this input signature: a call runs it, f is not
             # called, and the call's scope (the array API on tensors) is not needed
-            primal, result = self.graph(tensor, *(_as_tensor(t, dtype) for t in ts), *leaves)
+            try:
+                primal, result = self.graph(tensor, *(_as_tensor(t, dtype) for t in ts), *leaves)
+            except tf.errors.OpError as error:  # an opaque rule's body failed: its own error (host_error)
+                kept = host_error(error)
+                if kept is None:
+                    raise
+                raise kept from None
             return value_form(self.operator, primal, result, _detached) if value else result
         return self.eager(x, ts, contexts, value)
 

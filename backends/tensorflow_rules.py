@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record as _record
 
-from diffinterface.extend import Active, Rule, annotate, cotangent_like, cotangents
+from diffinterface.extend import Active, Rule, annotate, cotangent_like, cotangents, keep_host_error
 
 from .tensorflow import _RECORDER, _carries, _Eager, _Tensor
 
@@ -162,7 +162,11 @@ def _host(fn: Any, values: tuple[Any, ...], outs: list[tuple[Any, Any]]) -> list
         vals = list(values)
         for i, t in zip(where, tensors):
             vals[i] = t
-        return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (_, d) in zip(fn(*vals), outs)]
+        try:
+            results = fn(*vals)
+        except Exception as error:  # TensorFlow reports it as its own error: kept for the call (keep_host_error)
+            raise keep_host_error(error) from error
+        return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (_, d) in zip(results, outs)]
 
     results = tf.numpy_function(host, [values[i] for i in where], [d for _, d in outs], stateful=False)
     for r, (shape, _) in zip(results, outs):

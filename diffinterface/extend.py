@@ -73,6 +73,10 @@ The kit, by job:
   ``LOST_CAUSES``, :func:`escaped_error` (a read out of the engine checked against central differences),
   :func:`lost_on_the_way` (its error, for a read the engine itself refused) and
   :func:`floating_value` (whether a result could have carried one), :class:`EvaluationError`, :class:`BackendNotAvailableError`;
+- **host callbacks** (an opaque rule's body run by the engine, whose error the engine reports as its own):
+  :func:`keep_host_error` in the callback (it raises the :class:`HostCallbackError` returned), :func:`host_error`
+  where the engine's error surfaces (the body's own error, to raise instead), and :func:`note_host_callback` /
+  :func:`host_callbacks` (whether tracing ``f`` met a host callback: only then do runners need the check);
 - **custom rules inside the engine** (``diffinterface.rules``): :func:`register_rules`, :class:`Rule`,
   :class:`Active`, :func:`annotate`, :func:`cotangents`, :func:`cotangent_like`, :func:`prefer`,
   :func:`preferred`;
@@ -140,10 +144,15 @@ from ._core.contexts import context_values as context_values
 from ._core.errors import LOST_CAUSES as LOST_CAUSES
 from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
 from ._core.errors import EvaluationError as EvaluationError
+from ._core.errors import HostCallbackError as HostCallbackError
 from ._core.errors import LostDerivativeError as LostDerivativeError
 from ._core.errors import escaped_error as escaped_error
 from ._core.errors import floating_value as floating_value
+from ._core.errors import host_callbacks as host_callbacks
+from ._core.errors import host_error as host_error
+from ._core.errors import keep_host_error as keep_host_error
 from ._core.errors import lost_on_the_way as lost_on_the_way
+from ._core.errors import note_host_callback as note_host_callback
 from ._core.errors import structured_output as structured_output
 from ._core.errors import structured_output_error as structured_output_error
 from ._core.operators import DERIVATIVE as DERIVATIVE
@@ -246,6 +255,12 @@ __all__ = [
     "standin_error",
     "structured_output",
     "structured_output_error",
+    # a host callback's error, raised for the call the engine fails with it
+    "HostCallbackError",
+    "host_callbacks",
+    "host_error",
+    "keep_host_error",
+    "note_host_callback",
     # custom rules inside the engine
     "Active",
     "Rule",

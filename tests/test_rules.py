@@ -569,6 +569,45 @@ def test_second_order_across_engines_is_an_error(outer, inner):
         di.second_derivative(backend, lambda t: t**3, 2.0)
 
 
+@pytest.mark.parametrize("backend", backend_params((None, "forward", "reverse")))
+def test_an_opaque_bodys_error_is_its_own_on_every_engine(backend):
+    """An opaque body's error comes out as itself, one-shot, prepared, and in a loop that keeps a prep.
+    JAX runs the body as a host callback and reports what it raises as a JaxRuntimeError ("INTERNAL:
+    CpuCallback error calling callback", no call named: found by the differential test); the other
+    engines raised it as it is already."""
+
+    @custom_rule(opaque=True, out_shape=lambda a: (a.shape, a.dtype))
+    def doubled(a):
+        return 2 * a
+
+    @doubled.def_forward
+    def doubled_forward(a):
+        raise ValueError("doubled's derivative is not written yet")
+
+    @doubled.def_augmented_primal
+    def doubled_augmented(a):
+        return 2 * a.val, None
+
+    @doubled.def_reverse
+    def doubled_reverse(tape, dy, a):
+        raise ValueError("doubled's derivative is not written yet")
+
+    x = np.array([0.5, 1.0], dtype=np.float32 if isinstance(backend, di.AutoMLX) else np.float64)
+    own = "^doubled's derivative is not written yet"  # (PyTensor appends a hint on a line of its own)
+    with pytest.raises(ValueError, match=own):
+        di.jacobian(backend, doubled, x)
+    with pytest.raises(ValueError, match=own):
+        di.jacobian(backend, doubled, x, prep=di.prepare_jacobian(backend, doubled, x))
+    with pytest.raises(ValueError, match=own):
+        di.pushforward(backend, doubled, x, x, prep=di.prepare_pushforward(backend, doubled, x, x))
+    for _ in range(4):  # the third call keeps a compiled prep (prep_cache)
+        with pytest.raises(ValueError, match=own):
+            di.gradient(backend, lambda z: _xp(z).sum(doubled(z)), x)
+    if installed("autograd") and not isinstance(backend, di.AutoAutograd):  # an inner backend, the same way
+        with pytest.raises(ValueError, match=own):
+            di.jacobian(backend, di.DifferentiateWith(doubled, di.AutoAutograd()), x)
+
+
 def _sin_f(x):
     xp = _xp(x)
     return xp.sum(xp.sin(x[1:]) * x[:-1] ** 2) + xp.sum(x**3) / 6

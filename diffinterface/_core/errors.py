@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from typing import Any
 
 import numpy as np
@@ -163,3 +165,63 @@ def structured_output(y: tuple[Any, ...] | list | dict, call: str) -> Structured
         f"{call}: f returned a {kind} of {len(y)} items where one array is needed. Return one array: "
         f"xp.stack([...]) for items of one shape, xp.concat([xp.reshape(a, (-1,)) for a in items]) otherwise"
     )
+
+
+# -- errors raised inside an engine's host callbacks ------------------------------------------------------
+#
+# JAX runs an opaque rule's body (a DifferentiateWith's inner backend, a rule on numpy) as a host callback
+# and reports an exception raised there as its own runtime error, whose text holds the traceback: the
+# body's error, which names its call ("pushforward(AutoAutograd(), f, x, tx): neither mode is available
+# ..."), reaches the user as "INTERNAL: CpuCallback error calling callback". The callback keeps the error
+# (keep_host_error) and raises one whose message is a token; the adapter's runner, given the engine's
+# error, finds the token in its text and raises the kept error instead (host_error). Bounded: the oldest
+# go first (an engine that swallowed its callback's error leaves its own behind).
+
+_HOST_ERRORS: dict[int, BaseException] = {}
+_HOST_ERRORS_MAX = 64
+_HOST_TOKEN = "diffinterface host error #"
+_host_lock = threading.Lock()
+_host_count = itertools.count()
+_host_traced = [0]  # host callbacks traced (note_host_callback), for host_callbacks()
+
+
+class HostCallbackError(RuntimeError):
+    """What a host callback raises in place of its body's error (kept for the call, :func:`host_error`)."""
+
+
+def keep_host_error(error: BaseException) -> HostCallbackError:
+    """Keep ``error``, raised in a host callback's body, for the call that the engine fails with it, and
+    return the exception the callback raises instead (raise it ``from error``): its message carries the
+    token that :func:`host_error` finds in the engine's report."""
+    with _host_lock:
+        key = next(_host_count)
+        _HOST_ERRORS[key] = error
+        while len(_HOST_ERRORS) > _HOST_ERRORS_MAX:
+            del _HOST_ERRORS[next(iter(_HOST_ERRORS))]
+    return HostCallbackError(f"{_HOST_TOKEN}{key}: {type(error).__name__}: {error}")
+
+
+def host_error(error: BaseException) -> BaseException | None:
+    """The error a host callback kept (:func:`keep_host_error`) whose token is in the text of ``error``,
+    the engine's report of it, taken out of the keep; None where ``error`` reports none."""
+    text = str(error)
+    at = text.find(_HOST_TOKEN)
+    if at < 0:
+        return None
+    digits = text[at + len(_HOST_TOKEN) :].split(":", 1)[0]
+    if not digits.isdigit():
+        return None
+    with _host_lock:
+        return _HOST_ERRORS.pop(int(digits), None)
+
+
+def note_host_callback() -> None:
+    """Called where an engine traces a host callback: :func:`host_callbacks` counts it."""
+    with _host_lock:
+        _host_traced[0] += 1
+
+
+def host_callbacks() -> int:
+    """How many host callbacks were traced so far (:func:`note_host_callback`): an adapter that compares
+    the count before and after tracing ``f`` knows whether its runners can meet a host callback's error."""
+    return _host_traced[0]
