@@ -112,8 +112,8 @@ class Walker:
             build = self._object(obj, _text(where))
         elif callable(obj) and stateful_object(obj) is not None:  # torch's nn.Module (its ArrayFamily record)
             build = self._object(obj, _text(where))
-        elif hasattr(obj, "__dict__") and is_user_module(type(obj).__module__):
-            build = self._data_object(obj, _text(where))
+        elif hasattr(obj, "__dict__") and is_user_module(type(obj).__module__):  # params, read as params.w
+            build = self._object(obj, _text(where), copy_always=False)
         else:
             build = None
         self._seen[id(obj)] = build
@@ -284,8 +284,13 @@ class Walker:
         return build
 
     def _object(self, obj: Any, where: str, copy_always: bool = True) -> Any:
-        if copy_always:
-            self.writable = self.structural = self.copies_effects = True  # its methods may set attributes: not scanned
+        """A user's object rebuilt as a copy over duplicates of the state its attributes hold. A callable
+        one (``copy_always``) is copied even without state attributes: its methods may set attributes on it
+        (``self.calls += 1`` over a class attribute), and the user's object must stay as it was. Any other
+        (``params``, whose attributes ``f`` reads: ``params.w``) only where an attribute holds state, and is
+        left alone otherwise (settings, flags); before, it was always left alone, so a compiled engine took
+        ``params.w`` as a constant of its program and a loop that rebound it got the first value's
+        derivative from its fourth call on."""
         attrs = {}
         record = stateful_object(obj)
         children = record.children if record is not None else None
@@ -298,12 +303,9 @@ class Walker:
                 )
             if part is not None:
                 attrs[name] = part
-        # Even without state attributes a callable object is copied: its methods may set attributes on it
-        # (``self.calls += 1`` over a class attribute), and the user's object must stay as it was.
-        if not copy_always:
-            if not attrs:
-                return None
-            self.writable = self.structural = self.copies_effects = True  # rebuilt as a copy, as a callable object
+        if not attrs and not copy_always:
+            return None
+        self.writable = self.structural = self.copies_effects = True  # its methods may set attributes: not scanned
 
         def build(values: list[Any], memo: dict[Any, Any]) -> Any:
             if id(obj) in memo:
@@ -319,14 +321,6 @@ class Walker:
             return new
 
         return build
-
-    def _data_object(self, obj: Any, where: str) -> Any:
-        """A user's object that is not callable (``params``, whose attributes ``f`` reads: ``params.w``):
-        rebuilt like a callable object (:meth:`_object`) where an attribute holds state, so that its arrays
-        are read at every call and written in a copy; left alone where none does (a configuration, flags).
-        Before, such an object was always left alone: a compiled engine took ``params.w`` as a constant of
-        its program, and a loop that rebound it got the first value's derivative from its fourth call on."""
-        return self._object(obj, where, copy_always=False)
 
     def _submodules(self, modules: dict[Any, Any], owner: str) -> Any:
         """The ``_modules`` dict of an ``nn.Module``: each submodule rebuilt like its parent."""
