@@ -8,6 +8,13 @@
   through the Jacobian.
 - hvp, hessian: forward over reverse (``jvp`` of ``value_and_grad``; the Hessian ``vmap``-s it over
   the basis of x); second derivative: forward over forward.
+- Batches loop where ``f`` writes a slice (``y[1:2] = ...``, ``mx.slice_update``): MLX's ``vmap`` of
+  a slice update whose source is batched and whose update is not (MLX 0.32, the primitives
+  ``SliceUpdate`` and ``DynamicSliceUpdate``) leaves the update out, and both directions' derivatives
+  of a slice write make one (the JVP of ``y[1:2] = 5.0`` on an ``x``-dependent ``y``, the VJP of any
+  write): a vmapped Jacobian was silently wrong. :func:`_slice_updates` reads ``f``'s graph at ``x``
+  with MLX's own export (``mx.export_to_dot``, the only view of a graph MLX's Python API gives) at
+  preparation; an ``f`` without a slice update keeps ``vmap``.
 - ``compile=True``: a user's ``prepare_*`` compiles the operator with ``mx.compile`` (one program
   per form, built at its first call); the captured arrays and the contexts are arguments of the
   compiled function, read at every call (never baked in). An ``f`` that reads a traced value into
@@ -38,7 +45,9 @@ names one module, imported at first use).
 from __future__ import annotations
 
 import contextlib
+import io
 import math
+import re
 import threading
 from typing import Any, cast
 
@@ -689,6 +698,31 @@ def _vjps(fn: Any, x: Any, cts: tuple[Any, ...], vectorize: bool) -> tuple[Any, 
     return y, _batched(lambda ct: mx.vjp(fn, [x], [ct])[1][0], cts, True)
 
 
+# a node of mx.export_to_dot's graph: its primitive's name (MLX's Primitive::name) as the node's label
+_DOT_PRIMITIVE = re.compile(r'label ="(\w+)"')
+# the primitives whose vmap drops an unbatched update into a batched source (module docstring)
+_SLICE_UPDATES = frozenset({"SliceUpdate", "DynamicSliceUpdate"})
+
+
+def _slice_updates(y: Any) -> bool:
+    """Whether the lazy graph of ``y`` (``f(x)``, not evaluated) writes a slice: its batches loop instead
+    of ``vmap`` (module docstring). About 1 us a node of the graph, paid where a batch may vmap."""
+    dot = io.StringIO()
+    mx.export_to_dot(dot, y)
+    return not _SLICE_UPDATES.isdisjoint(_DOT_PRIMITIVE.findall(dot.getvalue()))
+
+
+class _Info(Info):
+    """MLX's :class:`Info`: with whether ``f`` writes a slice (:func:`_slice_updates`), where a batch of
+    the call may ``vmap``; None where it cannot (the operator never batches, or ``x`` is one number)."""
+
+    __slots__ = ("slice_updates",)
+
+    def __init__(self, *args: Any, slice_updates: bool | None) -> None:
+        super().__init__(*args)
+        self.slice_updates = slice_updates
+
+
 def _basis(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:
     n = math.prod(shape)
     eye = mx.eye(n, dtype=dtype)
@@ -830,6 +864,7 @@ class _Prepared:
         "x_dtype",
         "y_dtype",
         "compiled",
+        "vectorize",
     )
 
     def __init__(
@@ -841,14 +876,16 @@ class _Prepared:
         info: Info,
         x_dtype: Any,
         jit: bool,
+        vectorize: bool,
     ) -> None:
         self.operator, self.function, self.forward, self.info = operator, function, forward, info
+        self.vectorize = vectorize  # batches vmap (else loop: f writes a slice, see _slice_updates)
         self.switchable = switchable and forward  # mode=None in forward mode, or the second order's forward inner
         self.x_dtype = x_dtype
         self.y_dtype = _mx_dtype(info.y_dtype) if not isinstance(info.y_dtype, mx.Dtype) else info.y_dtype
         self.compiled: dict[bool, Any] | None = None
         if jit:
-            self.compiled = {flag: mx.compile(self._program(flag, True)) for flag in (False, True)}
+            self.compiled = {flag: mx.compile(self._program(flag, vectorize)) for flag in (False, True)}
 
     def runners(self) -> Runners:
         """The plain and value runners (:meth:`_runner`), this object as their data."""
@@ -950,7 +987,7 @@ class _Prepared:
                 self.forward = not self.forward
                 raise error from None
             if jit:
-                self.compiled = {flag: mx.compile(self._program(flag, True)) for flag in (False, True)}
+                self.compiled = {flag: mx.compile(self._program(flag, self.vectorize)) for flag in (False, True)}
             return out
 
     def _direct(self, value: bool, x: Any, ts: list[Any], ctx: list[Any], state: list[Any]) -> Any:
@@ -964,7 +1001,7 @@ class _Prepared:
                 self.function.compilable = False  # f reads a traced value: eager from now on
         with _READS_SEEN:
             try:
-                return self._program(value, True)(x, ts, ctx, state)
+                return self._program(value, self.vectorize)(x, ts, ctx, state)
             except ValueError as error:
                 if not _refused_eval(error):
                     raise
@@ -1042,7 +1079,17 @@ class Adapter(_Base):
                 f"precision would be computed in complex64 (float32 precision); use AutoJAX() or AutoTorch() for "
                 f"complex128, or pass float32 / complex64 arrays to AutoMLX()"
             )
-        return Info(tuple(y.shape), _np_dtype(y.dtype), None, tuple(np.shape(x)), oneshot)
+        batches = target.operator is not SECOND_DERIVATIVE and (
+            target.operator is not GRADIENT or self.backend.mode == "forward"  # a gradient: value_and_grad
+        )
+        return _Info(
+            tuple(y.shape),
+            _np_dtype(y.dtype),
+            None,
+            tuple(np.shape(x)),
+            oneshot,
+            slice_updates=_slice_updates(y) if batches else None,
+        )
 
     def prepare(
         self, operator: Operator, target: Target, x: Any, tangents: Any, contexts: Contexts, info: Info
@@ -1056,7 +1103,12 @@ class Adapter(_Base):
         # ONESHOT_COMPILED_FROM elements or more, where the compiled program's fused passes win
         large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_COMPILED_FROM
         jit = bool(self.backend.compile) and (not info.oneshot or large)
-        prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit)
+        slices = info.slice_updates if isinstance(info, _Info) else None
+        if not isinstance(info, _Info):  # an Info made elsewhere: f's graph read here (_slice_updates)
+            xm = _to_mx(x)
+            with _context(xm.dtype):
+                slices = _slice_updates(function(*function.arguments(contexts))(xm))
+        prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit, not slices)
         return prepared.runners()
 
 

@@ -667,3 +667,86 @@ def test_a_helper_reading_an_mlx_dtype_is_checked_by_its_summary_at_a_new_first_
         np.testing.assert_allclose(np.array(di.gradient(di.AutoMLX(), f, x)), [2.0, -4.0, 1.0], rtol=1e-6)
 
     first_calls_are_checked_not_walked(helper, walk_visits, check)
+
+
+def _writes_a_constant(z):
+    y = z * z
+    y[1:2] = 5.0  # a boundary value: row 1 of the Jacobian is zero
+    return y
+
+
+def _writes_x(z):
+    y = 2.0 * z
+    y[1:3] = 3.0 * z[0:2]
+    return y
+
+
+_WRITE_BUFFER = 0.25 * np.arange(1.0, 5.0)
+
+
+def _writes_a_captured_buffer_twice(z):  # the differential test's program, n = 4
+    _WRITE_BUFFER[1:4] = z[1:4]
+    y = z + 0.5 * _WRITE_BUFFER
+    _WRITE_BUFFER[0:2] = y[0:2]
+    return y + 0.5 * _WRITE_BUFFER
+
+
+def _jacobian_of_write(which, x):
+    n = x.size
+    if which == "constant":
+        J = np.diag(2.0 * x)
+        J[1] = 0.0
+    elif which == "x":
+        J = 2.0 * np.eye(n)
+        J[1:3] = 0.0
+        J[1, 0], J[2, 1] = 3.0, 3.0
+    else:  # y1 = z + 0.5 buf1 (buf1 = [0.25, z1, z2, z3]); buf2 = [y1_0, y1_1, z2, z3]; y = y1 + 0.5 buf2
+        d1 = np.diag([1.0, 1.5, 1.5, 1.5])
+        buf2 = np.vstack([d1[0], d1[1], np.eye(n)[2], np.eye(n)[3]])
+        J = d1 + 0.5 * buf2
+    return J
+
+
+@pytest.mark.parametrize("which", ["constant", "x", "captured buffer"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_a_slice_write_gives_the_right_batched_derivatives(which, mode, prepared):
+    """MLX's ``vmap`` of a slice update with a batched source and an unbatched update drops the update
+    (mlx 0.32.4), and the JVP and the VJP of a slice write make one: a vmapped Jacobian of ``y[1:2] = 5.0``
+    was silently wrong in both modes, as were batched pullbacks and pushforwards and the Hessian. An
+    ``f`` that writes a slice loops its batches: every batched operator against the closed form, whose
+    buffer is left as it was."""
+    f = {"constant": _writes_a_constant, "x": _writes_x, "captured buffer": _writes_a_captured_buffer_twice}[which]
+    backend = di.AutoMLX(mode=mode)
+    x = np.array([0.5, -1.0, 2.0, 0.75])
+    saved = _WRITE_BUFFER.copy()
+    J = _jacobian_of_write(which, x)
+    ts = tuple(np.eye(4)[[0, 1, 3]])
+
+    def g(z):
+        y = f(z)
+        return (y * y).sum() * 0.5
+
+    # the Hessian of g = 0.5 |f|^2: J^T J for a linear f (x, buffer); for the constant write,
+    # g = 0.5 (z0^4 + 25 + z2^4 + z3^4)
+    H = np.diag(6.0 * x**2 * [1, 0, 1, 1]) if which == "constant" else J.T @ J
+    kw = (lambda op, *a: {"prep": getattr(di, f"prepare_{op}")(backend, *a)}) if prepared else (lambda op, *a: {})
+    got = di.jacobian(backend, f, x, **kw("jacobian", f, x))
+    np.testing.assert_allclose(np.asarray(got), J, rtol=1e-12, atol=1e-12)
+    pushed = di.pushforward(backend, f, x, ts, **kw("pushforward", f, x, ts))
+    np.testing.assert_allclose(np.stack([np.asarray(p) for p in pushed]), np.stack([J @ t for t in ts]), atol=1e-12)
+    pulled = di.pullback(backend, f, x, ts, **kw("pullback", f, x, ts))
+    np.testing.assert_allclose(np.stack([np.asarray(p) for p in pulled]), np.stack([J.T @ t for t in ts]), atol=1e-12)
+    got = di.hessian(backend, g, x, **kw("hessian", g, x))
+    np.testing.assert_allclose(np.asarray(got), H, rtol=1e-12, atol=1e-12)
+    hvps = di.hvp(backend, g, x, ts, **kw("hvp", g, x, ts))
+    np.testing.assert_allclose(np.stack([np.asarray(h) for h in hvps]), np.stack([H @ t for t in ts]), atol=1e-12)
+    np.testing.assert_array_equal(_WRITE_BUFFER, saved)
+
+
+def test_an_f_without_a_slice_write_keeps_vmap():
+    """The loop is for f's that write a slice: any other f's batches are one ``mx.vmap``."""
+    backend = di.AutoMLX()
+    plain = di.prepare_jacobian(backend, lambda z: z * z, np.ones(4))
+    written = di.prepare_jacobian(backend, _writes_a_constant, np.ones(4))
+    assert plain.data.data.vectorize and not written.data.data.vectorize
