@@ -40,7 +40,8 @@ unwraps them), and ``info`` (:class:`Info`: the shape and dtype of ``f(x)``) at 
 
 The kit, by job:
 
-- **the adapter contract and its fallbacks**: :class:`Adapter`, :class:`Info`, :class:`Runners`,
+- **the adapter contract and its fallbacks**: :class:`Adapter`, :class:`Info`, :class:`Runners` (with
+  its optional ``fast`` runner and :class:`Unserved`, which sends a call it cannot serve to ``plain``),
   :class:`Target`, :func:`basis`, :func:`ones`, :func:`stack_jacobian`, :func:`contract_all`; its
   types: :class:`Runner` (``(x, tangents, contexts) -> result``), :class:`Prepared` (what
   ``Adapter.prepare`` returns: ``plain`` and ``value`` runners), :data:`Body` (an engine's native
@@ -95,6 +96,7 @@ from ._adapters.contract import Info as Info
 from ._adapters.contract import Prepared as Prepared
 from ._adapters.contract import Runner as Runner
 from ._adapters.contract import Runners as Runners
+from ._adapters.contract import Unserved as Unserved
 from ._adapters.contract import basis as basis
 from ._adapters.contract import contract_all as contract_all
 from ._adapters.contract import ones as ones
@@ -188,6 +190,7 @@ __all__ = [
     "Runner",
     "Runners",
     "Target",
+    "Unserved",
     "basis",
     "contract_all",
     "ones",

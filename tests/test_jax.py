@@ -102,6 +102,83 @@ def test_a_float64_prepared_call_enters_the_x64_context_only_where_x64_is_off(mo
     assert not jax.config.jax_enable_x64
 
 
+def test_a_prep_made_with_x64_on_stays_float64_where_a_call_meets_x64_off(monkeypatch):
+    """Prepared with x64 on (the user's setting), a float64 prep's fast path calls the compiled form
+    itself (``extend.Runners.fast``), and JAX's own cache key holds the x64 test: a call with x64 off
+    traces the form again, the trace declines it (``extend.Unserved``) before it traces f, and the
+    prep's plain runner serves it inside the x64 context, that call and the later ones (one declined
+    trace in all). Every call float64 and exact: a prepared gradient, Hessian and Jacobian, a kept
+    prep of a loop's calls without prep=, and jax and numpy x."""
+    import jax
+
+    from diffinterface.backends import jax as jax_backend
+
+    declined = itertools.count()
+    compile_ = jax_backend._Prepared._compile
+
+    def counting(self, *args, **kwargs):  # counts the declined traces of the simple form
+        form = compile_(self, *args, **kwargs)
+        if not callable(form) or not hasattr(form, "lower"):
+            return form
+
+        def traced(x, tangents, contexts):
+            if self.x64 and not jax.config.jax_enable_x64:
+                next(declined)
+            return form.__wrapped__(x, tangents, contexts)
+
+        return jax.jit(traced)
+
+    monkeypatch.setattr(jax_backend._Prepared, "_compile", counting)
+    backend = di.AutoJAX()
+
+    def f(z):
+        return (z**3).sum() / 3
+
+    def g(z):
+        return z**3 / 3
+
+    x = np.linspace(0.1, 1.0, 7)
+    for kind in ("jax", "numpy"):
+        for op in ("gradient", "hessian", "jacobian"):
+            fn, want = (g, np.diag(x**2)) if op == "jacobian" else (f, x**2 if op == "gradient" else np.diag(2 * x))
+            with jax.enable_x64(True):
+                xs = jax.numpy.asarray(x) if kind == "jax" else x
+                prep = getattr(di, f"prepare_{op}")(backend, fn, xs)
+                assert prep.plain is not prep.data.plain  # the fast runner is bound
+                first = getattr(di, op)(backend, fn, xs, prep=prep)
+            before = next(declined)
+            off = [getattr(di, op)(backend, fn, xs, prep=prep) for _ in range(3)]  # x64 off
+            assert next(declined) - before - 1 == 1, (kind, op)  # declined once, then the plain runner
+            assert prep.plain is prep.data.plain
+            with jax.enable_x64(True):
+                again = getattr(di, op)(backend, fn, xs, prep=prep)
+            for result in (first, *off, again):
+                assert np.asarray(result).dtype == np.float64, (kind, op)
+                np.testing.assert_allclose(np.asarray(result), want, rtol=1e-14, atol=1e-15)
+    assert not jax.config.jax_enable_x64
+
+
+def test_a_float64_loop_without_prep_stays_float64_across_an_x64_switch():
+    """A loop's calls without ``prep=`` (a kept prep, ``_fast``) with the user's x64 switched on and
+    off between calls: float64 and exact at every call."""
+    import jax
+
+    backend = di.AutoJAX()
+
+    def f(z):
+        return (z**3).sum() / 3
+
+    rng = np.random.default_rng(3)
+    for k in range(12):
+        x = rng.uniform(0.1, 1.0, size=5)
+        with jax.enable_x64(k % 4 < 2):
+            xs = jax.numpy.asarray(x) if k % 4 < 2 else x
+            got = di.gradient(backend, f, xs)
+        assert np.asarray(got).dtype == np.float64, k
+        np.testing.assert_allclose(np.asarray(got), x**2, rtol=1e-14)
+    assert not jax.config.jax_enable_x64
+
+
 def test_jax_arrays_in_jax_arrays_out_and_float64_with_x64_enabled():
     code = (
         "import jax; jax.config.update('jax_enable_x64', True)\n"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .._adapters.contract import SecondOrderAdapter
+from .._adapters.contract import SecondOrderAdapter, Unserved
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
 from .._closures.slots import slots_of
@@ -808,7 +808,11 @@ def run_prepared(
     if prep.structured:
         return _structured(prep, False, x, None, contexts, out, operator, backend)
     # _fast's body, inline: one call less on the prepared path (tests/test_prepared_work.py)
-    result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
+    x_in = x if type(x) is not float else as_input(x)
+    try:
+        result = prep.plain(x_in, (), contexts)
+    except Unserved:  # the adapter's fast runner (extend.Runners): its plain one from now on
+        result = prep.unserved()(x_in, (), contexts)
     if out is None:
         return result if type(result) is type(x) else _like_x(prep, result, x)
     return finish(result, x, out, operator.name, backend)
@@ -819,12 +823,26 @@ def _fast(
 ) -> Any:
     """The prepared fast path after the check (a kept or a given prep, a flat x): the plain runner,
     and its result in ``x``'s own type (``out=`` for an operator without a tangent)."""
+    # prep.plain inline, and its plain runner where its fast one raises Unserved (extend.Runners; a call in
+    # a loop, served by a kept prep, makes no call more than with prep=)
     if operator.tangent is not None:
         if type(tangent) is type(x) is not float:  # one tangent of x's own type: run_prepared_tangent's body
-            (result,) = prep.plain(x, (tangent,), contexts)
+            try:
+                (result,) = prep.plain(x, (tangent,), contexts)
+            except Unserved:
+                (result,) = prep.unserved()(x, (tangent,), contexts)
             return result if type(result) is type(x) else _like_x(prep, result, x)
-        return tangent_result(prep.plain(as_input(x), tangents_of(tangent, x), contexts), tangent, x)
-    result = prep.plain(x if type(x) is not float else as_input(x), (), contexts)
+        x_in, tangents = as_input(x), tangents_of(tangent, x)
+        try:
+            results = prep.plain(x_in, tangents, contexts)
+        except Unserved:
+            results = prep.unserved()(x_in, tangents, contexts)
+        return tangent_result(results, tangent, x)
+    x_in = x if type(x) is not float else as_input(x)
+    try:
+        result = prep.plain(x_in, (), contexts)
+    except Unserved:
+        result = prep.unserved()(x_in, (), contexts)
     if out is None:
         return result if type(result) is type(x) else _like_x(prep, result, x)
     return finish(result, x, out, operator.name, backend)
@@ -850,7 +868,10 @@ def run_prepared_tangent(
         prep.check(operator, backend, f, (x, tangent) + contexts)
     if prep.structured:
         return _structured(prep, False, x, tangent, contexts, None, operator, backend)
-    (result,) = prep.plain(x, (tangent,), contexts)
+    try:
+        (result,) = prep.plain(x, (tangent,), contexts)
+    except Unserved:  # the adapter's fast runner (extend.Runners): its plain one from now on
+        (result,) = prep.unserved()(x, (tangent,), contexts)
     return result if type(result) is type(x) else _like_x(prep, result, x)
 
 

@@ -199,7 +199,7 @@ class Prep:
                 t = args[1]
                 self.signature = self._arrays = ((np.ndarray, shape, dtype), (np.ndarray, t.shape, t.dtype))
                 self.fast_key = (operator, backend, f, np.ndarray, shape, dtype, np.ndarray, t.shape, t.dtype)
-            self.plain = data.plain
+            self.plain = _fast_runner(data)
             return
         self.signature = tuple(signature(a) for a in args)
         if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
@@ -207,9 +207,9 @@ class Prep:
             held = 2 if names[1:2] in (("tx",), ("ty",)) else 1
             self.signature = (None,) * held + self.signature[held:]
         # the plain operator bound to this preparation: what the frontend's fast path calls
-        self.plain = data.plain
+        self.plain = _fast_runner(data)
         if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
-            plain = self.plain
+            plain = data.plain
             self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         # (a has_aux prep takes the full check, which compares aux too)
@@ -291,6 +291,12 @@ class Prep:
                 return False
         return True
 
+    def unserved(self) -> Callable[..., Any]:
+        """The plain runner, bound from now on where the adapter's ``fast`` one raised ``Unserved``
+        (a call it cannot serve as compiled; see ``extend.Runners``)."""
+        self.plain = self.data.plain
+        return self.plain
+
     def check(
         self, operator: Operator, backend: Backend, f: Callable[..., Any], args: tuple[Any, ...], has_aux: bool = False
     ) -> None:
@@ -371,6 +377,13 @@ class Prep:
             + f"\nPrepare again with these arguments (prepare_{operator}), or pass strict=False to "
             "prepare_* if you know the prep still applies."
         )
+
+
+def _fast_runner(data: Any) -> Callable[..., Any]:
+    """The runner a prep's fast path calls: the adapter's ``fast`` one where it offers it (the compiled
+    function itself, see ``extend.Runners``), else ``plain``."""
+    fast = getattr(data, "fast", None)
+    return data.plain if fast is None else fast
 
 
 def _fname(f: Callable[..., Any]) -> str:
