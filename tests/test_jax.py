@@ -68,6 +68,14 @@ def test_float64_is_exact_and_the_global_x64_flag_is_untouched():
     assert g32.dtype == np.float32
 
 
+def _cube_sum(z):
+    return (z**3).sum() / 3
+
+
+def _cube(z):
+    return z**3 / 3
+
+
 def test_a_float64_prepared_call_enters_the_x64_context_only_where_x64_is_off(monkeypatch):
     """A prep for a float64 x was traced with x64 on. Its runner calls the compiled function
     directly where the process has x64 on (here the user's own ``jax.enable_x64``, as the global
@@ -80,14 +88,7 @@ def test_a_float64_prepared_call_enters_the_x64_context_only_where_x64_is_off(mo
     runs = itertools.count()
     run = jax_backend._Prepared.run
     monkeypatch.setattr(jax_backend._Prepared, "run", lambda self, *a, **k: (next(runs), run(self, *a, **k))[1])
-    backend = di.AutoJAX()
-
-    def f(z):
-        return (z**3).sum() / 3
-
-    def g(z):
-        return z**3 / 3
-
+    backend, f, g = di.AutoJAX(), _cube_sum, _cube
     x = np.linspace(0.1, 1.0, 7)
     for x64, calls in ((True, 0), (False, 2)):
         with jax.enable_x64(x64):
@@ -129,14 +130,7 @@ def test_a_prep_made_with_x64_on_stays_float64_where_a_call_meets_x64_off(monkey
         return jax.jit(traced)
 
     monkeypatch.setattr(jax_backend._Prepared, "_compile", counting)
-    backend = di.AutoJAX()
-
-    def f(z):
-        return (z**3).sum() / 3
-
-    def g(z):
-        return z**3 / 3
-
+    backend, f, g = di.AutoJAX(), _cube_sum, _cube
     x = np.linspace(0.1, 1.0, 7)
     for kind in ("jax", "numpy"):
         for op in ("gradient", "hessian", "jacobian"):
@@ -163,11 +157,7 @@ def test_a_float64_loop_without_prep_stays_float64_across_an_x64_switch():
     off between calls: float64 and exact at every call."""
     import jax
 
-    backend = di.AutoJAX()
-
-    def f(z):
-        return (z**3).sum() / 3
-
+    backend, f = di.AutoJAX(), _cube_sum
     rng = np.random.default_rng(3)
     for k in range(12):
         x = rng.uniform(0.1, 1.0, size=5)
