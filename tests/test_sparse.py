@@ -370,3 +370,107 @@ def test_constant_contexts_reach_f_and_a_new_value_is_seen(backend):
         expected = p[0] * diffusion_jacobian(x) + sp.diags_array(p[1] * np.cos(x))
         _check(di.jacobian(sparse, f, x, di.Constant(p), prep=prep), expected, tol)
         _check(di.jacobian(sparse, f, x, di.Constant(p)), expected, tol)
+
+
+# -- a pattern that depends on what f captures ----------------------------------------------------
+
+_IDX = np.array([0, 1, 2, 3])
+
+
+def _gathered_squares(z):  # J[i, idx[i]] = 2 z[idx[i]]: its pattern is where _IDX points
+    from array_api_compat import array_namespace, device
+
+    xp = array_namespace(z)
+    return z[xp.asarray(_IDX, device=device(z))] ** 2
+
+
+def _gathered_cubes(z):  # H = diag(6 z) on _IDX[:2] alone
+    from array_api_compat import array_namespace, device
+
+    xp = array_namespace(z)
+    return xp.sum(z[xp.asarray(_IDX[:2], device=device(z))] ** 3)
+
+
+def _constant_squares(z, idx):
+    from array_api_compat import array_namespace, device
+
+    xp = array_namespace(z)
+    return z[xp.asarray(idx, device=device(z))] ** 2
+
+
+def _gather_backends() -> list:
+    out = [pytest.param(di.AutoFiniteDiff(), id="AutoFiniteDiff")]
+    for name, module in (("AutoTorch", "torch"), ("AutoJAX", "jax"), ("AutoAutograd", "autograd")):
+        if installed(module):
+            out.append(pytest.param(getattr(di, name)(), id=name))
+    return out
+
+
+@pytest.mark.parametrize("change", ["rebound", "written", "constant"])
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("dense", _gather_backends())
+def test_a_pattern_follows_what_f_captures_when_it_changes(dense, prepared, change):
+    """The pattern depends on the index array f captures (or takes as a Constant): a loop that changes
+    it gets each call's own Jacobian and Hessian, unprepared (the prep the cache keeps from the third
+    call on) and with a prep made before the changes, where before the first index's pattern served
+    every later call and dropped nonzeros without an error."""
+    global _IDX
+    backend = AutoSparse(dense)
+    x = np.arange(1.0, 5.0)
+    tol = _tol(dense, "hessian")
+    first = np.arange(4)
+    _IDX = first.copy()
+    if change == "constant":
+        jac_f, args = _constant_squares, lambda idx: (di.Constant(idx.copy()),)
+    else:
+        jac_f, args = _gathered_squares, lambda idx: ()
+    preps = (
+        (
+            di.prepare_jacobian(backend, jac_f, x, *args(first)),
+            None if change == "constant" else di.prepare_hessian(backend, _gathered_cubes, x),
+        )
+        if prepared
+        else (None, None)
+    )
+    for k in range(6):
+        idx = np.roll(first, k)
+        if change == "rebound":
+            _IDX = idx.copy()
+        elif change == "written":
+            _IDX[...] = idx  # the same array, other values
+        J = di.jacobian(backend, jac_f, x, *args(idx), prep=preps[0])
+        want = np.zeros((4, 4))
+        want[np.arange(4), idx] = 2 * x[idx]
+        np.testing.assert_allclose(J.toarray() if hasattr(J, "toarray") else _check_dense(J), want, atol=tol)
+        if preps[0] is not None:
+            assert np.array_equal(preps[0].sparsity.toarray(), want != 0)  # the pattern it computed with
+        if change != "constant":
+            H = di.hessian(backend, _gathered_cubes, x, prep=preps[1])
+            want_h = np.zeros((4, 4))
+            want_h[idx[:2], idx[:2]] = 6 * x[idx[:2]]
+            np.testing.assert_allclose(H.toarray() if hasattr(H, "toarray") else _check_dense(H), want_h, atol=tol)
+
+
+def _check_dense(result):
+    """A sparse result of an engine's own type (torch's sparse CSR tensor, JAX's BCOO) as a numpy array."""
+    if hasattr(result, "to_dense"):
+        return result.to_dense().numpy()
+    return np.asarray(result.todense())
+
+
+def test_an_unchanged_capture_keeps_the_pattern_and_a_known_one_is_never_detected_again():
+    """With what f captures unchanged, a prep's calls reuse its plan (no detection); a KnownSparsity
+    pattern is the user's: its prep is never detected again, whatever f captures."""
+    global _IDX
+    _IDX = np.arange(4)
+    x = np.arange(1.0, 5.0)
+    prep = di.prepare_jacobian(AutoSparse(di.AutoFiniteDiff()), _gathered_squares, x)
+    plan = prep.data.data
+    for _ in range(3):
+        di.jacobian(AutoSparse(di.AutoFiniteDiff()), _gathered_squares, x, prep=prep)
+    assert prep.data.data is plan
+    known = AutoSparse(di.AutoFiniteDiff(), sparsity_detector=KnownSparsity(np.eye(4, dtype=bool)))
+    kprep = di.prepare_jacobian(known, _gathered_squares, x)
+    _IDX = np.array([1, 0, 2, 3])
+    di.jacobian(known, _gathered_squares, x, prep=kprep)
+    assert np.array_equal(kprep.sparsity.toarray(), np.eye(4, dtype=bool))  # the user's, as given

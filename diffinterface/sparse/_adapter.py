@@ -22,16 +22,20 @@ rows, bicolored, star and acyclic Hessians) are one adapter.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
+import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._adapters.contract import Adapter, Runners
+from .._closures.plan import StatePlan
 from .._core.arrays import JAX, NUMPY, TENSORFLOW, TORCH, dtype_name, families, family, to_family
 from .._core.configs import adapter_for
+from .._core.contexts import Constant
 from .._core.errors import BackendNotAvailableError
 from .._core.operators import GRADIENT, HESSIAN, HVP, JACOBIAN, PULLBACK, PUSHFORWARD, Operator
 from .._frontend.sparse_results import SparsePlan
@@ -43,7 +47,7 @@ from ._coloring import (
     decompression,
     substitution,
 )
-from ._detectors import Problem
+from ._detectors import KnownSparsity, Problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,10 +128,15 @@ class SparseAdapter(Adapter):
         contexts: Contexts,
         info: Info,
     ) -> Any:
-        if operator is JACOBIAN:
-            return self._jacobian(target, x, contexts, info)
-        if operator is HESSIAN:
-            return self._hessian(target, x, contexts, info)
+        if operator is JACOBIAN or operator is HESSIAN:
+            build = self._jacobian if operator is JACOBIAN else self._hessian
+            runners = build(target, x, contexts, info)
+            if isinstance(self.backend.sparsity_detector, KnownSparsity):
+                return runners  # the user's pattern: nothing of f's state in it
+            plan = target.plan if target.plan is not None else StatePlan(target.f)  # closure="const" too
+            if plan.empty and not any(type(c) is Constant for c in contexts):
+                return runners
+            return _Redetected(build, target, info, plan, contexts, runners).runners
         return self.dense.prepare(operator, target, x, tangents, contexts, info)
 
     # -- preparation ------------------------------------------------------------------------------
@@ -303,6 +312,88 @@ class SparseAdapter(Adapter):
 
 
 # -- seeds and decompression -------------------------------------------------------------------------
+
+
+class _Redetected:
+    """A sparse derivative whose pattern is detected again where what it was detected over changed: the
+    values ``f`` captures (its ``StatePlan``'s leaves: arrays, numbers, tuples, an object's attributes)
+    and its ``Constant`` contexts. A detector reads them as ``f`` does (the tracer follows a captured
+    index array, a constant matrix's zeros, a branch on a captured number), so a pattern detected over
+    other values would drop nonzeros: a loop that rebinds ``idx`` in ``lambda x: x[idx] ** 2`` got the
+    first ``idx``'s Jacobian from the prep kept at its third call, without an error. Each call compares
+    them with a copy kept at detection (their values, not their identities: a write into the user's
+    array changes the pattern as a rebinding does); where one differs, detection, coloring and runners
+    are made again for this call's values and ``x`` (``prep.sparsity`` then tells the new pattern). A
+    ``KnownSparsity`` pattern, an ``f`` without state or ``Constant``: none of this (the runners as made)."""
+
+    def __init__(
+        self, build: Any, target: Target, info: Info, plan: StatePlan, contexts: Contexts, runners: Runners
+    ) -> None:
+        self.build, self.target, self.info, self.plan = build, target, info, plan
+        self.inner = runners
+        self.seen = _snapshot(self._over(contexts))
+        self.lock = threading.Lock()
+        self.runners = Runners(self.plain, self.value, runners.data)
+
+    def _over(self, contexts: Contexts) -> list[Any]:
+        return [*self.plan.read(), *(c.value for c in contexts if type(c) is Constant)]
+
+    def _current(self, x: Array, contexts: Contexts) -> Runners:
+        now = self._over(contexts)
+        if _same(self.seen, now):
+            return self.inner
+        with self.lock:
+            inner = self.build(self.target, x, contexts, self.info)
+            self.inner, self.seen, self.runners.data = inner, _snapshot(now), inner.data
+        return inner
+
+    def plain(self, x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
+        return self._current(x, contexts).plain(x, tangents, contexts)
+
+    def value(self, x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
+        return self._current(x, contexts).value(x, tangents, contexts)
+
+
+_UNKNOWN = object()  # a value no copy could be kept of: taken as changed at every call (detected again)
+
+
+def _snapshot(values: list[Any]) -> list[Any]:
+    """Copies of ``values`` that later writes do not reach: an array's values in numpy, anything else deep-copied."""
+    kept = []
+    for value in values:
+        if family(value) is not None:
+            kept.append(np.array(to_family(value, NUMPY), copy=True))
+            continue
+        try:
+            kept.append(copy.deepcopy(value))
+        except Exception:  # noqa: BLE001 - an object that does not copy: compared as changed
+            kept.append(_UNKNOWN)
+    return kept
+
+
+def _same(kept: list[Any], values: list[Any]) -> bool:
+    """Whether ``values`` equal the copies :func:`_snapshot` kept (arrays: shape, dtype and values, NaN
+    equal to NaN; anything else by ``==``, where it answers one bool)."""
+    if len(kept) != len(values):
+        return False
+    for old, value in zip(kept, values):
+        if old is _UNKNOWN:
+            return False
+        if type(old) is np.ndarray:
+            if family(value) is None:
+                return False
+            new = np.asarray(to_family(value, NUMPY))
+            if new.shape != old.shape or new.dtype != old.dtype:
+                return False
+            if not np.array_equal(new, old, equal_nan=old.dtype.kind in "fc"):
+                return False
+            continue
+        try:
+            if not bool(old == value):
+                return False
+        except Exception:  # noqa: BLE001 - an == without one answer (a tuple of arrays): compared as changed
+            return False
+    return True
 
 
 def _single(x: Array) -> bool:
