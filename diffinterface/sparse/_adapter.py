@@ -359,7 +359,7 @@ _UNKNOWN = object()  # a value no copy could be kept of: taken as changed at eve
 
 def _snapshot(values: list[Any]) -> list[Any]:
     """Copies of ``values`` that later writes do not reach: an array's values in numpy, anything else deep-copied."""
-    kept = []
+    kept: list[Any] = []
     for value in values:
         if family(value) is not None:
             kept.append(np.array(to_family(value, NUMPY), copy=True))
