@@ -14,7 +14,8 @@
   of a slice write make one (the JVP of ``y[1:2] = 5.0`` on an ``x``-dependent ``y``, the VJP of any
   write): a vmapped Jacobian was silently wrong. :func:`_slice_updates` reads ``f``'s graph at ``x``
   with MLX's own export (``mx.export_to_dot``, the only view of a graph MLX's Python API gives) at
-  preparation; an ``f`` without a slice update keeps ``vmap``.
+  preparation; an ``f`` without a slice update keeps ``vmap``, one whose ``f(x)`` shows no graph (an
+  inner derivative under ``SecondOrder(AutoMLX(), AutoMLX())``, evaluated) loops.
 - ``compile=True``: a user's ``prepare_*`` compiles the operator with ``mx.compile`` (one program
   per form, built at its first call); the captured arrays and the contexts are arguments of the
   compiled function, read at every call (never baked in). An ``f`` that reads a traced value into
@@ -705,11 +706,16 @@ _SLICE_UPDATES = frozenset({"SliceUpdate", "DynamicSliceUpdate"})
 
 
 def _slice_updates(y: Any) -> bool:
-    """Whether the lazy graph of ``y`` (``f(x)``, not evaluated) writes a slice: its batches loop instead
-    of ``vmap`` (module docstring). About 1 us a node of the graph, paid where a batch may vmap."""
+    """Whether the lazy graph of ``y`` (``f(x)``, not evaluated) writes a slice, or shows no operation at
+    all: its batches loop instead of ``vmap`` (module docstring). A ``y`` already evaluated has no graph
+    left to read: an inner derivative's result, which ``SecondOrder(AutoMLX(), AutoMLX())``'s outer
+    operator differentiates (its ``vmap`` went through the inner program's slice updates: a Hessian off
+    by 1), or an ``f`` that returns ``x`` or a constant (nothing to batch). About 1 us a node of the
+    graph, paid where a batch may vmap."""
     dot = io.StringIO()
     mx.export_to_dot(dot, y)
-    return not _SLICE_UPDATES.isdisjoint(_DOT_PRIMITIVE.findall(dot.getvalue()))
+    primitives = set(_DOT_PRIMITIVE.findall(dot.getvalue()))
+    return not primitives or not _SLICE_UPDATES.isdisjoint(primitives)
 
 
 class _Info(Info):

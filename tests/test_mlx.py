@@ -681,6 +681,14 @@ def _writes_x(z):
     return y
 
 
+def _sets_two_slices(z):  # boundary values set one after the other (the differential test's program)
+    y = z * 1.0
+    y[0:1] = 0.25
+    y = y * 1.0
+    y[1:2] = 0.25
+    return y
+
+
 _WRITE_BUFFER = 0.25 * np.arange(1.0, 5.0)
 
 
@@ -696,6 +704,8 @@ def _jacobian_of_write(which, x):
     if which == "constant":
         J = np.diag(2.0 * x)
         J[1] = 0.0
+    elif which == "two slices":
+        J = np.diag([0.0, 0.0, 1.0, 1.0])
     elif which == "x":
         J = 2.0 * np.eye(n)
         J[1:3] = 0.0
@@ -707,7 +717,7 @@ def _jacobian_of_write(which, x):
     return J
 
 
-@pytest.mark.parametrize("which", ["constant", "x", "captured buffer"])
+@pytest.mark.parametrize("which", ["constant", "two slices", "x", "captured buffer"])
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 def test_a_slice_write_gives_the_right_batched_derivatives(which, mode, prepared):
@@ -715,8 +725,14 @@ def test_a_slice_write_gives_the_right_batched_derivatives(which, mode, prepared
     (mlx 0.32.4), and the JVP and the VJP of a slice write make one: a vmapped Jacobian of ``y[1:2] = 5.0``
     was silently wrong in both modes, as were batched pullbacks and pushforwards and the Hessian. An
     ``f`` that writes a slice loops its batches: every batched operator against the closed form, whose
-    buffer is left as it was."""
-    f = {"constant": _writes_a_constant, "x": _writes_x, "captured buffer": _writes_a_captured_buffer_twice}[which]
+    buffer is left as it was; ``SecondOrder(AutoMLX(), AutoMLX())`` too, whose outer operator sees the
+    inner derivative's evaluated result (no graph: it loops)."""
+    f = {
+        "constant": _writes_a_constant,
+        "two slices": _sets_two_slices,
+        "x": _writes_x,
+        "captured buffer": _writes_a_captured_buffer_twice,
+    }[which]
     backend = di.AutoMLX(mode=mode)
     x = np.array([0.5, -1.0, 2.0, 0.75])
     saved = _WRITE_BUFFER.copy()
@@ -727,7 +743,7 @@ def test_a_slice_write_gives_the_right_batched_derivatives(which, mode, prepared
         y = f(z)
         return (y * y).sum() * 0.5
 
-    # the Hessian of g = 0.5 |f|^2: J^T J for a linear f (x, buffer); for the constant write,
+    # the Hessian of g = 0.5 |f|^2: J^T J for a linear f (two slices, x, buffer); for the constant write,
     # g = 0.5 (z0^4 + 25 + z2^4 + z3^4)
     H = np.diag(6.0 * x**2 * [1, 0, 1, 1]) if which == "constant" else J.T @ J
     kw = (lambda op, *a: {"prep": getattr(di, f"prepare_{op}")(backend, *a)}) if prepared else (lambda op, *a: {})
@@ -737,10 +753,11 @@ def test_a_slice_write_gives_the_right_batched_derivatives(which, mode, prepared
     np.testing.assert_allclose(np.stack([np.asarray(p) for p in pushed]), np.stack([J @ t for t in ts]), atol=1e-12)
     pulled = di.pullback(backend, f, x, ts, **kw("pullback", f, x, ts))
     np.testing.assert_allclose(np.stack([np.asarray(p) for p in pulled]), np.stack([J.T @ t for t in ts]), atol=1e-12)
-    got = di.hessian(backend, g, x, **kw("hessian", g, x))
-    np.testing.assert_allclose(np.asarray(got), H, rtol=1e-12, atol=1e-12)
-    hvps = di.hvp(backend, g, x, ts, **kw("hvp", g, x, ts))
-    np.testing.assert_allclose(np.stack([np.asarray(h) for h in hvps]), np.stack([H @ t for t in ts]), atol=1e-12)
+    for second in (backend, di.SecondOrder(backend, di.AutoMLX())):  # MLX's own, and outer over inner
+        got = di.hessian(second, g, x, **kw("hessian", g, x) if second is backend else {})
+        np.testing.assert_allclose(np.asarray(got), H, rtol=1e-12, atol=1e-12)
+        hvps = di.hvp(second, g, x, ts, **kw("hvp", g, x, ts) if second is backend else {})
+        np.testing.assert_allclose(np.stack([np.asarray(h) for h in hvps]), np.stack([H @ t for t in ts]), atol=1e-12)
     np.testing.assert_array_equal(_WRITE_BUFFER, saved)
 
 
@@ -750,3 +767,22 @@ def test_an_f_without_a_slice_write_keeps_vmap():
     plain = di.prepare_jacobian(backend, lambda z: z * z, np.ones(4))
     written = di.prepare_jacobian(backend, _writes_a_constant, np.ones(4))
     assert plain.data.data.vectorize and not written.data.data.vectorize
+
+
+@pytest.mark.parametrize("outer", MODES, ids=MODE_IDS)
+def test_second_order_of_mlx_over_mlx_is_right_where_f_writes_a_slice(outer):
+    """``SecondOrder(AutoMLX(), AutoMLX())``: the outer operator differentiates the inner gradient, whose
+    result it sees evaluated (no graph to read), so it loops: its ``vmap`` went through the inner
+    program's slice updates and gave H[1, 1] = 1 for a g whose Hessian is zero (the differential test's
+    program at n = 2)."""
+    from array_api_compat import array_namespace
+
+    def g(z):
+        y = _sets_two_slices(z)
+        return array_namespace(y).sum(y * y) * 0.5
+
+    backend = di.SecondOrder(di.AutoMLX(mode=outer), di.AutoMLX())
+    x = np.array([0.5, -1.0])
+    np.testing.assert_allclose(np.asarray(di.hessian(backend, g, x)), np.zeros((2, 2)), atol=1e-12)
+    hvps = di.hvp(backend, g, x, (np.array([1.0, 0.0]), np.array([0.0, 1.0])))
+    np.testing.assert_allclose(np.stack([np.asarray(h) for h in hvps]), np.zeros((2, 2)), atol=1e-12)
