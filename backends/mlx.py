@@ -1109,12 +1109,13 @@ class Adapter(_Base):
         # ONESHOT_COMPILED_FROM elements or more, where the compiled program's fused passes win
         large = max(shape_size(info.x_shape), shape_size(info.y_shape)) >= ONESHOT_COMPILED_FROM
         jit = bool(self.backend.compile) and (not info.oneshot or large)
-        slices = info.slice_updates if isinstance(info, _Info) else None
-        if not isinstance(info, _Info):  # an Info made elsewhere: f's graph read here (_slice_updates)
-            xm = _to_mx(x)
+        xm = _to_mx(x)
+        if isinstance(info, _Info):
+            slices = info.slice_updates
+        else:  # an Info made elsewhere: f's graph read here (_slice_updates)
             with _context(xm.dtype):
                 slices = _slice_updates(function(*function.arguments(contexts))(xm))
-        prepared = _Prepared(operator, function, forward, switchable, info, _to_mx(x).dtype, jit, not slices)
+        prepared = _Prepared(operator, function, forward, switchable, info, xm.dtype, jit, not slices)
         return prepared.runners()
 
 

@@ -22,7 +22,6 @@ rows, bicolored, star and acyclic Hessians) are one adapter.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import math
 import threading
@@ -38,6 +37,7 @@ from .._core.configs import adapter_for
 from .._core.contexts import Constant
 from .._core.errors import BackendNotAvailableError
 from .._core.operators import GRADIENT, HESSIAN, HVP, JACOBIAN, PULLBACK, PUSHFORWARD, Operator
+from .._core.snapshots import snapshot, unchanged
 from .._frontend.sparse_results import SparsePlan
 from ._coloring import (
     Substitution,
@@ -331,7 +331,7 @@ class _Redetected:
     ) -> None:
         self.build, self.target, self.info, self.plan = build, target, info, plan
         self.inner = runners
-        self.seen = _snapshot(self._over(contexts))
+        self.seen = _kept(self._over(contexts))
         self.lock = threading.Lock()
         self.runners = Runners(self.plain, self.value, runners.data)
 
@@ -344,7 +344,7 @@ class _Redetected:
             return self.inner
         with self.lock:
             inner = self.build(self.target, x, contexts, self.info)
-            self.inner, self.seen, self.runners.data = inner, _snapshot(now), inner.data
+            self.inner, self.seen, self.runners.data = inner, _kept(now), inner.data
         return inner
 
     def plain(self, x: Array, tangents: tuple[Array, ...], contexts: Contexts) -> Any:
@@ -354,46 +354,21 @@ class _Redetected:
         return self._current(x, contexts).value(x, tangents, contexts)
 
 
-_UNKNOWN = object()  # a value no copy could be kept of: taken as changed at every call (detected again)
+def _kept(values: list[Any]) -> tuple[Any, ...] | None:
+    """A :func:`snapshot` of ``values``; None where one has no copy (compared as changed at every call)."""
+    try:
+        return snapshot(values)
+    except Exception:  # noqa: BLE001 - an object that does not deep-copy
+        return None
 
 
-def _snapshot(values: list[Any]) -> list[Any]:
-    """Copies of ``values`` that later writes do not reach: an array's values in numpy, anything else deep-copied."""
-    kept: list[Any] = []
-    for value in values:
-        if family(value) is not None:
-            kept.append(np.array(to_family(value, NUMPY), copy=True))
-            continue
-        try:
-            kept.append(copy.deepcopy(value))
-        except Exception:  # noqa: BLE001 - an object that does not copy: compared as changed
-            kept.append(_UNKNOWN)
-    return kept
-
-
-def _same(kept: list[Any], values: list[Any]) -> bool:
-    """Whether ``values`` equal the copies :func:`_snapshot` kept (arrays: shape, dtype and values, NaN
-    equal to NaN; anything else by ``==``, where it answers one bool)."""
-    if len(kept) != len(values):
+def _same(kept: tuple[Any, ...] | None, values: list[Any]) -> bool:
+    """Whether ``values`` are what :func:`_kept` kept (arrays by shape, dtype and values, NaN equal to
+    NaN); an ``==`` without one answer (an array inside an object) counts as changed."""
+    try:
+        return kept is not None and unchanged(kept, values)
+    except Exception:  # noqa: BLE001
         return False
-    for old, value in zip(kept, values):
-        if old is _UNKNOWN:
-            return False
-        if type(old) is np.ndarray:
-            if family(value) is None:
-                return False
-            new = np.asarray(to_family(value, NUMPY))
-            if new.shape != old.shape or new.dtype != old.dtype:
-                return False
-            if not np.array_equal(new, old, equal_nan=old.dtype.kind in "fc"):
-                return False
-            continue
-        try:
-            if not bool(old == value):
-                return False
-        except Exception:  # noqa: BLE001 - an == without one answer (a tuple of arrays): compared as changed
-            return False
-    return True
 
 
 def _single(x: Array) -> bool:

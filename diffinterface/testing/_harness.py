@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
@@ -14,9 +13,9 @@ from .. import first_order as fo
 from .. import second_order as so
 from .._core.arrays import JAX, NUMPY, complex_dtype, families, family, to_family
 from .._core.configs import AutoFiniteDiff, SecondOrder, adapter_for
-from .._core.contexts import Context
 from .._core.operators import OPERATORS as RECORDS
 from .._core.operators import Operator
+from .._core.snapshots import snapshot, unchanged
 from .._frontend.sparse_results import densify, is_sparse
 from ..sparse import AutoSparse
 from ._scenarios import Scenario, default_scenarios
@@ -82,35 +81,6 @@ def default_tolerance(backend: Any, dtype: Any, second_order: bool) -> float:
     return 1e-7
 
 
-def _snapshot(value: Any) -> tuple[Any, ...]:
-    """A tagged deep copy of ``value`` that :func:`_same` compares exactly (NaN equal to NaN)."""
-    if isinstance(value, Context):
-        return ("context", type(value), _snapshot(value.value))
-    if isinstance(value, (list, tuple)):
-        return ("sequence", type(value), [_snapshot(v) for v in value])
-    if isinstance(value, dict):
-        return ("mapping", type(value), {k: _snapshot(v) for k, v in value.items()})
-    if family(value) is not None and not isinstance(value, (float, int)):
-        return ("array", type(value), np.array(to_family(value, NUMPY), copy=True))
-    return ("object", type(value), copy.deepcopy(value))
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    if a[0] != b[0] or a[1] is not b[1]:
-        return False
-    kind, _, u = a
-    v = b[2]
-    if kind == "context":
-        return _same(u, v)
-    if kind == "sequence":
-        return len(u) == len(v) and all(_same(p, q) for p, q in zip(u, v))
-    if kind == "mapping":
-        return u.keys() == v.keys() and all(_same(u[k], v[k]) for k in u)
-    if kind == "array":
-        return u.shape == v.shape and u.dtype == v.dtype and np.array_equal(u, v, equal_nan=True)
-    return bool(u == v)
-
-
 class _Check:
     def __init__(self, scenario: Scenario, backend: Any, tol: float) -> None:
         self.s, self.backend, self.tol = scenario, backend, tol
@@ -170,15 +140,15 @@ class _Check:
             )
 
     def unchanged(self, before: list[Any], label: str) -> None:
-        after = self.inputs()
+        s = self.s
         names = ["x", "tangent", "contexts", "y", "captured state"]
-        for name, b, a in zip(names, before, after):
-            if not _same(b, a):
+        for name, b, a in zip(names, before, [s.x, s.tangent, s.contexts, s.y, s.state]):
+            if not unchanged(b, a):
                 raise AssertionError(f"{label}: {name} was modified by the call")
 
     def inputs(self) -> list[Any]:
         s = self.s
-        return [_snapshot(s.x), _snapshot(s.tangent), _snapshot(s.contexts), _snapshot(s.y), _snapshot(s.state)]
+        return [snapshot(s.x), snapshot(s.tangent), snapshot(s.contexts), snapshot(s.y), snapshot(s.state)]
 
     def run(self) -> None:
         s, backend = self.s, self.backend
