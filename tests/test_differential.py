@@ -27,7 +27,8 @@ fails the test, listing every such call.
 
 Budget: ``DIFFINTERFACE_FUZZ_EXAMPLES`` programs per test (default 2: the file runs in about a minute
 on a 2-core machine); set it higher locally (``DIFFINTERFACE_FUZZ_EXAMPLES=50``). Hypothesis is
-derandomized: the same programs every run.
+derandomized: the same programs every run; ``DIFFINTERFACE_FUZZ_SEED=<int>`` draws another set (a
+failure prints the seed and the program, and the same seed and count draw it again).
 """
 
 from __future__ import annotations
@@ -52,13 +53,23 @@ jnp = jax.numpy
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 EXAMPLES = int(os.environ.get("DIFFINTERFACE_FUZZ_EXAMPLES", "2"))
-SETTINGS = settings(
+# another set of programs: Hypothesis's seed (unset: derandomized, the same programs as CI's)
+FUZZ_SEED = os.environ.get("DIFFINTERFACE_FUZZ_SEED") or None
+_SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    derandomize=True,
+    derandomize=FUZZ_SEED is None,
     suppress_health_check=list(HealthCheck),
     database=None,
 )
+
+
+def SETTINGS(test):  # noqa: N802 - used as the settings decorator it was
+    """The run's settings, and ``DIFFINTERFACE_FUZZ_SEED``'s seed where it is set."""
+    test = _SETTINGS(test)
+    return test if FUZZ_SEED is None else hypothesis.seed(int(FUZZ_SEED))(test)
+
+
 COUNTS = "differential test (random programs, every backend x operator x mode, against JAX float64)"
 
 ENGINES = [(name, getattr(di, name)) for name, module, _ in AD_ENGINES if installed(module)]
