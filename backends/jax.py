@@ -49,6 +49,7 @@ from diffinterface.extend import (
     NUMPY,
     PULLBACK,
     PUSHFORWARD,
+    RUNS_ON_VALUES,
     SECOND_DERIVATIVE,
     TORCH,
     Cache,
@@ -891,7 +892,7 @@ def _traced_value_error(target: Target, error: BaseException) -> TypeError | Non
             f"{target.call}: f needs the value of an array computed from x, which JAX traces without values "
             f"({type(error).__name__}: {first}): float(), int(), .item(), a Python `if` on x's values or "
             f"np.asarray of one. Write that part with jax.numpy (jnp.where or lax.cond for a branch), or "
-            f"differentiate f with AutoTorch(), AutoAutograd() or AutoFiniteDiff(), which run it on values"
+            f"differentiate f with {RUNS_ON_VALUES}"
         )
     frame = innermost_frame(error)
     if not isinstance(error, TypeError) or frame is None:

@@ -71,6 +71,7 @@ from diffinterface.extend import (
     NUMPY,
     PULLBACK,
     PUSHFORWARD,
+    RUNS_ON_VALUES,
     SECOND_DERIVATIVE,
     Cache,
     Contexts,
@@ -423,8 +424,7 @@ def _value_error(target: Target, error: BaseException) -> TypeError | None:
             f"{target.call}: f needs a value of x (or of an array computed from it), which PyTensor does not have "
             f"while it builds f's graph ({type(error).__name__}: {first}): a Python `if` on x's values, float(), "
             f"int(), .item(), a loop over an array computed from x. Write that part with pytensor.tensor "
-            f"(pt.switch or pt.where for a branch), or differentiate f with AutoTorch(), AutoAutograd() or "
-            f"AutoFiniteDiff(), which run it on values"
+            f"(pt.switch or pt.where for a branch), or differentiate f with {RUNS_ON_VALUES}"
         )
     if any(str(frame.f_globals.get("__name__", "")).split(".")[0] == "numpy" for frame in frames):
         return TypeError(

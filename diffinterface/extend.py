@@ -71,7 +71,8 @@ The kit, by job:
   exception types and attributes; the default recognises numpy's read-only views),
   :func:`raised_by`, :func:`innermost_frame`, :func:`operand_error`, :func:`const_operand_error`,
   :func:`const_write_error`, :func:`standin_error`, :func:`structured_output`, :func:`structured_output_error`, :class:`LostDerivativeError` with its
-  ``LOST_CAUSES``, :func:`escaped_error` (a read out of the engine checked against central differences),
+  ``LOST_CAUSES``, ``RUNS_ON_VALUES`` (what a tracing engine's error for an f that needs x's values offers),
+  :func:`escaped_error` (a read out of the engine checked against central differences),
   :func:`lost_on_the_way` (its error, for a read the engine itself refused) and
   :func:`floating_value` (whether a result could have carried one), :class:`EvaluationError`, :class:`BackendNotAvailableError`;
 - **host callbacks** (an opaque rule's body run by the engine, whose error the engine reports as its own):
@@ -144,6 +145,7 @@ from ._core.contexts import Context as Context
 from ._core.contexts import Contexts as Contexts
 from ._core.contexts import context_values as context_values
 from ._core.errors import LOST_CAUSES as LOST_CAUSES
+from ._core.errors import RUNS_ON_VALUES as RUNS_ON_VALUES
 from ._core.errors import BackendNotAvailableError as BackendNotAvailableError
 from ._core.errors import EvaluationError as EvaluationError
 from ._core.errors import HostCallbackError as HostCallbackError
@@ -247,6 +249,7 @@ __all__ = [
     "EvaluationError",
     "LOST_CAUSES",
     "LostDerivativeError",
+    "RUNS_ON_VALUES",
     "const_operand_error",
     "const_write_error",
     "escaped_error",

@@ -1006,6 +1006,43 @@ def test_item9_jax_needing_a_concrete_value_is_the_calls_error(f):
     assert di.jacobian(AutoFiniteDiff(), f, np.array([1.0, 2.0, 3.0])).shape == (3, 3)
 
 
+# The engines JAX's and PyTensor's error offers for an f that needs x's values (RUNS_ON_VALUES), with
+# the module each needs: each is held to what the message says of it
+_ON_VALUES = [
+    ("AutoTorch", "torch"),
+    ("AutoTensorFlow", "tensorflow"),
+    ("AutoMLX", "mlx"),
+    ("AutoAutograd", "autograd"),
+]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.skipif(not installed(m), reason=f"{m} is not installed"))
+        for name, m in _ON_VALUES
+    ],
+)
+def test_the_engines_a_tracing_engines_error_offers_do_what_it_says(name):
+    from diffinterface.extend import RUNS_ON_VALUES
+
+    assert f"{name}()" in RUNS_ON_VALUES
+    backend = getattr(di, name)()
+    branch = lambda z: z if z[0] > 0 else -z  # noqa: E731 - a branch on x's values (a comparison)
+    for sign in (1.0, -1.0):  # both branches, the second call unprepared at a point of the other sign
+        J = np.asarray(di.jacobian(backend, branch, sign * np.array([1.0, 2.0, 3.0])), dtype=float)
+        np.testing.assert_allclose(J, sign * np.eye(3), atol=1e-6)
+    # a value read with float() that reaches f(x): an error (its derivative would be lost), never a number;
+    # AutoFiniteDiff differentiates it: d(z * z0)/dz = z0 I + z e0^T
+    read = lambda z: z * float(z[0])  # noqa: E731
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.raises((LostDerivativeError, TypeError)):
+        di.jacobian(backend, read, x)
+    want = x[0] * np.eye(3)
+    want[:, 0] += x
+    np.testing.assert_allclose(di.jacobian(AutoFiniteDiff(), read, x), want, rtol=1e-7)
+
+
 @needs_jax
 @needs_torch
 def test_item9_torch_functions_under_jax_name_the_engine():

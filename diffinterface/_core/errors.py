@@ -101,6 +101,15 @@ LOST_CAUSES = (
     "torch.no_grad(); compute f(x) from x with the engine's own operations throughout"
 )
 
+# What a tracing engine's error for an f that needs x's values (a branch on them, float(), .item())
+# offers besides the engine's own way: the engines that run f on values, and what each does with a
+# value read out of its arrays (checked by tests/test_reliability.py)
+RUNS_ON_VALUES = (
+    "an engine that runs it on values: AutoTorch(), AutoTensorFlow(), AutoMLX() or AutoAutograd() (a "
+    "comparison of its arrays, not float()) for a branch on x's values, AutoFiniteDiff() where a value read "
+    "with float() or .item() reaches f(x) (the others raise there: its derivative would be lost)"
+)
+
 
 def floating_value(value: object) -> bool:
     """Whether ``value``, numpy's result from an engine's arrays, holds a floating or complex number
