@@ -152,6 +152,64 @@ def test_a_prep_made_with_x64_on_stays_float64_where_a_call_meets_x64_off(monkey
     assert not jax.config.jax_enable_x64
 
 
+@pytest.mark.parametrize("op", ["pushforward", "pullback", "hvp"])
+@pytest.mark.parametrize("kind", ["jax", "numpy"])
+def test_a_tangent_operators_fast_runner_of_one_tangent_stays_float64_where_a_call_meets_x64_off(op, kind):
+    """A prep of one tangent made with x64 on binds the compiled form of one bare tangent as its fast
+    runner (``prep.one``, ``extend.Runners.fast(x, t)``): no tuple in or out. A call with x64 off
+    traces the form again, the trace declines it (``extend.Unserved``), and the prep's plain runner
+    serves it inside the x64 context, that call and the later ones (``prep.one`` is then None). Every
+    call float64 and exact, prepared and in a loop without prep=; a prep made with x64 off has none."""
+    import jax
+
+    backend, f, g = di.AutoJAX(), _cube_sum, _cube
+    x = np.linspace(0.1, 1.0, 7)
+    t = np.linspace(-1.0, 0.5, 7)
+    fn, want = (f, 2 * x * t) if op == "hvp" else (g, x**2 * t)  # J = diag(x^2) is symmetric: J t = t J
+    with jax.enable_x64(True):
+        xs, ts = (jax.numpy.asarray(x), jax.numpy.asarray(t)) if kind == "jax" else (x, t)
+        prep = getattr(di, f"prepare_{op}")(backend, fn, xs, ts)
+        assert prep.one is not None and prep.plain is prep.data.plain
+        first = getattr(di, op)(backend, fn, xs, ts, prep=prep)
+        loop = [getattr(di, op)(backend, fn, xs, ts) for _ in range(4)]  # kept from the third call on
+    off = [getattr(di, op)(backend, fn, xs, ts, prep=prep) for _ in range(3)]  # x64 off
+    assert prep.one is None  # declined once: the plain runner from then on
+    off_loop = [getattr(di, op)(backend, fn, xs, ts) for _ in range(2)]
+    with jax.enable_x64(True):
+        again = getattr(di, op)(backend, fn, xs, ts, prep=prep)
+    for result in (first, *loop, *off, *off_loop, again):
+        assert np.asarray(result).dtype == np.float64, (kind, op)
+        np.testing.assert_allclose(np.asarray(result), want, rtol=1e-14, atol=1e-15)
+    unserved = getattr(di, f"prepare_{op}")(backend, fn, x, t)  # x64 off: the adapter's own context
+    assert unserved.one is None
+    np.testing.assert_allclose(np.asarray(getattr(di, op)(backend, fn, x, t, prep=unserved)), want, rtol=1e-14)
+    assert not jax.config.jax_enable_x64
+
+
+def test_a_jax_preps_fast_check_compares_avals_and_the_full_check_still_decides():
+    """The JAX family's key attribute (``ArrayFamily.key_attribute``: ``aval``) stands for an array's
+    shape and dtype on the prepared fast path. A call whose arrays have another aval takes the full
+    check: another shape or dtype raises PreparationMismatchError, a weak-typed x of the prep's shape
+    and dtype (another aval) is served, right."""
+    import jax.numpy as jnp
+
+    backend = di.AutoJAX()
+    x, t = jnp.linspace(0.1, 1.0, 4), jnp.linspace(-1.0, 1.0, 4)
+    grad, hvp = di.prepare_gradient(backend, _cube_sum, x), di.prepare_hvp(backend, _cube_sum, x, t)
+    for prep in (grad, hvp):
+        assert prep.key_attr == "aval" and x.aval in prep.fast_key
+    for other in (jnp.linspace(0.1, 1.0, 5), jnp.linspace(0.1, 1.0, 4, dtype=jnp.int32)):
+        with pytest.raises(di.PreparationMismatchError, match="differ"):
+            di.gradient(backend, _cube_sum, other, prep=grad)
+        with pytest.raises(di.PreparationMismatchError, match="differ"):
+            di.hvp(backend, _cube_sum, x, other, prep=hvp)
+    weak = jnp.broadcast_to(jnp.asarray(0.5), (4,))  # from a Python number: float32, weakly typed
+    assert weak.aval.weak_type and weak.aval != x.aval and (weak.shape, weak.dtype) == (x.shape, x.dtype)
+    for w, u in ((weak, t), (x * 0 + 0.5, weak)):  # a weak x, then a weak tangent
+        np.testing.assert_allclose(np.asarray(di.gradient(backend, _cube_sum, w, prep=grad)), np.full(4, 0.25))
+        np.testing.assert_allclose(np.asarray(di.hvp(backend, _cube_sum, w, u, prep=hvp)), np.asarray(u), rtol=1e-6)
+
+
 def test_a_float64_loop_without_prep_stays_float64_across_an_x64_switch():
     """A loop's calls without ``prep=`` (a kept prep, ``_fast``) with the user's x64 switched on and
     off between calls: float64 and exact at every call."""

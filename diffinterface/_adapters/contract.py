@@ -203,7 +203,10 @@ class Runners:
     function itself, where ``plain`` is that layer and a check: the prepared fast path (a call with
     ``prep=``, or one a kept prep serves) calls ``fast`` in its place, one Python frame less (a third
     of a microsecond of a 5 us JAX gradient at n = 10), and where it raises :class:`Unserved`, calls
-    ``plain`` from then on. Its signature and results are ``plain``'s; every other caller runs ``plain``."""
+    ``plain`` from then on. Its signature and results are ``plain``'s, but for an operator with a
+    tangent: there it serves a call with one tangent, ``fast(x, t)``, and returns that call's one result
+    (the compiled function of one bare tangent itself: no tuple in, none out). Every other caller runs
+    ``plain``."""
 
     __slots__ = ("plain", "value", "data", "fast")
     plain: Runner

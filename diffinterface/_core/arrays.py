@@ -72,6 +72,12 @@ class ArrayFamily:
       function that reads one (``DEVICE = torch.device("cpu")`` at module level) is checked by its
       closure walk's summary at later first calls instead of walked again (``_closures.summaries``),
       which holds such a constant itself.
+    - ``key_attribute`` (optional): the name of an attribute of the family's arrays that stands for
+      their shape and dtype and reads faster than both: two arrays whose attributes are equal have one
+      shape and one dtype (JAX's ``aval``, its abstract value: shape, dtype and weak type, one object
+      for arrays alike, so the comparison is by identity; a JAX array's ``shape`` and ``dtype`` are
+      Python properties, 0.13 us the pair against 0.02). The prepared fast path compares it in place
+      of the pair; arrays whose attributes differ take the full check, which compares shape and dtype.
     """
 
     __slots__ = (
@@ -87,6 +93,7 @@ class ArrayFamily:
         "children",
         "accuracy",
         "constant_types",
+        "key_attribute",
         "_stateful_type",
     )
     name: str
@@ -101,6 +108,7 @@ class ArrayFamily:
     children: str | None
     accuracy: Callable[[Any], float | None]
     constant_types: tuple[str, ...]
+    key_attribute: str | None
 
     def __init__(
         self,
@@ -116,6 +124,7 @@ class ArrayFamily:
         children: str | None = None,
         accuracy: Callable[[Any], float | None] | None = None,
         constant_types: tuple[str, ...] = (),
+        key_attribute: str | None = None,
     ) -> None:
         if isinstance(constant_types, str):
             raise TypeError(
@@ -136,6 +145,7 @@ class ArrayFamily:
         self.module_type, self.children = module_type, children
         self.accuracy = accuracy or _dtype_accuracy
         self.constant_types = tuple(constant_types)
+        self.key_attribute = key_attribute
         self._stateful_type: Any = None  # module_type once resolved (a loaded module stays loaded)
 
     def type(self) -> Any:
@@ -240,6 +250,16 @@ def register_family(record: ArrayFamily) -> ArrayFamily:
 def families() -> dict[str, ArrayFamily]:
     """The registered array families by name."""
     return dict(_FAMILIES)
+
+
+def key_attribute(values: tuple[Any, ...]) -> str | None:
+    """The attribute that stands for the shapes and dtypes of ``values`` (arrays) on the prepared fast
+    path: their family's :attr:`ArrayFamily.key_attribute`, where all are of one family that declares
+    one and have it; else None."""
+    names = {family_of_type(type(v)) for v in values}
+    record = _FAMILIES.get(names.pop()) if len(names) == 1 and None not in names else None  # type: ignore[arg-type]
+    attr = None if record is None else record.key_attribute
+    return attr if attr is not None and all(hasattr(v, attr) for v in values) else None
 
 
 def family_accuracy(fam: str | None, dtype: Any) -> float | None:
@@ -366,6 +386,7 @@ register_family(
         _jax_convert,
         computing=_jax_computing,
         constant_types=("jax.Device",),
+        key_attribute="aval",
     )
 )
 

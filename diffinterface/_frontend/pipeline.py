@@ -802,8 +802,17 @@ def run_prepared(
 ) -> Any:
     """The prepared fast path of an operator without a tangent (``prep`` is a :class:`Prep`): the
     inline check, the runner bound at preparation, and the result in ``x``'s own type."""
-    key = prep.fast_key  # Prep.check's inline path, here without a call (0.25 us of a 5.8 us JAX gradient)
-    if contexts or key is None or type(x) is not key[3] or (operator, backend, f, key[3], x.shape, x.dtype) != key:
+    key, attr = prep.fast_key, prep.key_attr  # Prep.check's inline path, here without a call
+    if (
+        contexts
+        or key is None
+        or type(x) is not key[3]
+        or (
+            (operator, backend, f, key[3], x.shape, x.dtype) != key
+            if attr is None
+            else (operator, backend, f, key[3], getattr(x, attr)) != key  # JAX's aval for shape and dtype
+        )
+    ):
         prep.check(operator, backend, f, (x,) + contexts)
     if prep.structured:
         return _structured(prep, False, x, None, contexts, out, operator, backend)
@@ -827,8 +836,12 @@ def _fast(
     # a loop, served by a kept prep, makes no call more than with prep=)
     if operator.tangent is not None:
         if type(tangent) is type(x) is not float:  # one tangent of x's own type: run_prepared_tangent's body
+            one = prep.one
             try:
-                (result,) = prep.plain(x, (tangent,), contexts)
+                if one is not None:
+                    result = one(x, tangent)
+                else:
+                    (result,) = prep.plain(x, (tangent,), contexts)
             except Unserved:
                 (result,) = prep.unserved()(x, (tangent,), contexts)
             return result if type(result) is type(x) else _like_x(prep, result, x)
@@ -858,18 +871,26 @@ def run_prepared_tangent(
     contexts: tuple[Any, ...],
 ) -> Any:
     """The prepared fast path of a tangent operator for one tangent of ``x``'s own array type."""
-    key, t = prep.fast_key, cast("Array", tangent)  # the callers': one tangent of x's own type
+    key, attr, t = prep.fast_key, prep.key_attr, cast("Array", tangent)  # the callers': one tangent of x's type
     if (
         contexts
         or key is None
         or type(x) is not key[3]
-        or (operator, backend, f, key[3], x.shape, x.dtype, type(t), t.shape, t.dtype) != key
+        or (
+            (operator, backend, f, key[3], x.shape, x.dtype, type(t), t.shape, t.dtype) != key
+            if attr is None
+            else (operator, backend, f, key[3], getattr(x, attr), type(t), getattr(t, attr)) != key
+        )
     ):
         prep.check(operator, backend, f, (x, tangent) + contexts)
     if prep.structured:
         return _structured(prep, False, x, tangent, contexts, None, operator, backend)
+    one = prep.one  # the adapter's fast runner of one tangent (extend.Runners), or None
     try:
-        (result,) = prep.plain(x, (tangent,), contexts)
+        if one is not None:
+            result = one(x, tangent)
+        else:
+            (result,) = prep.plain(x, (tangent,), contexts)
     except Unserved:  # the adapter's fast runner (extend.Runners): its plain one from now on
         (result,) = prep.unserved()(x, (tangent,), contexts)
     return result if type(result) is type(x) else _like_x(prep, result, x)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core.arrays import as_input, describe, dtype_str, family_of_type, is_native
+from .._core.arrays import as_input, describe, dtype_str, family_of_type, is_native, key_attribute
 from .._core.contexts import Context
 from .._core.errors import PreparationMismatchError
 from .._core.operators import Operator
@@ -113,10 +113,12 @@ class Prep:
         "signature",
         "strict",
         "plain",
+        "one",
         "structured",
         "holomorphic",
         "_arrays",
         "fast_key",
+        "key_attr",
         "sparse",
         "result_type",
         "to_numpy",
@@ -138,10 +140,12 @@ class Prep:
     signature: tuple[Any, ...]  # what a later call's arguments are compared with
     strict: bool
     plain: Callable[..., Any]  # the plain runner, (x, tangents, contexts) -> result
+    one: Callable[..., Any] | None  # a tangent operator's fast runner of one tangent, (x, t) -> result, or None
     structured: bool  # x or f(x) a structure: data is a _core.structure runner, which checks x and the tangent
     holomorphic: bool  # made with holomorphic=True (jacobian, derivative of a complex x)
     _arrays: tuple[Any, ...] | None
     fast_key: tuple[Any, ...] | None
+    key_attr: str | None  # what fast_key holds of each array for shape and dtype (JAX's aval), or None
     sparse: bool  # an AutoSparse prep: its results are sparse matrices
     # a numpy x's results, when the engine computes another dense array type: that type and the one
     # function that converts it (what finish does for it), remembered at the first call
@@ -182,7 +186,9 @@ class Prep:
             # made for one unprepared call (pipeline._execute runs data's runners): never checked, and
             # no fast path to bind (a first call of a new function makes one)
             self.signature, self._described, self.plain, self._arrays, self.fast_key = (), None, data.plain, None, None
+            self.one = self.key_attr = None
             return
+        (self.plain, self.one), self.key_attr = _fast_runners(data, operator), None
         # the descriptions for messages (args) are made from the signature when a message needs them
         self._described = None
         if not structured and not has_aux and _native_numpy(args):
@@ -199,18 +205,15 @@ class Prep:
                 t = args[1]
                 self.signature = self._arrays = ((np.ndarray, shape, dtype), (np.ndarray, t.shape, t.dtype))
                 self.fast_key = (operator, backend, f, np.ndarray, shape, dtype, np.ndarray, t.shape, t.dtype)
-            self.plain = _fast_runner(data)
             return
         self.signature = tuple(signature(a) for a in args)
         if structured and self.signature:  # x and the tangent: checked leaf by leaf as they are flattened
             self._described = tuple(describe_arg(a) for a in args)
             held = 2 if names[1:2] in (("tx",), ("ty",)) else 1
             self.signature = (None,) * held + self.signature[held:]
-        # the plain operator bound to this preparation: what the frontend's fast path calls
-        self.plain = _fast_runner(data)
         if args and not is_native(args[0]):  # x of non-native byte order: converted on every call
             plain = data.plain
-            self.plain = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts)
+            self.plain, self.one = lambda x, tangents, contexts: plain(as_input(x), tangents, contexts), None
         # (type, shape, dtype) of each argument when all are arrays: compared inline on the fast path
         # (a has_aux prep takes the full check, which compares aux too)
         arrays = bool(self.signature) and all(
@@ -220,6 +223,9 @@ class Prep:
         # the prepared fast path's test in one tuple comparison (run_prepared, run_prepared_tangent):
         # (operator, backend, f, then each argument's type, shape and dtype); None where check decides
         self.fast_key = (operator, backend, f, *(v for s in self._arrays for v in s)) if self._arrays else None
+        self.key_attr = attr = key_attribute(args) if self._arrays else None
+        if attr is not None:  # each argument's type and key attribute (JAX's aval) in place of shape and dtype
+            self.fast_key = (operator, backend, f, *(v for a in args for v in (type(a), getattr(a, attr))))
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -294,7 +300,7 @@ class Prep:
     def unserved(self) -> Callable[..., Any]:
         """The plain runner, bound from now on where the adapter's ``fast`` one raised ``Unserved``
         (a call it cannot serve as compiled; see ``extend.Runners``)."""
-        self.plain = self.data.plain
+        self.plain, self.one = self.data.plain, None
         return self.plain
 
     def check(
@@ -379,11 +385,14 @@ class Prep:
         )
 
 
-def _fast_runner(data: Any) -> Callable[..., Any]:
-    """The runner a prep's fast path calls: the adapter's ``fast`` one where it offers it (the compiled
-    function itself, see ``extend.Runners``), else ``plain``."""
+def _fast_runners(data: Any, operator: Operator) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """The runners a prep's fast path calls, ``(plain, one)``: the adapter's ``fast`` one where it offers
+    it (the compiled function itself, see ``extend.Runners``) in place of ``plain``, or for an operator
+    with a tangent as ``one``, its runner of one tangent."""
     fast = getattr(data, "fast", None)
-    return data.plain if fast is None else fast
+    if operator.tangent is not None:
+        return data.plain, fast
+    return (data.plain if fast is None else fast), None
 
 
 def _fname(f: Callable[..., Any]) -> str:

@@ -181,10 +181,17 @@ def _fast_match(
     """Whether ``prep`` serves a call of ``f`` with ``x`` alone, or with one tangent of ``x``'s own array
     type, by its ``fast_key`` (operator, backend, ``f``, the arrays' types, shapes and dtypes: one tuple
     comparison), a flat prep for the same ``holomorphic``."""
-    key = prep.fast_key
+    key, attr = prep.fast_key, prep.key_attr
     kind = type(x)
     if key is None or kind is not key[3] or prep.structured or prep.holomorphic != holomorphic:
         return False
+    if attr is not None:  # each array's key attribute (JAX's aval) in place of its shape and dtype
+        if tangent is None:
+            return (operator, backend, f, kind, getattr(x, attr)) == key
+        return (
+            type(tangent) is kind
+            and (operator, backend, f, kind, getattr(x, attr), kind, getattr(tangent, attr)) == key
+        )
     if tangent is None:
         return (operator, backend, f, kind, x.shape, x.dtype) == key
     return type(tangent) is kind and (
