@@ -572,7 +572,17 @@ def _warn_nan(call: str, x: np.ndarray, ts: tuple[np.ndarray, ...], y: ArrayLike
     )
 
 
-def _explained(target: Target, error: TypeError | ValueError) -> BaseException | None:
+def _value_read(error: BaseException) -> str | None:
+    """What ``f`` read out of an autograd box where ``error`` is that read failing: ``.item()`` or
+    ``.tolist()``, an ``AttributeError`` whose object is a box (Python's own record of the lookup);
+    else None. (``float(box)`` fails with the builtin's ``TypeError``, which names only the box's type:
+    nothing but its message tells it from ``f``'s own, so it stays autograd's.)"""
+    if isinstance(error, AttributeError) and isinstance(getattr(error, "obj", None), Box):
+        return f".{error.name}()" if error.name in ("item", "tolist") else None
+    return None
+
+
+def _explained(target: Target, error: TypeError | ValueError | AttributeError) -> BaseException | None:
     """The message of an error autograd raised while tracing ``f`` (a value it cannot carry a
     derivative through, a write into a numpy array f made, a const-closure write), or None for f's
     own error. A :class:`LostDerivativeError` is the call's own error already (:func:`_output`'s):
@@ -581,6 +591,16 @@ def _explained(target: Target, error: TypeError | ValueError) -> BaseException |
     if isinstance(error, LostDerivativeError):
         return None
     call = target.call
+    read = _value_read(error)
+    if read is not None:
+        first = str(error).strip().split("\n", 1)[0]
+        return TypeError(
+            f"{call}: autograd could not run f on its traced values ({type(error).__name__}: {first}): f reads a "
+            f"number out of an array computed from x ({read}), which autograd's traced arrays do not give. A branch "
+            f"on x's values can compare arrays instead (if xp.sum(y) > 0:, which autograd answers); where the value "
+            f"reaches f(x), its derivative would be lost: differentiate f with AutoFiniteDiff(), or pass the value "
+            f"as a Constant context"
+        )
     const = const_write_error(target, error, "autograd", _leaked) or standin_error(target, error, "autograd")
     if const is not None:
         return const
@@ -811,7 +831,7 @@ def _build(
     def traced(x: np.ndarray, ts: tuple[np.ndarray, ...], contexts: Contexts) -> Any:
         try:
             return body(x, ts, contexts)
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, AttributeError) as error:
             known = _explained(target, error)
             if known is not None:
                 raise known from error
@@ -918,7 +938,7 @@ class Adapter(_Base):
                 result: Any = (_cast(value.dy, dtype),)
             else:
                 result = _pulled(pull, value.y, ts if operator is PULLBACK else None, dtype)
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, AttributeError) as error:
             known = _explained(target, error)
             if known is not None:
                 raise known from error
@@ -961,7 +981,7 @@ class Adapter(_Base):
                     pull, y = make_vjp(lambda z: fn(z, contexts), x)
                 except NotImplementedError:  # a primitive without a VJP (autograd refuses it as it traces)
                     return None
-        except (TypeError, ValueError) as error:  # explained as the runner explains it: f ran once
+        except (TypeError, ValueError, AttributeError) as error:  # explained as the runner explains it: f ran once
             known = _explained(target, error)
             if known is not None:
                 raise known from error
