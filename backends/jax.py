@@ -610,9 +610,9 @@ class _Prepared:
         makes it, in its cache key: a call with x64 off traces the form again, and that trace raises
         ``Unserved`` (:meth:`_compile`) before it traces ``f``; the prep's plain runner, which enters the
         x64 context, serves the call and the later ones (a prepared gradient at n = 10 with x64 on: 4.95
-        -> 4.63 us against 3.98 for JAX's own ``jit(grad)``; a prepared hvp, float32 and float64: 1.28x
-        and 1.33x -> 1.14x and 1.13x JAX's own ``jit`` of ``jvp(grad)``, measured 2026-11-28 on a 2-core
-        x86_64 VM). Prepared with x64 off (the adapter's own context), the calls would each meet x64 off:
+        -> 4.63 us against 3.98 for JAX's own ``jit(grad)``; a prepared hvp at n = 10, float32 and float64:
+        1.28x and 1.32x -> 1.19x and 1.17x JAX's own ``jit`` of ``jvp(grad)``, with the fast path's check of
+        ``aval``, ``benchmarks/results/jax_overhead*.md``, measured 2026-11-28 on a 2-core x86_64 VM). Prepared with x64 off (the adapter's own context), the calls would each meet x64 off:
         none offered. Without a tangent, a float32 prep's plain runner is the compiled form already."""
         plain, value = self._runner(self.plain_form, False), self._runner(self.value_form, True)
         if host:
