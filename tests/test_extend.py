@@ -142,6 +142,79 @@ def test_an_adapter_may_compute_a_one_shot_calls_result_whole_without_runners():
     assert prepared == ["pushforward", "gradient", "pushforward", "pushforward"]
 
 
+class FastCentral(CentralAdapter):
+    """``CentralAdapter`` offering a fast runner (``extend.Runners.fast``) that records how it is
+    called and declines (``extend.Unserved``) while ``decline`` is set."""
+
+    calls: ClassVar[list[tuple[str, type]]] = []
+    decline: ClassVar[bool] = False
+
+    def prepare(self, operator, target, x, tangents, contexts, info):
+        runners = super().prepare(operator, target, x, tangents, contexts, info)
+        plain, calls, cls = runners.plain, type(self).calls, type(self)
+
+        if operator.tangent is not None:  # one bare tangent in, its one result out
+
+            def fast(x, t):
+                calls.append((operator.name, type(t)))
+                if cls.decline:
+                    raise extend.Unserved("declined")
+                (result,) = plain(x, (t,), ())
+                return result
+        else:  # the plain runner's signature
+
+            def fast(x, tangents, contexts):
+                calls.append((operator.name, type(tangents)))
+                if cls.decline:
+                    raise extend.Unserved("declined")
+                return plain(x, tangents, contexts)
+
+        return extend.Runners(plain, runners.value, runners.data, fast)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutoFast(AutoCentral):
+    name: ClassVar[str] = "fast-example"
+    adapter: ClassVar[str] = f"{__name__}:FastCentral"
+    bench: ClassVar[str | None] = None
+
+
+def test_an_adapters_fast_runner_serves_the_prepared_path_and_its_plain_one_takes_over_where_it_declines():
+    """``extend.Runners.fast``: the prepared fast path (prep=, and a loop's kept prep) calls it in the
+    plain runner's place; for an operator with a tangent, as ``fast(x, t)`` with one bare tangent (a
+    tuple of tangents takes the plain runner). Where it raises ``extend.Unserved``, the plain runner
+    serves that call and the later ones. Every result right."""
+    x, t = np.array([0.3, -1.2, 2.0]), np.array([1.0, 0.5, -2.0])
+
+    def f(z):
+        return np.sin(z) * z
+
+    def g(z):
+        return np.sum(np.sin(z) * z)
+
+    want_push, want_grad = (np.cos(x) * x + np.sin(x)) * t, np.cos(x) * x + np.sin(x)
+    backend, calls = AutoFast(), FastCentral.calls
+    FastCentral.decline = False
+    calls.clear()
+    push, grad = di.prepare_pushforward(backend, f, x, t), di.prepare_gradient(backend, g, x)
+    np.testing.assert_allclose(di.pushforward(backend, f, x, t, prep=push), want_push, rtol=1e-8)
+    np.testing.assert_allclose(di.gradient(backend, g, x, prep=grad), want_grad, rtol=1e-8)
+    assert calls == [("pushforward", np.ndarray), ("gradient", tuple)]
+    (dy,) = di.pushforward(backend, f, x, (t,), prep=di.prepare_pushforward(backend, f, x, (t,)))
+    np.testing.assert_allclose(dy, want_push, rtol=1e-8)
+    assert len(calls) == 2  # a tuple of tangents: the plain runner
+    for _ in range(4):  # a loop without prep=: its kept prep's fast runner from the third call on
+        np.testing.assert_allclose(di.pushforward(backend, f, x, t), want_push, rtol=1e-8)
+    assert calls[2:] == [("pushforward", np.ndarray)] * 2
+    FastCentral.decline = True
+    for _ in range(2):
+        np.testing.assert_allclose(di.pushforward(backend, f, x, t, prep=push), want_push, rtol=1e-8)
+        np.testing.assert_allclose(di.gradient(backend, g, x, prep=grad), want_grad, rtol=1e-8)
+    assert calls[4:] == [("pushforward", np.ndarray), ("gradient", tuple)]  # declined once each
+    assert push.one is None and grad.plain is grad.data.plain
+    FastCentral.decline = False
+
+
 def test_an_outside_backend_is_benchmarked_through_its_bench_record(tmp_path):
     from diffinterface import bench
 
