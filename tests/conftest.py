@@ -13,6 +13,21 @@ import pytest
 # tests/test_pytensor.py runs FAST_RUN explicitly on one scenario per operator.
 os.environ.setdefault("PYTENSOR_FLAGS", "mode=FAST_COMPILE")
 
+
+def _name_jax_enable_x64() -> None:
+    """JAX before 0.5 has its float64 context as ``jax.experimental.enable_x64`` only (pyproject.toml
+    admits 0.4.35, which ``nox -s tests-oldest`` installs): the tests write ``jax.enable_x64``, as the
+    library reaches either through ``extend.jax_enable_x64``; on such a JAX the name is given to it."""
+    if importlib.util.find_spec("jax") is None:
+        return
+    import jax
+
+    if not hasattr(jax, "enable_x64"):
+        from diffinterface.extend import jax_enable_x64
+
+        jax.enable_x64 = jax_enable_x64()
+
+
 MODES = [None, "forward", "reverse"]  # the modes of the AD backends (contract section 2)
 MODE_IDS = ["mode=None", "forward", "reverse"]
 
@@ -162,6 +177,7 @@ class _WorkerCounts:
 
 
 def pytest_configure(config) -> None:
+    _name_jax_enable_x64()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_WorkerCounts(), "diffinterface-worker-counts")
 

@@ -404,12 +404,10 @@ def test_38_5_captured_arrays_f_only_reads_reach_jax_functions_as_plain_arrays()
 
     s = np.where(pred, 1.0, 2.0)
     both = np.outer(s * x, np.ones(4)) + np.diag(s * x.sum())  # d/dz of select(z) * sum(z)
-    for f, want in (
-        (select, np.diag(s)),
-        (take, np.eye(4)[idx]),
-        (split, 2.0 * np.eye(4)[1:]),
-        (select_and_write, both),  # the mask stays a numpy array when f writes into buf
-    ):
+    cases = [(select, np.diag(s)), (take, np.eye(4)[idx])]
+    cases += [(split, 2.0 * np.eye(4)[1:])] if hasattr(lax, "split") else []  # lax.split: JAX 0.4.36 on
+    cases += [(select_and_write, both)]  # the mask stays a numpy array when f writes into buf
+    for f, want in cases:
         prep = di.prepare_jacobian(backend, f, x)
         for _ in range(2):
             np.testing.assert_allclose(np.asarray(di.jacobian(backend, f, x)), want, rtol=1e-6)
