@@ -612,8 +612,9 @@ class _Prepared:
         x64 context, serves the call and the later ones (a prepared gradient at n = 10 with x64 on: 4.95
         -> 4.63 us against 3.98 for JAX's own ``jit(grad)``; a prepared hvp at n = 10, float32 and float64:
         1.28x and 1.32x -> 1.19x and 1.17x JAX's own ``jit`` of ``jvp(grad)``, with the fast path's check of
-        ``aval``, ``benchmarks/results/jax_overhead*.md``, measured 2026-11-28 on a 2-core x86_64 VM). Prepared with x64 off (the adapter's own context), the calls would each meet x64 off:
-        none offered. Without a tangent, a float32 prep's plain runner is the compiled form already."""
+        ``aval``, ``benchmarks/results/jax_overhead*.md``, measured 2026-11-28 on a 2-core x86_64 VM).
+        Prepared with x64 off (the adapter's own context), the calls would each meet x64 off: none
+        offered. Without a tangent, a float32 prep's plain runner is the compiled form already."""
         plain, value = self._runner(self.plain_form, False), self._runner(self.value_form, True)
         if host:
             return Runners(_reporting(plain), _reporting(value), self)

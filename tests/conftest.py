@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 
@@ -18,7 +19,11 @@ def _name_jax_enable_x64() -> None:
     """JAX before 0.5 has its float64 context as ``jax.experimental.enable_x64`` only (pyproject.toml
     admits 0.4.35, which ``nox -s tests-oldest`` installs): the tests write ``jax.enable_x64``, as the
     library reaches either through ``extend.jax_enable_x64``; on such a JAX the name is given to it."""
-    if importlib.util.find_spec("jax") is None:
+    try:  # the installed version, read without importing JAX (every run and worker would pay its import)
+        major, minor = (int(part) for part in importlib.metadata.version("jax").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return
+    if (major, minor) >= (0, 5):
         return
     import jax
 

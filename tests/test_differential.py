@@ -28,7 +28,7 @@ fails the test, listing every such call.
 Budget: ``DIFFINTERFACE_FUZZ_EXAMPLES`` programs per test (default 2: the file runs in about a minute
 on a 2-core machine); set it higher locally (``DIFFINTERFACE_FUZZ_EXAMPLES=50``). Hypothesis is
 derandomized: the same programs every run; ``DIFFINTERFACE_FUZZ_SEED=<int>`` draws another set (a
-failure prints the seed and the program, and the same seed and count draw it again).
+wrong number is listed with its program, and the same seed and count draw the same programs again).
 """
 
 from __future__ import annotations
