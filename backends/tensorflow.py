@@ -983,8 +983,20 @@ class _Hashed:
         return isinstance(other, _Hashed) and _equal(self.value, other.value)
 
 
-# traced graphs by the user's function (weakly: they die with it), shared by its preps
-_GRAPHS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+class _Traced:
+    """A traced ``tf.function`` of one function's prep (and the skeleton and slots it was traced
+    with), which the function's other preps share while one holds it (``_Prepared.traced``)."""
+
+    __slots__ = ("function", "skeleton", "slots", "__weakref__")
+
+    def __init__(self, function: Any, skeleton: _Skeleton, slots: Any) -> None:
+        self.function, self.skeleton, self.slots = function, skeleton, slots
+
+
+# traced graphs by the user's function, shared by its preps, weakly at both ends: the function is a weak
+# key and its graphs are held by the preps that use them (a graph's tf.function and slots hold the
+# function: a table that held them kept every function prepared with TensorFlow, and its graphs, alive)
+_GRAPHS: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[Any, _Traced]] = weakref.WeakKeyDictionary()
 
 
 class _Taped:
@@ -1032,6 +1044,7 @@ class _Prepared:
         self.dtype = _as_tensor(x).dtype
         self.graph: Any = None
         self.skeleton: _Skeleton | None = None
+        self.traced: _Traced | None = None  # what holds the graph for the function's other preps
         self.use_graph = adapter.backend.function and not info.oneshot
         self.taped = info.oneshot and type(info.value) is _Taped  # a gradient recorded by output_info
         if self.use_graph:
@@ -1080,11 +1093,12 @@ class _Prepared:
     def _trace(self, x: Array, tangents: Any, contexts: Contexts, jit: bool, config: Any) -> None:
         skeleton = _Skeleton(([c.value for c in contexts], self.fn.state()), self.dtype)
         key = self._key(x, tangents, contexts, skeleton, config)
-        shared = _GRAPHS.get(self.target.user_f, {}).get(key) if key is not None else None
-        # traced by another prep of the same function (the prep cache's, a user's), while what its slots
-        # hold besides state is what they held then (a helper or a flag rebound since: traced again)
-        if shared is not None and (shared[2] is None or shared[2].holds()):
-            self.graph, self.skeleton = shared[:2]
+        graphs = _GRAPHS.get(self.target.user_f) if key is not None else None
+        shared = graphs.get(key) if graphs is not None else None
+        # traced by another prep of the same function (the prep cache's, a user's) that is alive, while
+        # what its slots hold besides state is what they held then (a helper or a flag rebound since: traced again)
+        if shared is not None and (shared.slots is None or shared.slots.holds()):
+            self.graph, self.skeleton, self.traced = shared.function, shared.skeleton, shared
             return
         slots = self.target.slots() if key is not None else None  # f's slots as the trace below reads them
         fn, body = self.fn, self.body
@@ -1124,13 +1138,14 @@ class _Prepared:
             self.use_graph = False
             return
         self.graph, self.skeleton = function, skeleton
+        self.traced = _Traced(function, skeleton, slots)
         if key is not None:
             try:
-                graphs = _GRAPHS.setdefault(self.target.user_f, {})
+                graphs = _GRAPHS.setdefault(self.target.user_f, weakref.WeakValueDictionary())
             except TypeError:  # a callable that takes no weak reference
                 return
             if len(graphs) < 8 or key in graphs:
-                graphs[key] = (function, skeleton, slots)
+                graphs[key] = self.traced
 
     def _key(self, x: Array, tangents: Any, contexts: Contexts, skeleton: _Skeleton, config: Any) -> Any:
         """What a traced graph depends on beyond its arguments, for sharing it between preps of one

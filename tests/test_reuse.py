@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import threading
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -1028,6 +1029,42 @@ def test_new_functions_over_new_state_share_their_codes_preparation(backend):
         assert di.prep_cache.builds == builds and di.prep_cache.shared_hits == hits + 3
     finally:
         _BATCH = np.ones(4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_code_met_once_leaves_nothing_in_the_caches_once_it_is_gone(backend):
+    """A function of a code met once (``exec``'d code, a function of a new code at each call of a loop):
+    what the caches keep for it and its code (the walk's facts of its code, its summary, the count of
+    its code's new functions over state, TensorFlow's traced graph of a kept prep) is held weakly and
+    goes with them, stateless or over state, called once or kept (three calls). The caches held such
+    codes strongly, so a loop of new codes left every one of them, and their summaries, for the garbage
+    collector's full passes to walk; TensorFlow's table of traced graphs kept every function it traced.
+    JAX's own caches hold the code objects it traced (``jax.clear_caches()`` empties them); TensorFlow's
+    runtime keeps some code objects it ran from outside any Python object (the function is freed):
+    there the function is checked, not its code."""
+    x = np.linspace(0.1, 0.9, 4)
+    batch = np.linspace(1.0, 2.0, 4)
+    sources = {
+        "stateless": ("lambda z: sum_sin2(z)", lambda z: np.sin(2 * z)),
+        "over state": ("lambda z: _weighted(z, batch)", lambda z: _d_weighted(z, batch)),
+    }
+    for name, (source, expected) in sources.items():
+        for calls in (1, 3):
+            for _ in range(3):
+                f = eval(source, {"sum_sin2": sum_sin2, "_weighted": _weighted, "batch": batch})  # a new code
+                function, code = weakref.ref(f), weakref.ref(f.__code__)
+                for _ in range(calls):
+                    np.testing.assert_allclose(di.gradient(backend, f, x), expected(x), atol=_tol(backend) * 10)
+                del f
+                gc.collect()
+                assert function() is None, (name, calls)
+                if isinstance(backend, di.AutoJAX):
+                    import jax
+
+                    jax.clear_caches()
+                    gc.collect()
+                if not isinstance(backend, di.AutoTensorFlow):
+                    assert code() is None, (name, calls)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,8 +5,10 @@ module globals it names (``walk.Walker`` asks :func:`code_facts` for every funct
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
+import weakref
 
 # Opcodes that rebind a captured name or write an attribute: a function with one of them may change
 # its captured state even where every captured value is immutable. A function without any, whose
@@ -109,26 +111,28 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-# (first line, code object) -> (whether it stores, the global names it reads, sorted): what the walk
-# reads of a function's code, kept because a loop that writes a lambda meets the same code at every
-# call (1.5 us of a 5 us walk of a small function). Code objects are immutable and compare by
-# content, so an equal one has the same answer. The first line is part of the key because it is part
-# of a code object's equality and not of its hash: codes of one content on other lines (the same
-# lambda written in several places, generated code) would all share one hash, and each lookup would
-# compare them one by one (24 us a new code once 2,000 such were kept, measured 2026-11-27 on a
-# 2-core x86_64 VM). Bounded: emptied when full (exec'd code makes new code objects).
-_CODE_FACTS: dict[tuple[int, types.CodeType], tuple[bool, tuple[str, ...]]] = {}
-_CODE_FACTS_MAX = 4096
+# id(code object) -> (a weak reference to it, (whether it stores, the global names it reads, sorted)):
+# what the walk reads of a function's code, kept because a loop that writes a lambda meets the same
+# code at every call (1.5 us of a 5 us walk of a small function). Kept by identity, held weakly and
+# dropped with the code: a code run once (exec'd code, a function of a new code at every call) leaves
+# nothing behind, where a cache that held it kept its summary and the caches' entries for it alive
+# too, objects that the garbage collector's full passes then walked (about 9 us a call in a loop of new
+# codes with torch's heap, measured 2026-12-07 on a 2-core x86_64 VM). Equal codes that are distinct
+# objects (the same source exec'd twice, an unpickled function) each have their own facts.
+_CODE_FACTS: dict[int, tuple[weakref.ref[types.CodeType], tuple[bool, tuple[str, ...]]]] = {}
+
+
+def _forget(key: int, owner: weakref.ref[types.CodeType]) -> None:
+    kept = _CODE_FACTS.get(key)
+    if kept is not None and kept[0] is owner:
+        del _CODE_FACTS[key]
 
 
 def code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:
     """Whether ``code`` writes captured state (:func:`_stores`), and the module globals it names, sorted."""
-    key = (code.co_firstlineno, code)
-    try:
-        return _CODE_FACTS[key]
-    except KeyError:
-        pass
-    if len(_CODE_FACTS) >= _CODE_FACTS_MAX:
-        _CODE_FACTS.clear()
-    facts = _CODE_FACTS[key] = (_stores(code), tuple(sorted(_code_names(code))))
+    kept = _CODE_FACTS.get(id(code))
+    if kept is not None and kept[0]() is code:
+        return kept[1]
+    facts = (_stores(code), tuple(sorted(_code_names(code))))
+    _CODE_FACTS[id(code)] = (weakref.ref(code, functools.partial(_forget, id(code))), facts)
     return facts

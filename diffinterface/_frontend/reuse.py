@@ -65,6 +65,7 @@ code shares are found, counted, bounded and cleared together, under one lock and
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import types
@@ -117,6 +118,26 @@ class _OverState:
         self.prep: Prep | None | bool = None
         self.copy: types.FunctionType | None = None
         self.lock = threading.Lock()
+
+
+class _CodeOverState:
+    """A code's :class:`_OverState` entries by (key, objects held besides state), with a weak reference
+    to the code that drops them from the cache's table with it (``PrepCache._over_state``, by the
+    code's id): a code never run again leaves nothing that outlives it."""
+
+    __slots__ = ("owner", "entries")
+
+    def __init__(self, code: types.CodeType, table: dict[int, _CodeOverState]) -> None:
+        self.owner = weakref.ref(code, functools.partial(_drop_code, table, id(code)))
+        self.entries: dict[Any, _OverState] = {}
+
+
+def _drop_code(table: dict[int, _CodeOverState], key: int, owner: weakref.ref[types.CodeType]) -> None:
+    """A code's entries leave the over-state table with it (a weak reference's callback: one dict
+    operation, no lock: it may run while the cache's lock is held, by a collection inside it)."""
+    kept = table.get(key)
+    if kept is not None and kept.owner is owner:
+        table.pop(key, None)
 
 
 NOT_SERVED = object()  # what PrepCache.serve_over_state returns where it did not run the call
@@ -224,9 +245,9 @@ class PrepCache:
         self._held: OrderedDict[int, weakref.ref[_Held]] = OrderedDict()  # every function's, oldest first
         # (the summary of a code, key) -> its new functions' calls and the prep they share (shared)
         self._shared: OrderedDict[tuple[summaries.Summary, Any], _Entry] = OrderedDict()
-        # (a code's first line, the code, the call's key, the objects its functions hold besides state)
-        # -> the prep its new functions over other state share (over_state)
-        self._over_state: OrderedDict[tuple[int, types.CodeType, Any, Any], _OverState] = OrderedDict()
+        # id(a code) -> its entries by (the call's key, the objects its functions hold besides state): the
+        # prep its new functions over other state share (over_state), dropped with the code
+        self._over_state: OrderedDict[int, _CodeOverState] = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -247,7 +268,12 @@ class PrepCache:
     def __len__(self) -> int:
         """The number of preparations held (a function's own, and those its code's new functions share)."""
         own = sum(1 for held in self._alive() for e in list(held.keys.values()) if e.prep is not None)
-        over_state = sum(1 for o in list(self._over_state.values()) if isinstance(o.prep, Prep))
+        over_state = sum(
+            1
+            for kept in list(self._over_state.values())
+            for o in list(kept.entries.values())
+            if isinstance(o.prep, Prep)
+        )
         return own + sum(1 for e in list(self._shared.values()) if e.prep is not None) + over_state
 
     def clear(self) -> None:
@@ -435,22 +461,30 @@ class PrepCache:
         batch in a closure cell, a default or a module global): the entry of its code and
         ``key`` where it holds a prep (the caller runs it with :meth:`serve_over_state`) or where this
         is the third new function of the code with ``key`` (the caller prepares for
-        :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call."""
+        :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call.
+
+        Kept by the code's identity, held weakly (:class:`_CodeOverState`): a code's entries go with it,
+        so a code run once (a function of a new code) leaves nothing that outlives it."""
         code = f.__code__
         own = own_objects(f)  # the functions of one code around other helpers: entries of their own
         if own is None:
             return None
-        # the first line in the key: part of a code object's equality and not of its hash (code.py's
-        # _CODE_FACTS says why: codes of one content on other lines would collide, compared one by one)
-        where = (code.co_firstlineno, code, key, own)
+        where = (key, own)
         with self._lock:
-            over = self._over_state.get(where)
-            if over is None:
-                self._over_state[where] = _OverState()
+            kept = self._over_state.get(id(code))
+            if kept is None or kept.owner() is not code:
+                kept = self._over_state[id(code)] = _CodeOverState(code, self._over_state)
                 if len(self._over_state) > self.max_functions:  # the code met least recently first
                     self._over_state.popitem(last=False)
+            else:
+                self._over_state.move_to_end(id(code))  # a code in use stays (every new code is counted here)
+            entries = kept.entries
+            over = entries.get(where)
+            if over is None:
+                entries[where] = _OverState()
+                if len(entries) > self.max_keys:  # the key met least recently first
+                    del entries[next(iter(entries))]
                 return None
-            self._over_state.move_to_end(where)  # a code in use stays (every new code is counted here)
             if over.prep is False:
                 return None
             if over.prep is not None:
@@ -503,7 +537,7 @@ class PrepCache:
     def forget_over_state(self, prep: Prep) -> None:
         """Drop a prep shared over state that no longer serves (``OutputShapeChanged``): counted anew."""
         with self._lock:
-            for over in self._over_state.values():
+            for over in [o for kept in list(self._over_state.values()) for o in list(kept.entries.values())]:
                 if over.prep is prep:
                     over.prep, over.copy, over.calls = None, None, 1
 
