@@ -123,9 +123,10 @@ _CODE_FACTS: dict[int, tuple[weakref.ref[types.CodeType], tuple[bool, tuple[str,
 
 
 def _forget(key: int, owner: weakref.ref[types.CodeType]) -> None:
+    """A code's facts leave the table with it (a weak reference's callback)."""
     kept = _CODE_FACTS.get(key)
     if kept is not None and kept[0] is owner:
-        del _CODE_FACTS[key]
+        _CODE_FACTS.pop(key, None)
 
 
 def code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:

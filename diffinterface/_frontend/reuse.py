@@ -482,7 +482,7 @@ class PrepCache:
             over = entries.get(where)
             if over is None:
                 entries[where] = _OverState()
-                if len(entries) > self.max_keys:  # the key met least recently first
+                if len(entries) > self.max_keys:  # the oldest key first
                     del entries[next(iter(entries))]
                 return None
             if over.prep is False:
