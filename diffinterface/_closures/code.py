@@ -111,29 +111,51 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-# id(code object) -> (a weak reference to it, (whether it stores, the global names it reads, sorted)):
-# what the walk reads of a function's code, kept because a loop that writes a lambda meets the same
-# code at every call (1.5 us of a 5 us walk of a small function). Kept by identity, held weakly and
-# dropped with the code: a code run once (exec'd code, a function of a new code at every call) leaves
-# nothing behind, where a cache that held it kept its summary and the caches' entries for it alive
-# too, objects that the garbage collector's full passes then walked (about 9 us a call in a loop of new
-# codes with torch's heap, measured 2026-12-07 on a 2-core x86_64 VM). Equal codes that are distinct
-# objects (the same source exec'd twice, an unpickled function) each have their own facts.
-_CODE_FACTS: dict[int, tuple[weakref.ref[types.CodeType], tuple[bool, tuple[str, ...]]]] = {}
+# id(code object) -> its record: a weak reference to it and its facts (whether it stores, the global
+# names it reads, sorted): what the walk reads of a function's code, kept because a loop that writes a
+# lambda meets the same code at every call (1.5 us of a 5 us walk of a small function). Kept by
+# identity, held weakly and dropped with the code: a code run once (exec'd code, a function of a new
+# code at every call) leaves nothing behind, where a cache that held it kept its summary and the
+# caches' entries for it alive too, objects that the garbage collector's full passes then walked
+# (about 9 us a call in a loop of new codes with torch's heap, measured 2026-12-07 on a 2-core x86_64
+# VM). Equal codes that are distinct objects (the same source exec'd twice, an unpickled function)
+# each have their own. A record's ``mark`` is the prep cache's, which lives as long as the code
+# (``PrepCache.over_state`` counts a code's first function there).
+
+
+class CodeRecord:
+    """What is kept of one code object while it lives (see above)."""
+
+    __slots__ = ("owner", "facts", "mark")
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.owner = weakref.ref(code, functools.partial(_forget, id(code)))
+        self.facts = (_stores(code), tuple(sorted(_code_names(code))))
+        self.mark: object = None
+
+
+_CODE_FACTS: dict[int, CodeRecord] = {}
 
 
 def _forget(key: int, owner: weakref.ref[types.CodeType]) -> None:
-    """A code's facts leave the table with it (a weak reference's callback)."""
+    """A code's record leaves the table with it (a weak reference's callback)."""
     kept = _CODE_FACTS.get(key)
-    if kept is not None and kept[0] is owner:
+    if kept is not None and kept.owner is owner:
         _CODE_FACTS.pop(key, None)
+
+
+def code_record(code: types.CodeType) -> CodeRecord:
+    """The record of ``code``, made at its first reading."""
+    kept = _CODE_FACTS.get(id(code))
+    if kept is not None and kept.owner() is code:
+        return kept
+    kept = _CODE_FACTS[id(code)] = CodeRecord(code)
+    return kept
 
 
 def code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:
     """Whether ``code`` writes captured state (:func:`_stores`), and the module globals it names, sorted."""
     kept = _CODE_FACTS.get(id(code))
-    if kept is not None and kept[0]() is code:
-        return kept[1]
-    facts = (_stores(code), tuple(sorted(_code_names(code))))
-    _CODE_FACTS[id(code)] = (weakref.ref(code, functools.partial(_forget, id(code))), facts)
-    return facts
+    if kept is not None and kept.owner() is code:
+        return kept.facts
+    return code_record(code).facts

@@ -74,6 +74,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .._closures import summaries
+from .._closures.code import code_record
 from .._closures.slots import Slots, own_objects, slots_of
 from .prep import Prep, signature
 
@@ -109,7 +110,8 @@ class _OverState:
     calls counted, the prep once made, the private copy of a function it was made for (whose cells and
     defaults take each served function's at its call), and the lock a served call holds (the copy is
     one). ``prep`` is False where the code cannot share (it writes a captured name, or reaches a user's
-    object)."""
+    object). The lock is made with the prep (:meth:`PrepCache.keep_over_state`): an entry that only counts
+    has none."""
 
     __slots__ = ("calls", "prep", "copy", "lock")
 
@@ -117,7 +119,7 @@ class _OverState:
         self.calls = 1
         self.prep: Prep | None | bool = None
         self.copy: types.FunctionType | None = None
-        self.lock = threading.Lock()
+        self.lock: threading.Lock | None = None
 
 
 class _CodeOverState:
@@ -464,7 +466,10 @@ class PrepCache:
         :meth:`shared_copy` of ``f`` and calls :meth:`keep_over_state`); else None, after counting the call.
 
         Kept by the code's identity, held weakly (:class:`_CodeOverState`): a code's entries go with it,
-        so a code run once (a function of a new code) leaves nothing that outlives it."""
+        so a code run once (a function of a new code) leaves nothing that outlives it. A code's first
+        function is counted in its code's record (:func:`code_record`, which the closure walk reads
+        of every function it walks and keeps while the code lives), not by an entry: a code met once
+        costs none; the code's next new function makes its entries, that count first."""
         code = f.__code__
         own = own_objects(f)  # the functions of one code around other helpers: entries of their own
         if own is None:
@@ -473,9 +478,16 @@ class PrepCache:
         with self._lock:
             kept = self._over_state.get(id(code))
             if kept is None or kept.owner() is not code:
+                record = code_record(code)
+                mark = record.mark
+                if type(mark) is not tuple or mark[0] is not self._token:  # its first function (this cache's)
+                    record.mark = (self._token, where)
+                    return None
+                record.mark = None
                 kept = self._over_state[id(code)] = _CodeOverState(code, self._over_state)
                 if len(self._over_state) > self.max_functions:  # the code met least recently first
                     self._over_state.popitem(last=False)
+                kept.entries[mark[1]] = _OverState()  # the first function's count
             else:
                 self._over_state.move_to_end(id(code))  # a code in use stays (every new code is counted here)
             entries = kept.entries
@@ -504,6 +516,7 @@ class PrepCache:
             if prep is None:
                 over.prep = False
                 return
+            over.lock = threading.Lock()  # before the prep: a call that finds the prep finds its lock
             over.prep, over.copy = prep, copy
             self.builds += 1
 
@@ -514,10 +527,10 @@ class PrepCache:
         module globals, by identity; state in place of state, read by the prep at the call). Under the
         entry's lock, held for the call: a thread that finds it held, or an ``f`` whose slots differ,
         gets :data:`NOT_SERVED` (its call runs unprepared)."""
-        prep, copy = over.prep, over.copy
-        if not isinstance(prep, Prep) or copy is None or copy.__globals__ is not f.__globals__:
+        prep, copy, lock = over.prep, over.copy, over.lock
+        if not isinstance(prep, Prep) or copy is None or lock is None or copy.__globals__ is not f.__globals__:
             return NOT_SERVED
-        if not over.lock.acquire(blocking=False):
+        if not lock.acquire(blocking=False):
             return NOT_SERVED
         try:
             for own, cell in zip(copy.__closure__ or (), f.__closure__ or ()):
@@ -532,7 +545,7 @@ class PrepCache:
             self.shared_hits += 1
             return run(prep)
         finally:
-            over.lock.release()
+            lock.release()
 
     def forget_over_state(self, prep: Prep) -> None:
         """Drop a prep shared over state that no longer serves (``OutputShapeChanged``): counted anew."""
