@@ -1067,6 +1067,30 @@ def test_a_code_met_once_leaves_nothing_in_the_caches_once_it_is_gone(backend):
                     assert code() is None, (name, calls)
 
 
+def test_new_functions_over_state_of_two_keys_are_counted_per_key_from_the_first():
+    """A code's first function over state is counted by a mark on its code's record, which the code's
+    second function turns into entries: with two keys (x of two shapes) in turn, each key's third new
+    function prepares, as where every function made an entry; after ``clear()`` the counts start anew."""
+    backend = di.AutoFiniteDiff()
+    rng = np.random.default_rng(7)
+
+    def over_cell(batch):
+        return lambda z: _weighted(z, batch)
+
+    for _round in range(2):
+        di.prep_cache.clear()
+        builds = []
+        for k in range(8):
+            x = np.linspace(0.2, 0.8, 4 if k % 2 == 0 else 3)
+            batch = rng.normal(size=x.shape)
+            g = di.gradient(backend, over_cell(batch), x)
+            np.testing.assert_allclose(g, _d_weighted(x, batch), atol=1e-6)
+            builds.append(di.prep_cache.builds)
+        # functions 1, 3 (shape 4) and 2, 4 (shape 3) counted; 5 and 6 prepare; 7 and 8 served
+        assert builds == [0, 0, 0, 0, 1, 2, 2, 2], builds
+        assert di.prep_cache.shared_hits == 4
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_what_new_functions_over_state_share_needs_the_same_helpers_and_code_that_stores_nothing(backend):
     """A code's prep over state serves a new function only where its slots hold what the prep's
