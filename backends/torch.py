@@ -530,6 +530,7 @@ class _Watch(torch.overrides.TorchFunctionMode):
         self.escapes: list[str] = []
         self.reads = False
         self.asarray = False
+        self.key: tuple[Any, ...] | None = None  # the Target.learned key of its verdict (_watch_for)
 
     def __torch_function__(
         self,
@@ -585,10 +586,15 @@ def _watch_for(fn: _Function, x: torch.Tensor) -> _Watch | None:
     same straight-line program as that function's, whose later runs go unwatched too; the mode's
     Python call at every torch operation costs a first call of such an ``f`` 10-20 us, measured."""
     learned = fn.learned
-    if learned is not None and learned.get(_watch_key(x)):
+    if learned is None:
+        return _Watch()
+    key = _watch_key(x)
+    if learned.get(key):
         fn.watch = fn.quiet.on = False
         return None
-    return _Watch()
+    watch = _Watch()
+    watch.key = key  # where _after_watch keeps its verdict
+    return watch
 
 
 _LEARNED_WATCH = "torch: ran watched without reading a value"  # a Target.learned key's first item
@@ -610,7 +616,7 @@ def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts:
     if watch.escapes:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
     elif not fn.quiet.on and fn.learned is not None:
-        fn.learned[_watch_key(x)] = True
+        fn.learned[watch.key if watch.key is not None else _watch_key(x)] = True
 
 
 def _check_escapes(fn: _Function, x: torch.Tensor, contexts: Contexts, escapes: list[str], forward: bool) -> None:
@@ -1172,9 +1178,8 @@ class Adapter(_Base):
             return None  # (a complex f(x) in reverse mode: prepare's error)
         info.take_value()
         try:
-            return _pulled(
-                value.fn, as_tensor(x), value.y, value.xt, tangents if operator is PULLBACK else None, contexts
-            )
+            # x's recording's leaf stands for x (its values, dtype and device): a numpy x is not converted again
+            return _pulled(value.fn, value.xt, value.y, value.xt, tangents if operator is PULLBACK else None, contexts)
         except NotImplementedError:
             return None
 
