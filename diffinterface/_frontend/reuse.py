@@ -44,7 +44,8 @@ Most users call ``gradient(backend, f, x)`` in a loop and never read about ``pre
   function each was made for: at most ``max_functions`` keys of codes, the oldest go first);
 - a new function with state of its own (``lambda p: loss(p, batch)`` written for each batch: no
   summary, its walk found state) shares its code's preparation *over state* (:meth:`PrepCache.over_state`):
-  counted by code, key and the objects its cells and defaults hold besides state (``own_objects``), the
+  counted by code, key and the objects its cells and defaults hold besides state (``own_objects``; a
+  code's first function by a mark on its code's record, so a code met once costs no entry), the
   third prepares for a private copy (``Prep.slots`` made for it), and each
   later one is run by :meth:`PrepCache.serve_over_state`, which puts its cell contents and defaults
   into the copy, checks that the copy's slots then hold what they held besides state, and runs the
