@@ -525,12 +525,12 @@ class _Watch(torch.overrides.TorchFunctionMode):
     code's ``xp.asarray``), whose warning about an alias that requires grad is silenced around f's
     runs (:func:`_quiet_asarray`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[Any, ...] | None = None) -> None:
         super().__init__()
         self.escapes: list[str] = []
         self.reads = False
         self.asarray = False
-        self.key: tuple[Any, ...] | None = None  # the Target.learned key of its verdict (_watch_for)
+        self.key = key  # the Target.learned key of its verdict, where the function has one (_watch_for)
 
     def __torch_function__(
         self,
@@ -592,9 +592,7 @@ def _watch_for(fn: _Function, x: torch.Tensor) -> _Watch | None:
     if learned.get(key):
         fn.watch = fn.quiet.on = False
         return None
-    watch = _Watch()
-    watch.key = key  # where _after_watch keeps its verdict
-    return watch
+    return _Watch(key)
 
 
 _LEARNED_WATCH = "torch: ran watched without reading a value"  # a Target.learned key's first item
@@ -616,7 +614,7 @@ def _after_watch(fn: _Function, watch: _Watch | None, x: torch.Tensor, contexts:
     if watch.escapes:
         _check_escapes(fn, x, contexts, watch.escapes, forward)
     elif not fn.quiet.on and fn.learned is not None:
-        fn.learned[watch.key if watch.key is not None else _watch_key(x)] = True
+        fn.learned[watch.key] = True  # (_watch_for made the key where fn.learned is a dict)
 
 
 def _check_escapes(fn: _Function, x: torch.Tensor, contexts: Contexts, escapes: list[str], forward: bool) -> None:

@@ -518,8 +518,8 @@ def _counted_watches(monkeypatch):
     watches = types.SimpleNamespace(n=0)
 
     class Counted(torch_backend._Watch):
-        def __init__(self):
-            super().__init__()
+        def __init__(self, *key):
+            super().__init__(*key)
             watches.n += 1
 
     monkeypatch.setattr(torch_backend, "_Watch", Counted)
