@@ -5,7 +5,10 @@
 
 New functions' first calls are timed against the engine's own call, interleaved (the calls of a row
 alternate, one of each per round, and each column is the median over the rounds; the overhead
-table's ``first_call_ratio`` times three single calls of new code):
+table's ``first_call_ratio`` times three single calls of new code). A row's calls run in two groups,
+each interleaved on its own (``GROUPS``): a new function of a seen code with the native and its floor,
+and new code with the native of new code and its floor. With numpy inputs (torch), the engine's calls
+convert as a NumPy user's do: the arrays into tensors at the call, the result back with ``np.asarray``.
 
 - ``ours_us``: a new function at every call, of one code (``gradient(backend, lambda *a: f(*a),
   x)`` in a loop): what holds for its code over the same objects is reused, the closure walk's
@@ -31,12 +34,18 @@ Beside them, what a first call must do before it differentiates, measured on its
 - ``walk_us``: what the closure walk costs a new function of a seen code (its summary checked, where
   it has one), and ``walk_new_us`` the walk of new code (``StatePlan``, contract section 7; less the
   making of the function, timed on its own): what a function captures is duplicated at each call, so
-  it is found before the first evaluation.
+  it is found before the first evaluation;
+- ``copy_us`` (torch's pushforward): the native call over a copy of ``x`` made at the call, what the
+  adapter's primal is below 1e4 elements: a dual tensor shares its primal's memory and ``f`` may write
+  into its input, which must not change the user's ``x`` (the native passes ``x`` itself). Its cost,
+  ``copy_us - native_us``, is part of both floors (5 us of a 30 us pushforward at n = 10, measured
+  2026-12-07: the first call of a new function of a seen code was 1.25x the native without the copy,
+  1.42x with it; a guarded alias of x instead cost more, 1.55x).
 
-``floor_ratio`` is new code's floor, ``(mode_new_us or native_new_us) + walk_new_us`` over ``native_new_us``;
-``rest_ratio`` is what ``unshared`` adds beyond ``native_us + walk_us`` (the mode is not on its path,
-where a function of its code read no value; the Jacobians' ``f`` holds an array default, state, and
-has no summary: there ``mode_us + walk_us``) over ``native_us``, and ``new_code_rest_ratio`` what ``new_code``
+``floor_ratio`` is new code's floor, ``(mode_new_us or native_new_us) + walk_new_us`` (+ the copy) over
+``native_new_us``; ``rest_ratio`` is what ``unshared`` adds beyond ``native_us + walk_us`` (+ the copy; the
+mode is not on its path, where a function of its code read no value; the Jacobians' ``f`` holds an array
+default, state, and has no summary: there ``mode_us + walk_us``) over ``native_us``, and ``new_code_rest_ratio`` what ``new_code``
 adds beyond its floor over ``native_new_us``: the first-call budget (1.3x the engine's own first call, issue 39)
 leaves 0.3 of the native for it, on top of the floor where the floor alone is over 1.3.
 """
@@ -52,6 +61,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import arguments, save  # noqa: E402
@@ -135,10 +146,29 @@ def calls(
         "new_code": case["new_code"],
     }
     out["native_new"] = case["native_new_code"]
+    if numpy_inputs:  # the engine's cold call as a NumPy user writes it: converted in and out at every call
+        out["native"] = lambda: _cold_numpy(eng, operator, f, case["arrays"])
+        out["native_new"] = lambda: _cold_numpy(eng, operator, _new_code(lambda *a: f(*a)), case["arrays"])
     if name == "torch":
-        arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
-        out["mode"] = eng.native_first(operator, _under_mode(f), *arrays)
-        out["mode_new"] = lambda: eng.native_first(operator, _under_mode(_new_code(lambda *a: f(*a))), *arrays)()
+        if numpy_inputs:
+            out["mode"] = lambda: _cold_numpy(eng, operator, _under_mode(f), case["arrays"])
+            out["mode_new"] = lambda: _cold_numpy(
+                eng, operator, _under_mode(_new_code(lambda *a: f(*a))), case["arrays"]
+            )
+        else:
+            out["mode"] = eng.native_first(operator, _under_mode(f), *case["arrays"])
+            out["mode_new"] = lambda: eng.native_first(
+                operator, _under_mode(_new_code(lambda *a: f(*a))), *case["arrays"]
+            )()
+    if name == "torch" and operator == "pushforward":
+        # the native over a copy of x, made at the call: the adapter's primal below 1e4 elements (a dual
+        # tensor shares its primal's memory and f may write into its input: the user's x is never modified)
+        def on_copy() -> Any:
+            arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
+            result = eng.native_first(operator, f, arrays[0].detach().clone(), *arrays[1:])()
+            return np.asarray(result) if numpy_inputs else result
+
+        out["copy"] = on_copy
     out["walk"] = lambda: StatePlan(lambda *a: f(*a))
     out["walk_new"] = lambda: StatePlan(_new_code(lambda *a: f(*a)))
     out["harness"] = lambda: _new_code(lambda *a: f(*a))  # what the new-code calls spend making their function
@@ -148,19 +178,42 @@ def calls(
     return {"shape": case["shape"], "inputs": case["inputs"], "shares": shares}, out
 
 
+def _cold_numpy(eng: Any, operator: str, f: Callable[..., Any], arrays: tuple[Any, ...]) -> Any:
+    """The engine's cold call (``native_first``) on numpy arrays as a NumPy user writes it: each array
+    converted to the engine's at the call, the result brought back with ``np.asarray`` (what the overhead
+    table's ``native_numpy`` does for the warm call; before 2026-12-07 the cold call of a numpy row took
+    arrays converted once, outside the timing, and its result as the engine's)."""
+    first = eng.native_first(operator, f, *eng.arrays(*arrays))
+    return np.asarray(first())
+
+
+# The calls of a row, in two groups interleaved apart: a new function of a seen code (and its floor), and
+# new code (and its). New code's calls run the whole walk and make code objects: interleaved with the
+# others, each call after one of them met the processor's caches as that call left them, which slowed the
+# calls that run more Python the most (measured 2026-12-07, torch pushforward at n = 10 on a 2-core AMD
+# EPYC VM: ours 44.7 -> 51.5 us and the native 31.3 -> 33.5 us, with new code's calls in the rounds)
+GROUPS = (
+    ("native", "ours", "unshared", "mode", "copy", "walk"),
+    ("native_new", "new_code", "mode_new", "walk_new", "harness"),
+)
+
+
 def row(name: str, operator: str, size: int, numpy_inputs: bool, seconds: float) -> dict[str, Any] | None:
     labels, row_calls = calls(name, operator, size, numpy_inputs)
     if not row_calls:
         return None
-    t = _interleaved(row_calls, seconds)
+    t: dict[str, float] = {}
+    for group in GROUPS:
+        t.update(_interleaved({k: row_calls[k] for k in group if k in row_calls}, seconds))
     del row_calls
     gc.collect()
     native, native_new = t["native"], t["native_new"]
     shares = labels.pop("shares")
     # new code's: the engine's first call of it (under the mode on torch) and the walk of new code, whose
     # making of the function is already in the engine's call
-    floor = t.get("mode_new", native_new) + t["walk_new"] - t["harness"]
-    ours_floor = (native if shares else t.get("mode", native)) + t["walk"]  # torch: the watch's verdict shared
+    copy = t["copy"] - native if "copy" in t else 0.0  # what the copy of x adds to the native (torch's pushforward)
+    floor = t.get("mode_new", native_new) + t["walk_new"] - t["harness"] + copy
+    ours_floor = (native if shares else t.get("mode", native)) + t["walk"] + copy  # torch: the watch's verdict shared
     return {
         "engine": name,
         "operator": operator,
@@ -175,6 +228,7 @@ def row(name: str, operator: str, size: int, numpy_inputs: bool, seconds: float)
         "new_code_us": t["new_code"] * 1e6,
         "new_code_ratio": t["new_code"] / native_new,
         "mode_us": t["mode"] * 1e6 if "mode" in t else "",
+        "copy_us": t["copy"] * 1e6 if "copy" in t else "",
         "mode_new_us": t["mode_new"] * 1e6 if "mode_new" in t else "",
         "walk_us": t["walk"] * 1e6,
         "walk_new_us": (t["walk_new"] - t["harness"]) * 1e6,
@@ -202,6 +256,7 @@ COLUMNS = [
     "new_code_ratio",
     "mode_us",
     "mode_new_us",
+    "copy_us",
     "walk_us",
     "walk_new_us",
     "floor_ratio",
@@ -232,7 +287,9 @@ def main() -> None:
                     )
     notes = (
         "A new function's first call against the engine's own call, interleaved (one call of each per round, "
-        "medians over the rounds, about 1.5 s a row). `ours_us`: a new lambda of one code at every call (what "
+        "medians over the rounds, about 1.5 s for each of a row's two groups: a new function of a seen code, "
+        "the native and their floor; new code, the native of new code and their floor). With numpy inputs the "
+        "engine's own calls convert in and out at the call, as a NumPy user's do. `ours_us`: a new lambda of one code at every call (what "
         "holds for its code over the same objects is reused: the closure walk's summary, torch's watch verdict, "
         "and for a stateless f the preparation its code shares; the Jacobians' f holds an array default: nothing "
         "shared); `unshared_us`: the same under a config with reuse_prep=False (a one-shot call); "
@@ -241,8 +298,11 @@ def main() -> None:
         "the native (of new code) with f evaluated under an empty TorchFunctionMode, the dispatch a watch for "
         "values read out of tensors needs; `walk_us` / `walk_new_us`: the walk of a new function's captured state "
         "(contract section 7), for a seen code (its summary checked) / a new one (less the making of the "
-        "function); `floor_ratio`: new code's floor, (mode_new or native_new) + walk_new, over native_new; "
-        "`rest_us`: what unshared adds beyond native + walk (mode + walk for the torch Jacobians, whose f holds "
+        "function); `copy_us` (torch's pushforward): the native over a copy of x made at the call, the adapter's "
+        "primal below 1e4 elements (f may write into its input; the user's x is never modified), its cost "
+        "(copy - native) in both floors; `floor_ratio`: new code's floor, (mode_new or native_new) + walk_new "
+        "(+ the copy), over native_new; "
+        "`rest_us`: what unshared adds beyond native + walk (+ the copy; mode + walk for the torch Jacobians, whose f holds "
         "an array default: no summary, watched), and `rest_ratio` that over native; `new_code_rest_ratio`: what "
         "new code adds beyond its floor, over native_new. Budget (issue "
         "39): first_call_ratio <= 1.3, i.e. rest_ratio <= 0.3 (on top of the floor where the floor alone is over 1.3)."
