@@ -799,13 +799,19 @@ class Adapter(_Base):
         info: Info,
     ) -> Any:
         """A one-shot pushforward along one tangent whose first step point ``output_info`` evaluated
-        (:class:`_Stepped`): its plain runner's work, without the runners; None for any other call."""
+        (:class:`_Stepped`): the plain runner's difference (``_pushforward``), its second point
+        evaluated here without the runner's point set and recipes (the same points, in the same
+        arithmetic: ``x - (k t)``, or a copy of ``x`` for a forward difference, and the same quotient);
+        None for any other call."""
         if operator is not PUSHFORWARD or type(info.value) is not _Stepped:
             return None
+        stepped = info.take_value()
+        k = stepped.k  # nonzero and finite (_stepped), central or forward, one tangent
         with _computing(x):
-            return self.pushforward(
-                self.prepare_pushforward(target, x, tangents, contexts, info), target, x, tangents, contexts
-            )
+            evaluate = _evaluator(target, contexts, x)
+            if self.method == "central":
+                return ((stepped.value - evaluate(x - k * tangents[0])) / (2 * k),)
+            return ((stepped.value - evaluate(private_copy(x))) / k,)
 
     def value_and_pushforward(
         self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
