@@ -108,6 +108,35 @@ def test_a_one_shot_pushforward_evaluates_f_twice(method):
     assert rel_err(one_shot, exact) < (1e-13 if method == "complex" else 1e-9 if method == "central" else 1e-6)
 
 
+@pytest.mark.parametrize("method", ["forward", "central"])
+def test_a_one_shot_pushforward_of_an_f_writing_into_its_input_leaves_x_unchanged(method):
+    """The one-shot pushforward's points are its own arrays (x + k t, x - k t, a copy of x): an f that
+    writes into its input (z[0] = 5, then z**2) gives the written function's derivative, J t = 2 z t with 0
+    in the overwritten coordinate (closed form, to the method's accuracy), the prepared call's bits,
+    and the user's x unchanged; a captured buffer f writes into is the user's no more."""
+    buffer = np.zeros(3)
+
+    def f(z):
+        z[0] = 5.0
+        buffer[:] = z
+        return z**2 + buffer
+
+    x = np.array([1.0, 2.0, -3.0])
+    t = np.array([0.5, 1.0, -2.0])
+    backend = di.AutoFiniteDiff(method=method)
+    prepared = di.pushforward(backend, f, x, t, prep=di.prepare_pushforward(backend, f, x, t))
+    di.prep_cache.enabled = False
+    try:
+        one_shot = di.pushforward(backend, f, x, t)
+    finally:
+        di.prep_cache.enabled = True
+    np.testing.assert_array_equal(one_shot, prepared)
+    exact = np.array([0.0, (2 * 2.0 + 1) * 1.0, (2 * -3.0 + 1) * -2.0])
+    np.testing.assert_allclose(one_shot, exact, rtol=1e-6 if method == "forward" else 1e-9, atol=1e-9)
+    np.testing.assert_array_equal(x, [1.0, 2.0, -3.0])
+    np.testing.assert_array_equal(buffer, np.zeros(3))
+
+
 def test_second_order_evaluation_counts():
     # closure="const": the counter is state of the callable object, which "duplicated" would copy
     n, f, fd = X.size, Counted(rosen), di.AutoFiniteDiff(closure="const")
