@@ -125,9 +125,14 @@ def _tangents(
     tangent: Tangent, x: Array, expected: tuple[Any, ...], what: str, call: str, name: str, complex_ok: bool = False
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
-    if type(tangent) is np.ndarray and type(x) is np.ndarray:  # one numpy tangent of a numpy x, as the loop takes it
+    kind = type(tangent)
+    if kind is type(x) and kind is not float:  # one tangent of x's own array type, as a loop passes it
         dtype = tangent.dtype
-        if tangent.shape == expected and dtype.isnative and (complex_ok or dtype.kind != "c"):
+        if (
+            shape(tangent) == expected
+            and (kind is not np.ndarray or dtype.isnative)  # (as_input's one change to an array of x's type)
+            and (complex_ok or not complex_dtype(dtype))
+        ):
             return (tangent,), False
     batched = isinstance(tangent, tuple)
     items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
