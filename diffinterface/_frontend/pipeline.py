@@ -127,13 +127,14 @@ def _tangents(
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     kind = type(tangent)
     if kind is type(x) and kind is not float:  # one tangent of x's own array type, as a loop passes it
-        dtype = tangent.dtype
+        one: Any = tangent
+        dtype = one.dtype
         if (
-            shape(tangent) == expected
+            shape(one) == expected
             and (kind is not np.ndarray or dtype.isnative)  # (as_input's one change to an array of x's type)
             and (complex_ok or not complex_dtype(dtype))
         ):
-            return (tangent,), False
+            return (one,), False
     batched = isinstance(tangent, tuple)
     items: tuple[Any, ...] = tangent if isinstance(tangent, tuple) else (tangent,)  # the user's, checked here
     out = []
