@@ -864,6 +864,16 @@ def _jvps(
     them wrong, e.g. ``stft``, where single passes are exact) and where ``f`` cannot be batched.
     Parameters ``f`` captures may require grad: the results are detached from any graph they record.
     An output with no tangent is checked by :func:`_lost` (an error, unless ``f`` is constant)."""
+    if not batched and not fn.watch and x.numel() < _ALIAS_PRIMAL_FROM:
+        # one tangent of a small x, unwatched (a prepared call's, and a new function's of a code over the same
+        # objects): the single pass below, inline (its closure and checks were 1 us of a 40 us call at n = 10)
+        primal_x = x.detach().clone() if x.requires_grad else x.clone()  # (a detach is a new tensor: 0.8 us)
+        with _DUAL_LEVEL, _dual_level():
+            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(primal_x, tangents), contexts))
+        if dy is None:
+            _lost(fn, x, contexts, forward=True)  # (returns where f is constant)
+            dy = torch.zeros_like(y)
+        return _no_graph(y), _no_graph(dy)
     eager = fn.eager  # torch.compile does not trace dual tensors
     lost = []
     watch = _watch_for(fn, x) if fn.watch else None
@@ -899,8 +909,7 @@ def _jvps(
                 fn.writes_input = True
                 lost.clear()
                 y, out = one(tangents, x.detach().clone())
-        elif not batched:
-            # x.detach() only where x records a graph: a detach is a new tensor (0.8 us of a 34 us call at n = 10)
+        elif not batched:  # (the fast path's copy, above)
             y, out = one(tangents, x.detach().clone() if x.requires_grad else x.clone())
         elif tangents.shape[0] == 0:  # no tangents (an empty x): f's value and an empty batch
             y = _no_graph(eager(x.detach().clone(), contexts))
