@@ -226,12 +226,13 @@ class _Stepped:
     """A one-shot pushforward's first step point, evaluated by ``output_info`` (``Adapter._stepped``):
     ``value`` is ``f(x + k t)`` along the call's one tangent, with ``k`` its step. Its shape and
     dtype are f(x)'s, and the runner takes it as that point's value: a one-shot central pushforward
-    evaluates ``f`` twice, as by hand, not once more for f(x)'s shape."""
+    evaluates ``f`` twice, as by hand, not once more for f(x)'s shape. ``evaluate``: the evaluator that
+    took it (``_evaluator``), which a one-shot call's second point takes too (``Adapter.oneshot_result``)."""
 
-    __slots__ = ("k", "value")
+    __slots__ = ("k", "value", "evaluate")
 
-    def __init__(self, k: float, value: Any) -> None:
-        self.k, self.value = k, value
+    def __init__(self, k: float, value: Any, evaluate: Callable[[Array], Any]) -> None:
+        self.k, self.value, self.evaluate = k, value, evaluate
 
 
 class _Points:
@@ -612,7 +613,8 @@ class Adapter(_Base):
             if k is None or k == 0.0:
                 return None
             point = x + k * t  # as the runner's point set builds it: x + (k t)
-            return _Stepped(k, _evaluator(target, contexts, x)(point))
+            evaluate = _evaluator(target, contexts, x)
+            return _Stepped(k, evaluate(point), evaluate)
 
     def evaluate(self, target: Target, x: Array, contexts: Contexts) -> Any:
         if self.vectorized:  # f takes a batch: this one point is a batch of one
@@ -806,9 +808,8 @@ class Adapter(_Base):
         if operator is not PUSHFORWARD or type(info.value) is not _Stepped:
             return None
         stepped = info.take_value()
-        k = stepped.k  # nonzero and finite (_stepped), central or forward, one tangent
+        k, evaluate = stepped.k, stepped.evaluate  # k nonzero and finite (_stepped), central or forward, one tangent
         with _computing(x):
-            evaluate = _evaluator(target, contexts, x)
             if self.method == "central":
                 return ((stepped.value - evaluate(x - k * tangents[0])) / (2 * k),)
             return ((stepped.value - evaluate(private_copy(x))) / k,)
