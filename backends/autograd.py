@@ -503,6 +503,9 @@ class _Box(ArrayBox):
 
 
 _Box.register(_Box)  # autograd's own registration: its box test (type(v) in Box.types) and the boxing of a box
+# named as autograd's: the messages that name a box's type read as they did ("'ArrayBox' object does not
+# support item assignment", autograd's own refusal of a write into a traced array)
+_Box.__name__ = _Box.__qualname__ = "ArrayBox"
 
 
 # autograd numbers its traces with one process-wide counter (autograd.tracer.trace_stack): traces

@@ -237,6 +237,28 @@ def test_writing_x_into_a_fresh_numpy_array_is_a_clear_error():
         di.pullback(di.AutoAutograd(), f, np.ones(3), 1.0)
 
 
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_write_into_an_array_f_computed_is_autograds_own_refusal_naming_its_arraybox(mode):
+    """The adapter's traced arrays are a subclass of autograd's ArrayBox named as it is: a write into an array
+    f computed from x (which autograd's arrays do not support) is autograd's own TypeError, worded as
+    autograd words it for its ArrayBox, in every mode, prepared or not (the random programs' list of
+    known refusals matches that wording)."""
+    backend = di.AutoAutograd(mode=mode)
+
+    def f(z):
+        y = z * 2.0
+        y[0] = 1.0
+        return y
+
+    x = np.ones(3)
+    for call in (
+        lambda: di.jacobian(backend, f, x),
+        lambda: di.jacobian(backend, f, x, prep=di.prepare_jacobian(backend, f, x)),
+    ):
+        with pytest.raises(TypeError, match=r"^'ArrayBox' object does not support item assignment$"):
+            call()
+
+
 @pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')
 def test_torch_inputs_and_constants_reach_f_as_numpy():
     import torch
