@@ -201,18 +201,22 @@ class Case:
         self.f, self.g, self.f_line, self.g_line = f, g, f_line, g_line
         self.reference()
 
+    def _in_jax(self):
+        """x, f and g in JAX (call under ``jax.enable_x64(True)``): the reference's functions."""
+        mat, buf, steps = jnp.asarray(self.matrix), jnp.asarray(self.buf), self.steps
+
+        def f(z):
+            return run_program(steps, z, mat, buf, functional=True)
+
+        def g(z):
+            y = f(z)
+            return jnp.sum(y * y) * 0.5
+
+        return jnp.asarray(self.x), f, g
+
     def reference(self):
         with jax.enable_x64(True):
-            x = jnp.asarray(self.x)
-            mat, buf, steps = jnp.asarray(self.matrix), jnp.asarray(self.buf), self.steps
-
-            def f(z):
-                return run_program(steps, z, mat, buf, functional=True)
-
-            def g(z):
-                y = f(z)
-                return jnp.sum(y * y) * 0.5
-
+            x, f, g = self._in_jax()
             self.y = np.asarray(f(x))
             self.J = np.asarray(jax.jacfwd(f)(x))
             jr = np.asarray(jax.jacrev(f)(x))
@@ -233,16 +237,7 @@ class Case:
         if kept is not None:
             return kept
         with jax.enable_x64(True):
-            x = jnp.asarray(self.x)
-            mat, buf, steps = jnp.asarray(self.matrix), jnp.asarray(self.buf), self.steps
-
-            def f(z):
-                return run_program(steps, z, mat, buf, functional=True)
-
-            def g(z):
-                y = f(z)
-                return jnp.sum(y * y) * 0.5
-
+            x, f, g = self._in_jax()
             top = 0.0
             for fn in (f, g) if order == 3 else (g,):
                 for direction in [*np.eye(self.n), self.t]:
