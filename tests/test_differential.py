@@ -304,7 +304,7 @@ def _np(value) -> np.ndarray:
 TOLERANCES = {name: cls().tolerance for name, cls in ENGINES if hasattr(cls, "tolerance")}
 
 
-def _tol(label: str, second: bool, case: Case | None = None) -> float:
+def _tol(label: str, second: bool, case: Case) -> float:
     own = max([tol(np.float64, second) for name, tol in TOLERANCES.items() if name in label], default=None)
     if "AutoFiniteDiff" in label:
         if "MLX x" in label or "SecondOrder(AutoFiniteDiff, AutoMLX)" in label:
@@ -320,8 +320,6 @@ def _tol(label: str, second: bool, case: Case | None = None) -> float:
             # sin(-x**3 / 2) at x = 1.5, whose third derivative, 41, puts 3.8e-4 on J = 0.39, over the
             # floor of 2e-4 alone
             floor = 1e-2 if second else 2e-4
-            if case is None:
-                return floor
             eps, reach = float(np.finfo(np.float32).eps), max(1.0, float(np.max(np.abs(case.x)))) ** 2
             if second:
                 return floor + 3 * eps**0.5 * reach / 12 * case.higher(4)

@@ -126,7 +126,7 @@ def _tangents(
 ) -> tuple[Any, ...]:
     """The tangent(s) of a real x (``tx``) or of f(x) (``ty``; ``complex_ok`` for a complex f(x))."""
     kind = type(tangent)
-    if kind is type(x) and kind is not float:  # one tangent of x's own array type, as a loop passes it
+    if kind is type(x):  # one tangent of x's own array type, as a loop passes it (x is an array: as_input's)
         one: Any = tangent
         dtype = one.dtype
         if (
