@@ -222,12 +222,6 @@ def _relative_step(x: Array, exponent: float, eps: float | None) -> float:
     return _eps(x, dtype_eps, eps) ** exponent
 
 
-def _difference(method: str, plus: Any, other: Any, k: float) -> Any:
-    """The directional derivative from ``plus = f(x + k t)`` and ``other``: ``f(x - k t)`` for a central
-    difference, ``f(x)`` for a forward one (the runner's and a one-shot call's quotient)."""
-    return (plus - other) / (2 * k) if method == "central" else (plus - other) / k
-
-
 class _Stepped:
     """A one-shot pushforward's first step point, evaluated by ``output_info`` (``Adapter._stepped``):
     ``value`` is ``f(x + k t)`` along the call's one tangent, with ``k`` its step. Its shape and
@@ -789,7 +783,7 @@ class Adapter(_Base):
                 results.append((y0 - next(values)) / k)
             else:  # central and forward: f(x + k t) first
                 plus = plus_of_first if j == 0 and plus_of_first is not None else next(values)
-                results.append(_difference(method, plus, next(values) if method == "central" else y0, k))
+                results.append((plus - next(values)) / (2 * k) if method == "central" else (plus - y0) / k)
         return y0, tuple(results)
 
     def prepare_pushforward(
@@ -816,8 +810,9 @@ class Adapter(_Base):
         stepped = info.take_value()
         k, evaluate = stepped.k, stepped.evaluate  # k nonzero and finite (_stepped), central or forward, one tangent
         with _computing(x):
-            other = evaluate(x - k * tangents[0]) if self.method == "central" else evaluate(private_copy(x))
-            return (_difference(self.method, stepped.value, other, k),)
+            if self.method == "central":
+                return ((stepped.value - evaluate(x - k * tangents[0])) / (2 * k),)
+            return ((stepped.value - evaluate(private_copy(x))) / k,)
 
     def value_and_pushforward(
         self, data: _Along | Info, target: Target, x: Array, tangents: tuple[NumericArray, ...], contexts: Contexts
