@@ -706,7 +706,7 @@ def test_a_one_shot_call_leaves_no_reference_cycle(engine):
         # when its function dies, by a weakref callback that can run inside a collection: what it held
         # then becomes garbage for the next collection, which must not be the measured one. So: the
         # summaries cleared, and the collector run until it finds nothing
-        summaries.SUMMARIES.clear()
+        summaries.clear()
         for call in calls:
             call()  # imports and caches of the first call
         while gc.collect():

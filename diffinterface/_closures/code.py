@@ -9,6 +9,7 @@ import functools
 import sys
 import types
 import weakref
+from typing import Any
 
 # Opcodes that rebind a captured name or write an attribute: a function with one of them may change
 # its captured state even where every captured value is immutable. A function without any, whose
@@ -41,12 +42,6 @@ _STORES = frozenset({"STORE_DEREF", "DELETE_DEREF", "STORE_GLOBAL", "DELETE_GLOB
 _STORE_OPCODES = frozenset(dis.opmap[name] for name in _STORES)
 
 
-def _stores(code: types.CodeType) -> bool:
-    if not _STORE_OPCODES.isdisjoint(code.co_code[::2]):
-        return True
-    return any(_stores(c) for c in code.co_consts if isinstance(c, types.CodeType))
-
-
 # The instructions that name a module global (``LOAD_NAME`` and its kin: class bodies and exec'd
 # code), each with the shift of its argument: from Python 3.11 on, ``LOAD_GLOBAL``'s argument is the
 # name's index times two (its low bit pushes a NULL), as ``dis``' documentation of it says.
@@ -75,19 +70,29 @@ _GLOBAL_TABLE = bytes(1 if op in _GLOBAL_OPS else 0 for op in range(256))
 
 def _code_names(code: types.CodeType) -> set[str]:
     """The module globals ``code`` (and the code nested in it: lambdas, comprehensions, inner
-    functions) reads or writes: the arguments of its global-name instructions, read from ``co_code``
-    as ``_stores`` reads its opcodes (two-byte code units, ``EXTENDED_ARG`` prefixes: ``dis``' own
-    decoding without an ``Instruction`` per unit; the same names as ``dis`` on the standard library
-    under Python 3.10 to 3.13, tested against it). A code without names has none to read; one without
-    ``EXTENDED_ARG`` (a function of fewer than 256 names, constants and jumps) is searched in C: its
-    opcodes translated to marks of the global-name ones, found one by one (1.0 us a small function
-    where a Python loop over its units took 4.8, and 1.0 where it took 10.0 for ``json.dumps``;
-    ``dis.get_instructions`` takes 37; measured 2026-11-28 on a 2-core x86_64 VM, under load)."""
-    names = set()
+    functions) reads or writes (see :func:`_read`)."""
+    names: set[str] = set()
+    _read(code, names)
+    return names
+
+
+def _read(code: types.CodeType, names: set[str]) -> bool:
+    """Whether ``code`` (or code nested in it) writes captured state (an opcode of ``_STORES``), the
+    module globals it names added to ``names``: the arguments of its global-name instructions, read
+    from ``co_code`` in one pass over its opcodes with the store test (two-byte code units,
+    ``EXTENDED_ARG`` prefixes: ``dis``' own decoding without an ``Instruction`` per unit; the same
+    names as ``dis`` on the standard library under Python 3.10 to 3.13, tested against it). A code
+    without names has none to read; one without ``EXTENDED_ARG`` (a function of fewer than 256
+    names, constants and jumps) is searched in C: its opcodes translated to marks of the global-name
+    ones, found one by one (1.0 us a small function where a Python loop over its units took 4.8, and
+    1.0 where it took 10.0 for ``json.dumps``; ``dis.get_instructions`` takes 37; measured 2026-11-28
+    on a 2-core x86_64 VM, under load). One pass for both facts, not one each (a new lambda's record,
+    2.5 -> 2.0 us, measured 2026-12-07 on a 2-core AMD EPYC VM)."""
+    units = code.co_code
+    ops = units[::2]
+    stores = not _STORE_OPCODES.isdisjoint(ops)
     co_names = code.co_names
     if co_names:
-        units = code.co_code
-        ops = units[::2]
         if _EXTENDED_ARG in ops:
             extended = 0
             for i in range(0, len(units), 2):
@@ -106,9 +111,9 @@ def _code_names(code: types.CodeType) -> set[str]:
                 names.add(co_names[units[2 * i + 1] >> _GLOBAL_OPS[ops[i]]])
                 i = marks.find(1, i + 1)
     for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
+        if type(const) is types.CodeType:
+            stores = _read(const, names) or stores
+    return stores
 
 
 # id(code object) -> its record: a weak reference to it and its facts (whether it stores, the global
@@ -126,12 +131,17 @@ def _code_names(code: types.CodeType) -> set[str]:
 class CodeRecord:
     """What is kept of one code object while it lives (see above)."""
 
-    __slots__ = ("owner", "facts", "mark")
+    __slots__ = ("owner", "facts", "mark", "summary")
 
     def __init__(self, code: types.CodeType) -> None:
         self.owner = weakref.ref(code, functools.partial(_forget, id(code)))
-        self.facts = (_stores(code), tuple(sorted(_code_names(code))))
+        names: set[str] = set()
+        stores = _read(code, names)
+        self.facts = (stores, tuple(sorted(names)))
         self.mark: object = None
+        # the closure walk's summary of the code's functions (``summaries.Summary``), where it keeps one:
+        # it lives and goes with the record, under the record's weak reference to the code
+        self.summary: Any = None
 
 
 _CODE_FACTS: dict[int, CodeRecord] = {}
@@ -154,7 +164,7 @@ def code_record(code: types.CodeType) -> CodeRecord:
 
 
 def code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:
-    """Whether ``code`` writes captured state (:func:`_stores`), and the module globals it names, sorted."""
+    """Whether ``code`` writes captured state (:func:`_read`), and the module globals it names, sorted."""
     kept = _CODE_FACTS.get(id(code))
     if kept is not None and kept.owner() is code:
         return kept.facts

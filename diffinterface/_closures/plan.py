@@ -251,7 +251,7 @@ class StatePlan:
         walker = Walker()
         self._build = walker.visit(f, getattr(f, "__qualname__", type(f).__name__))
         # the summary the walk kept for f (a stateless user function whose slots a summary can check)
-        self.summary = summaries.summary_of(f) if self._build is None and type(f) is types.FunctionType else None
+        self.summary = walker.summaries.get(id(f)) if self._build is None and type(f) is types.FunctionType else None
         self.leaves = walker.leaves if self._build is not None else []
         # Only immutable values (numbers, tuples of them), in functions that rebind no captured name
         # and set no attribute: f cannot change them, so it needs no duplicate and is called as it

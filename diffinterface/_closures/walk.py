@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core.arrays import is_array, stateful_object
 from . import summaries
-from .code import code_facts
+from .code import CodeRecord, code_record
 from .namespaces import is_user_function, is_user_module
 
 
@@ -76,6 +76,10 @@ class Walker:
         # an object (rebuilt as a copy) or a function that rebinds or stores: what f sets on them lands
         # in the rebuild's copies, so a rebuild over the very same values is not f itself
         self.copies_effects = False
+        # the summaries met or kept on the way, by the id of their function (live while the walk runs): a
+        # helper's, found where its summary held, is not looked up again where the function around it
+        # is summarized, and the walked function's own is read from here by the plan
+        self.summaries: dict[int, summaries.Summary] = {}
 
     def leaf(self, get: Callable[..., Any], where: str) -> int:
         self.leaves.append(_Leaf(get, where))
@@ -99,6 +103,7 @@ class Walker:
                 if summary.holds(obj, set()):  # stateless as it was: not walked again
                     if summary.stores:
                         self.writable = self.structural = self.copies_effects = True
+                    self.summaries[key] = summary
                     return None
                 summaries.drop(obj)  # what it held is not kept alive (the walk may keep a new one)
             self._active.add(key)
@@ -129,7 +134,8 @@ class Walker:
 
     def _function(self, fn: types.FunctionType, where: Any) -> Any:
         name = fn.__qualname__
-        stores, names = code_facts(fn.__code__)
+        record = code_record(fn.__code__)
+        stores, names = record.facts
         if stores:
             self.writable = self.structural = self.copies_effects = True
         cycles = self._cycles
@@ -173,7 +179,7 @@ class Walker:
         if not (cells or defaults or kwdefaults or global_parts):
             # kept by code: a lambda written at the call is a new function of one code at each call
             if self._cycles == cycles and not fn.__kwdefaults__:
-                self._summarize(fn, slots, names, found, read, stores)
+                self._summarize(fn, record, slots, names, found, read, stores)
             return None
         self.structural = self.structural or bool(global_parts)  # a copy of the module's globals
 
@@ -215,6 +221,7 @@ class Walker:
     def _summarize(
         self,
         fn: types.FunctionType,
+        record: CodeRecord,
         slots: list[tuple[Any, Any]],
         names: tuple[str, ...],
         found: list[Any],
@@ -223,12 +230,15 @@ class Walker:
     ) -> None:
         """Keep ``fn``'s summary (``summaries``), where every slot it read is one a summary can check."""
         functions = []
+        met = self.summaries
         for value in read:
             if type(value) is types.FunctionType:
-                if is_user_function(value):
-                    summary = summaries.summary_of(value)
+                summary = met.get(id(value))  # (a helper whose summary held, met by this walk)
+                if summary is not None or is_user_function(value):
                     if summary is None:
-                        return
+                        summary = summaries.summary_of(value)
+                        if summary is None:
+                            return
                     stores = stores or summary.stores
                     functions.append(value)
             elif isinstance(value, (functools.partial, types.MethodType)):
@@ -237,10 +247,13 @@ class Walker:
                 if is_state(value) or (callable(value) and stateful_object(value) is not None):
                     return
         try:
-            summary = summaries.Summary(fn, tuple(v for _, v in slots), names, tuple(found), tuple(functions), stores)
+            summary = summaries.Summary(
+                fn, record, tuple(v for _, v in slots), names, tuple(found), tuple(functions), stores
+            )
         except summaries.Unsafe:  # an object it could neither hold weakly nor keep alive without harm
             return
-        summaries.keep(fn, summary)
+        summaries.keep(record, summary)
+        met[id(fn)] = summary
 
     def _partial(self, p: functools.partial, where: str) -> Any:
         func = self.visit(p.func, where)

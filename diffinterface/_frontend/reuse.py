@@ -75,6 +75,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .._closures import summaries
+from .._closures.code import _CODE_FACTS as CODE_RECORDS
 from .._closures.code import code_record
 from .._closures.slots import Slots, own_objects, slots_of
 from .prep import Prep, signature
@@ -382,7 +383,8 @@ class PrepCache:
         new lambda at every call: a dict read, a weak reference, one comparison and the summary's
         check of ``f``'s slots."""
         code = f.__code__
-        summary = summaries.SUMMARIES.get(id(code))
+        record = CODE_RECORDS.get(id(code))  # (its owner is checked below, as the summary's)
+        summary = record.summary if record is not None else None
         if summary is None:
             return None
         found = summary.learned.get(_LAST_SHARED)  # (the cache's token, a weak reference to the prep)
