@@ -37,6 +37,8 @@ from .namespaces import is_user_function
 from .summaries import EMPTY, MISSING
 from .walk import is_state
 
+_FUNCTION = types.FunctionType
+
 
 class _State:
     """A slot that held state (of type ``kind``): it may hold any state, read at the call, nothing else."""
@@ -159,9 +161,10 @@ def own_objects(fn: types.FunctionType) -> tuple[int | None, ...] | None:
             value = cell.cell_contents
         except ValueError:
             return None
-        out.append(None if is_state(value) else id(value))
+        # (a function is never state: the common slot, a helper, without is_state's tests)
+        out.append(None if type(value) is not _FUNCTION and is_state(value) else id(value))
     for value in fn.__defaults__ or ():
-        out.append(None if is_state(value) else id(value))
+        out.append(None if type(value) is not _FUNCTION and is_state(value) else id(value))
     return tuple(out)
 
 
