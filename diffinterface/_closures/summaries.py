@@ -293,7 +293,10 @@ def summary_of(fn: Any) -> Summary | None:
     """The summary of ``fn``'s code (its slots are checked by :meth:`Summary.holds`), or None."""
     code = fn.__code__
     record = _RECORDS.get(id(code))
-    return record.summary if record is not None and record.owner() is code else None
+    if record is None:
+        return None
+    summary = record.summary  # (None for most records: a code whose functions hold state; no owner read then)
+    return summary if summary is not None and record.owner() is code else None
 
 
 def keep(record: CodeRecord, summary: Summary) -> None:
