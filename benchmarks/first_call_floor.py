@@ -38,9 +38,9 @@ Beside them, what a first call must do before it differentiates, measured on its
 - ``copy_us`` (torch's pushforward): the native call over a copy of ``x`` made at the call, what the
   adapter's primal is below 1e4 elements: a dual tensor shares its primal's memory and ``f`` may write
   into its input, which must not change the user's ``x`` (the native passes ``x`` itself). Its cost,
-  ``copy_us - native_us``, is part of both floors (5 us of a 30 us pushforward at n = 10, measured
-  2026-12-07: the first call of a new function of a seen code was 1.25x the native without the copy,
-  1.42x with it; a guarded alias of x instead cost more, 1.55x).
+  ``copy_us - native_us``, is part of both floors (3 to 4 us of a 31 us pushforward at n = 10,
+  measured 2026-12-07: a clone of x in place costs 2.6 us there, and a guarded alias of x instead
+  cost more, 1.55x the native where the copy's call took 1.42x).
 
 ``floor_ratio`` is new code's floor, ``(mode_new_us or native_new_us) + walk_new_us`` (+ the copy) over
 ``native_new_us``; ``rest_ratio`` is what ``unshared`` adds beyond ``native_us + walk_us`` (+ the copy; the
@@ -290,7 +290,7 @@ def main() -> None:
                     )
     notes = (
         "A new function's first call against the engine's own call, interleaved (one call of each per round, "
-        "medians over the rounds, about 1.5 s for each of a row's two groups: a new function of a seen code, "
+        f"medians over the rounds, about {args.seconds:g} s for each of a row's two groups: a new function of a seen code, "
         "the native and their floor; new code, the native of new code and their floor). With numpy inputs the "
         "engine's own calls convert in and out at the call, as a NumPy user's do. `ours_us`: a new lambda of one code at every call (what "
         "holds for its code over the same objects is reused: the closure walk's summary, torch's watch verdict, "
