@@ -465,6 +465,55 @@ def test_a_global_that_shares_an_attributes_name_is_not_taken_for_captured_state
     assert {"g0", "g1", "g2", "g299", "n0", "n299"} <= names and not names & {"a0", "a299"}  # attributes
 
 
+def test_a_summary_lives_on_its_codes_record_and_finds_closed_where_first_read():
+    """A summary is kept on its code's record (``code.CodeRecord``), under the record's weak reference
+    to the code: a function of new code gets one, and it goes with the code. Whether what its slots
+    hold cannot change (``closed``) is found where it is first read, from the objects it holds: a
+    user's module in a slot is not closed, a helper whose summary is closed is, and a slot whose
+    object died since is not (nothing shared from it)."""
+    import gc
+    import types
+    import weakref
+
+    from diffinterface._closures import code, summaries
+    from diffinterface._closures.plan import StatePlan
+
+    def helper(z):
+        return np.sum(z**2)
+
+    def make(h):
+        return lambda z: h(z)
+
+    lam = make(helper)
+    assert StatePlan(lam).empty
+    summary = summaries.summary_of(lam)
+    assert summary is not None and summary is code.code_record(lam.__code__).summary
+    assert summary._closed is None  # not found at its making
+    assert summary.closed and summary._closed is True
+
+    def other(z):
+        return np.sum(z**3)
+
+    lam_other = make(other)
+    assert StatePlan(lam_other).empty  # another helper in the cell: walked, a new summary for the code
+    fresh = summaries.summary_of(lam_other)
+    assert fresh is not None and fresh is not summary and fresh._closed is None
+    del other, lam_other
+    gc.collect()
+    assert not fresh.closed  # its helper died before anything read it: not closed
+
+    scoped = make(types.SimpleNamespace)  # a library's class in the cell: closed
+    assert StatePlan(scoped).empty and summaries.summary_of(scoped).closed
+
+    new = eval("lambda z: helper(z) * 2.0", {"helper": helper, "__name__": __name__})  # a new code
+    assert StatePlan(new).empty and summaries.summary_of(new) is not None
+    held = weakref.ref(new.__code__)
+    key = id(new.__code__)
+    del new
+    gc.collect()
+    assert held() is None and key not in code._CODE_FACTS  # the record, and its summary, went with the code
+
+
 def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():
     """Mutually recursive helpers: walked from ``a``, ``b``'s walk meets ``a`` still being walked (its
     answer there is provisional), so ``b`` gets no summary, and a later walk from ``b`` finds the
