@@ -125,7 +125,8 @@ def _read(code: types.CodeType, names: set[str]) -> bool:
 # (about 9 us a call in a loop of new codes with torch's heap, measured 2026-12-07 on a 2-core x86_64
 # VM). Equal codes that are distinct objects (the same source exec'd twice, an unpickled function)
 # each have their own. A record's ``mark`` is the prep cache's, which lives as long as the code
-# (``PrepCache.over_state`` counts a code's first function there).
+# (``PrepCache.over_state`` counts a code's first function there), and its ``summary`` the closure
+# walk's (``summaries.Summary``), which goes with it.
 
 
 class CodeRecord:

@@ -3,7 +3,8 @@
 A function's walk (``walk.Walker``) reads its code, its closure cells, its defaults and the module
 globals its code names, and recurses into the user functions among them. Where nothing under it is
 state (its build is None: the common case for the helpers a loss calls, and for the lambda around
-them), what it read is kept here, by the function's code object: the very objects in each slot. A
+them), what it read is kept on its code object's record (``code.CodeRecord``, which goes with the
+code): the very objects in each slot. A
 later walk that meets a function of that code -- the same one, or a new one: a loop that writes a new
 lambda at every call makes a new function of one code each time -- checks its slots by identity (one
 dict read or cell read each, and the same again for the user functions among them) instead of
