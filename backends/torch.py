@@ -518,8 +518,15 @@ class _Watch(torch.overrides.TorchFunctionMode):
     ``escapes``: the floating reads of a tensor that carries a derivative (``.item()``, ``.tolist()``,
     ``float(t)``, ``.numpy()``): whatever f computes from them has no derivative, which is right where
     they only steer control flow (``if x.max().item() > 1:``) and wrong where they reach f(x); the
-    call then checks the derivative itself (:func:`_check_escapes`). ``reads``: any read of a value
-    (``__bool__`` too): f's operations may differ at another x, so the prep keeps watching; an f
+    call then checks the derivative itself (:func:`_check_escapes`). Reads where torch's gradients are
+    off are not escapes: a ``torch.autograd.Function``'s forward runs so (a rule that converts to numpy
+    has its derivative from its backward: ``DifferentiateWith(f, AutoMLX())`` under AutoTorch was
+    checked by a central difference of MLX's float32-accurate values, which differed by 3e-3 from its
+    exact derivative and raised, 2026-12-07's random programs, seed 7), and so does a
+    ``torch.no_grad()`` inside ``f``, the user's own word that nothing there is differentiated (torch's
+    own call gives that derivative too); where the caller turned gradients off around the call, every
+    read counts. ``reads``: any read of a value (``__bool__`` too): f's operations may differ at
+    another x, so the prep keeps watching; an f
     without any is the same straight-line program at every x and runs unwatched from then on (the
     mode costs a Python call per torch operation). ``asarray``: f called ``torch.asarray`` (array-API
     code's ``xp.asarray``), whose warning about an alias that requires grad is silenced around f's
@@ -531,6 +538,11 @@ class _Watch(torch.overrides.TorchFunctionMode):
         self.reads = False
         self.asarray = False
         self.key = key  # the Target.learned key of its verdict, where the function has one (_watch_for)
+        self.grad = True  # whether gradients were on where f's run began (__enter__)
+
+    def __enter__(self) -> _Watch:
+        self.grad = torch.is_grad_enabled()
+        return cast("_Watch", super().__enter__())
 
     def __torch_function__(
         self,
@@ -545,7 +557,11 @@ class _Watch(torch.overrides.TorchFunctionMode):
                 self.asarray = True
             else:
                 self.reads = True
-                if name in _VALUE_ESCAPES and args and _carries(args[0]):  # recorded before .numpy() raises
+                # recorded before .numpy() raises; a read where f's run turned gradients off is not one:
+                # inside a torch.autograd.Function's forward (a rule's own host conversion: its backward
+                # gives the derivative) or f's own torch.no_grad(), which says to differentiate nothing
+                # there (under the caller's torch.no_grad(), every read counts)
+                if name in _VALUE_ESCAPES and args and (torch.is_grad_enabled() or not self.grad) and _carries(args[0]):
                     self.escapes.append(_ESCAPES[name])
         return func(*args, **(kwargs or {}))
 

@@ -819,6 +819,65 @@ def test_38_2_control_flow_on_a_value_read_into_python_stays_right(mode):
 
 
 @needs_torch
+@pytest.mark.parametrize("mode", ["forward", "reverse", None])
+def test_38_2_a_read_where_f_turned_gradients_off_is_not_an_escape(mode):
+    """A ``torch.autograd.Function``'s forward runs with gradients off: its own conversion to numpy (a
+    rule computed outside torch) is the rule's, and the call gives the derivative the rule defines: here
+    a straight-through rounding (forward rounds in numpy, backward and jvp pass the tangent through), whose
+    central difference is 0 where its rule says 1 (the random programs' ``DifferentiateWith(f,
+    AutoMLX())`` under AutoTorch raised so, its central difference of MLX's float32-accurate values 3e-3
+    off). A read under a ``torch.no_grad()`` of ``f``'s own is its explicit stop-gradient: torch's own
+    derivative, no error. Under the caller's ``torch.no_grad()`` around the call, a read that reaches
+    f(x) is still the call's error."""
+    import torch
+
+    class Rounded(torch.autograd.Function):  # straight-through: round forward, identity backward
+        @staticmethod
+        def forward(z):
+            return torch.from_numpy(np.round(z.numpy(force=True) * 4) / 4)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t
+
+    backend = AutoTorch(mode=mode)
+    x = torch.tensor([0.3, 1.1, 2.0], dtype=torch.float64)
+    t = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    rule = lambda z: Rounded.apply(z) * z  # noqa: E731 - d/dz: round(4z)/4 + z (the rule's 1 for round)
+    want = torch.diag(torch.round(x * 4) / 4 + x)
+    np.testing.assert_allclose(di.jacobian(backend, rule, x), want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(di.pushforward(backend, rule, x, t), want @ t, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(di.pullback(backend, rule, x, t), want @ t, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(di.gradient(backend, lambda z: rule(z).sum(), x), torch.diag(want), rtol=1e-12)
+
+    def stopped(z):  # z[0] read under f's own no_grad: a constant of torch's derivative
+        with torch.no_grad():
+            s = z.tolist()[0]
+        return (z * s).sum() + z[0] ** 2
+
+    xt = x.detach().requires_grad_()
+    want = torch.autograd.grad(stopped(xt), xt)[0]  # torch's own: s + 2 z0, s, s
+    torch.testing.assert_close(want, torch.tensor([0.9, 0.3, 0.3], dtype=torch.float64))
+    torch.testing.assert_close(di.gradient(backend, stopped, x), want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(di.pushforward(backend, stopped, x, t), (want * t).sum(), rtol=1e-12, atol=0)
+
+    escaping = lambda z: z[0].item() * z[1] + z[0] ** 2  # noqa: E731
+    with torch.no_grad():  # the caller's: reads still count
+        with pytest.raises(LostDerivativeError, match=r"\.item\(\)"):
+            di.gradient(backend, escaping, x)
+        with pytest.raises(LostDerivativeError, match=r"\.item\(\)"):
+            di.pushforward(backend, escaping, x, t)
+
+
+@needs_torch
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
 def test_38_2_a_prep_keeps_watching_f_that_branches_on_x(mode):
     import torch
