@@ -511,7 +511,7 @@ def test_a_summary_lives_on_its_codes_record_and_finds_closed_where_first_read()
     key = id(new.__code__)
     del new
     gc.collect()
-    assert held() is None and key not in code._CODE_FACTS  # the record, and its summary, went with the code
+    assert held() is None and key not in code.RECORDS  # the record, and its summary, went with the code
 
 
 def test_a_helper_met_through_recursion_is_not_summarised_on_a_provisional_answer():

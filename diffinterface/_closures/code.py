@@ -145,28 +145,28 @@ class CodeRecord:
         self.summary: Any = None
 
 
-_CODE_FACTS: dict[int, CodeRecord] = {}
+RECORDS: dict[int, CodeRecord] = {}
 
 
 def _forget(key: int, owner: weakref.ref[types.CodeType]) -> None:
     """A code's record leaves the table with it (a weak reference's callback)."""
-    kept = _CODE_FACTS.get(key)
+    kept = RECORDS.get(key)
     if kept is not None and kept.owner is owner:
-        _CODE_FACTS.pop(key, None)
+        RECORDS.pop(key, None)
 
 
 def code_record(code: types.CodeType) -> CodeRecord:
     """The record of ``code``, made at its first reading."""
-    kept = _CODE_FACTS.get(id(code))
+    kept = RECORDS.get(id(code))
     if kept is not None and kept.owner() is code:
         return kept
-    kept = _CODE_FACTS[id(code)] = CodeRecord(code)
+    kept = RECORDS[id(code)] = CodeRecord(code)
     return kept
 
 
 def code_facts(code: types.CodeType) -> tuple[bool, tuple[str, ...]]:
     """Whether ``code`` writes captured state (:func:`_read`), and the module globals it names, sorted."""
-    kept = _CODE_FACTS.get(id(code))
+    kept = RECORDS.get(id(code))
     if kept is not None and kept.owner() is code:
         return kept.facts
     return code_record(code).facts

@@ -37,7 +37,7 @@ import numpy as np
 
 from .._core import arrays as _arrays
 from . import namespaces
-from .code import _CODE_FACTS as _RECORDS
+from .code import RECORDS as _RECORDS
 from .code import CodeRecord
 
 TERMINAL = (

@@ -75,7 +75,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from .._closures import summaries
-from .._closures.code import _CODE_FACTS as CODE_RECORDS
+from .._closures.code import RECORDS as CODE_RECORDS
 from .._closures.code import code_record
 from .._closures.slots import Slots, own_objects, slots_of
 from .prep import Prep, signature
