@@ -120,6 +120,20 @@ def backend_params(modes=(None,), *, finite_diff: bool = False) -> list:
     return out
 
 
+def covering(scenarios: list) -> list:
+    """The scenarios that add an (operator, function) or an (operator, variant) pair not seen yet: a
+    family's or a mode's run of the catalogue where what it adds (conversion in and out, the dtype
+    kept) shows on each operator with each function kind and each closure or context variant once."""
+    seen, out = set(), []
+    for s in scenarios:
+        operator, function, *variant = s.name.split("/")
+        keys = {(operator, function), (operator, "/".join(variant))}
+        if not keys <= seen:
+            seen |= keys
+            out.append(s)
+    return out
+
+
 def family_params(families=("numpy", "jax", "torch")) -> list:
     out = []
     for fam in families:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import family_params, installed
+from conftest import covering, family_params, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 SECOND = ("second_derivative", "hvp", "hessian")
@@ -35,9 +35,15 @@ def test_numpy_float32(scenario, method):
 @pytest.mark.parametrize("family", family_params(("jax", "torch")))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 def test_other_families(family, dtype):
-    # One test per family and dtype (the jax one takes seconds); the failures are listed together.
-    outcomes = test_differentiation([di.AutoFiniteDiff()], default_scenarios(family, dtype))
-    assert len(outcomes) == len(default_scenarios(family, dtype)) > 300
+    # One test per family and dtype; the failures are listed together. On jax arrays, whose every
+    # operation f runs eagerly is a dispatch of its own, the scenarios that cover each operator with each
+    # function kind and variant (195 of 468: the whole catalogue took 54 s in float64 and 33 s in
+    # float32 of the suite on 2 cores, 2026-12-07); on torch tensors all of them (7 s)
+    scenarios = default_scenarios(family, dtype)
+    if family == "jax":
+        scenarios = covering(scenarios)
+    outcomes = test_differentiation([di.AutoFiniteDiff()], scenarios)
+    assert len(outcomes) == len(scenarios) > 150
 
 
 @pytest.mark.skipif(not installed("torch"), reason='torch is not installed: pip install "diffinterface[torch]"')

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import MODE_IDS, MODES, family_dtype_params, first_calls_are_checked_not_walked, installed
+from conftest import MODE_IDS, MODES, covering, family_dtype_params, first_calls_are_checked_not_walked, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("jax"), reason='jax is not installed: pip install "diffinterface[jax]"')
@@ -35,19 +35,7 @@ def test_catalogue_on_each_family(family, dtype):
     # program per scenario: the whole catalogue took 85 s per family on the 2-core machine). Each
     # family and each dtype once: torch float32 (39 s) takes the conversion that torch float64 takes,
     # with the dtype kept as numpy float32's is; dropped to keep the suite near 15 minutes
-    test_differentiation([di.AutoJAX()], _covering(default_scenarios(family, dtype)))
-
-
-def _covering(scenarios: list) -> list:
-    """The scenarios that add an (operator, function) or an (operator, variant) pair not seen yet."""
-    seen, out = set(), []
-    for s in scenarios:
-        operator, function, *variant = s.name.split("/")
-        keys = {(operator, function), (operator, "/".join(variant))}
-        if not keys <= seen:
-            seen |= keys
-            out.append(s)
-    return out
+    test_differentiation([di.AutoJAX()], covering(default_scenarios(family, dtype)))
 
 
 def test_catalogue_without_jit():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import diffinterface as di
-from conftest import MODE_IDS, MODES, family_dtype_params, first_calls_are_checked_not_walked, installed
+from conftest import MODE_IDS, MODES, covering, family_dtype_params, first_calls_are_checked_not_walked, installed
 from diffinterface.testing import check_scenario, default_scenarios, test_differentiation
 
 pytestmark = pytest.mark.skipif(not installed("mlx"), reason='mlx is not installed: pip install "diffinterface[mlx]"')
@@ -16,18 +16,6 @@ pytestmark = pytest.mark.skipif(not installed("mlx"), reason='mlx is not install
 SCENARIOS = default_scenarios("numpy", np.float64)
 
 
-def _covering(scenarios: list) -> list:
-    """The scenarios that add an (operator, function) or an (operator, variant) pair not seen yet."""
-    seen, out = set(), []
-    for s in scenarios:
-        operator, function, *variant = s.name.split("/")
-        keys = {(operator, function), (operator, "/".join(variant))}
-        if not keys <= seen:
-            seen |= keys
-            out.append(s)
-    return out
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_catalogue_float64_numpy_inputs(scenario):
     check_scenario(di.AutoMLX(), scenario)  # float64 tolerance: AutoMLX.tolerance (MLX's float32 sin/cos/exp)
@@ -35,7 +23,7 @@ def test_catalogue_float64_numpy_inputs(scenario):
 
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
 def test_catalogue_in_each_mode(mode):
-    outcomes = test_differentiation([di.AutoMLX(mode=mode)], _covering(SCENARIOS))
+    outcomes = test_differentiation([di.AutoMLX(mode=mode)], covering(SCENARIOS))
     assert len(outcomes) > 100
 
 
@@ -46,7 +34,7 @@ def test_catalogue_on_each_family(family, dtype):
     # complex scenarios on float32 (complex64, which MLX has) are differentiated, on float64 refused;
     # sparse results for MLX arrays are not built (the clear error is tested below)
     scenarios = [s for s in default_scenarios(family, dtype) if not (family == "mlx" and s.sparse)]
-    outcomes = test_differentiation([di.AutoMLX()], _covering(scenarios))
+    outcomes = test_differentiation([di.AutoMLX()], covering(scenarios))
     assert len(outcomes) > 100
 
 
