@@ -19,9 +19,11 @@ import importlib.metadata
 import importlib.util
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -61,34 +63,58 @@ def _tests_dir() -> Path:
     tests = cache / f"autograd-{VERSION}" / "tests"
     if not tests.is_dir():
         cache.mkdir(exist_ok=True)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "-d",
-                str(cache),
-                f"autograd=={VERSION}",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        archive = cache / f"autograd-{VERSION}.tar.gz"
-        if done.returncode != 0 or not archive.exists():
-            raise RuntimeError(
-                f"autograd's tests ship in its source distribution, which could not be downloaded "
-                f"(pip download autograd=={VERSION} --no-binary :all:):\n{done.stderr[-2000:]}\n"
-                f"Set DIFFINTERFACE_AUTOGRAD_SDIST to an unpacked copy, or skip with -m 'not catalogue'."
+        staging = Path(tempfile.mkdtemp(prefix="download-", dir=cache))
+        try:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "-d",
+                    str(staging),
+                    f"autograd=={VERSION}",
+                ],
+                capture_output=True,
+                text=True,
             )
-        with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(f"autograd-{VERSION}/tests/")]
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12
-            tar.extractall(cache, members=members, **safe)
+            archive = staging / f"autograd-{VERSION}.tar.gz"
+            if done.returncode != 0 or not archive.exists():
+                raise RuntimeError(
+                    f"autograd's tests ship in its source distribution, which could not be downloaded "
+                    f"(pip download autograd=={VERSION} --no-binary :all:):\n{done.stderr[-2000:]}\n"
+                    f"Set DIFFINTERFACE_AUTOGRAD_SDIST to an unpacked copy, or skip with -m 'not catalogue'."
+                )
+            _unpack_tests(archive, f"autograd-{VERSION}", cache)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return tests
+
+
+def _unpack_tests(archive: Path, top: str, cache: Path) -> None:
+    """Unpack ``top/tests/`` of ``archive`` as ``cache/top``, safe when several processes do it at once.
+
+    Each process (one per pytest-xdist worker, all collecting this module on a fresh clone) extracts into
+    a folder of its own and renames the finished ``top`` into place: a rename is atomic, so the folder
+    in ``cache`` is whole or absent, and a process that finds it already placed by another uses that one.
+    (Extracting straight into ``cache`` from two workers failed in CI: tarfile's ``makedirs`` raced.)
+    """
+    own = Path(tempfile.mkdtemp(prefix="unpack-", dir=cache))
+    try:
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/tests/")]
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12
+            tar.extractall(own, members=members, **safe)
+        try:
+            os.rename(own / top, cache / top)
+        except OSError:
+            if not (cache / top / "tests").is_dir():
+                raise
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def _load(tests: Path) -> dict:
@@ -297,3 +323,41 @@ def test_autograd_test_function_agrees_with_autograd_or_raises(fn, kwargs):
     finally:
         _Run.current = None
     assert not run.wrong, "\n".join(run.wrong)
+
+
+def test_the_tests_unpack_whole_when_several_workers_unpack_them_at_once(tmp_path):
+    """Each pytest-xdist worker collects this module; on a fresh clone all of them unpack at once."""
+    import io
+    import threading
+
+    archive = tmp_path / "pkg-1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for i in range(200):
+            data = f"x = {i}\n".encode()
+            info = tarfile.TarInfo(f"pkg-1/tests/sub{i % 20}/m{i}.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("pkg-1/src/other.py")  # outside tests/: left out
+        tar.addfile(info, io.BytesIO(b""))
+    for trial in range(10):  # extracting straight into the cache failed 17 of 20 such trials
+        cache = tmp_path / f"cache{trial}"
+        cache.mkdir()
+        start, errors = threading.Barrier(4), []
+
+        def unpack():
+            start.wait()
+            try:
+                _unpack_tests(archive, "pkg-1", cache)
+            except Exception as error:  # noqa: BLE001 - collected, asserted below
+                errors.append(error)
+
+        workers = [threading.Thread(target=unpack) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        assert sorted(p.name for p in cache.iterdir()) == ["pkg-1"]  # the staging folders are gone
+        files = sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*.py"))
+        assert files == sorted(f"pkg-1/tests/sub{i % 20}/m{i}.py" for i in range(200))
+        assert (cache / "pkg-1" / "tests" / "sub3" / "m23.py").read_text() == "x = 23\n"
