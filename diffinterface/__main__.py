@@ -5,7 +5,9 @@
 array family (passed, refused, failed, time: "refused" is a complex x the backend declares it does not
 differentiate, checked to be the call's TypeError), each failure in full and the warnings raised, once each; it
 exits with status 1 if anything failed. ``--verbose`` adds the table of every scenario,
-``--json FILE`` writes every result. ``bench`` writes its tables (CSV, markdown) and plots (PNG)
+``--json FILE`` writes every result, ``--scenario GLOB`` picks scenarios by name. With more than one
+backend or family, each (backend, family) runs in a fresh process of its own (``testing/_check.py``
+says why), ``--in-process`` runs them all here. ``bench`` writes its tables (CSV, markdown) and plots (PNG)
 into ``--out`` (default ``diffinterface-bench/``) and prints where; a quick subset by default,
 ``--full`` for all.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.util
 import json
 import shutil
@@ -24,11 +27,17 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 from ._core.configs import adapter_for, check_available, has_adapter, registered_backends
 from ._frontend.reuse import prep_cache
+from .testing._check import (
+    chosen_scenarios,
+    count_warnings,
+    jax_compilation_cache,
+    row,
+    run_apart,
+)
 
 
 def _clock(seconds: float) -> str:
@@ -114,50 +123,6 @@ def _summary(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list
     return lines
 
 
-# Warnings that say nothing about the derivatives being checked, left out of the report, each with
-# why: array-api-compat notes that a caller (SciPy) asked for an older version of the array API
-# standard than the namespace it returns implements; the newer one is a superset for what is used.
-KNOWN_WARNINGS = ("version of the array API specification was requested but the returned namespace is actually",)
-
-
-def _known_warning(message: warnings.WarningMessage) -> bool:
-    return any(text in str(message.message) for text in KNOWN_WARNINGS)
-
-
-@contextlib.contextmanager
-def _jax_compilation_cache(directory: str | None) -> Iterator[None]:
-    """JAX's persistent compilation cache for the length of a check, in ``directory`` (kept: a later
-    check reuses it) or a temporary one (removed after).
-
-    Nearly all of check's JAX time is XLA compiling: the scenarios' unprepared calls run eagerly (a
-    small program per primitive and shape) and each preparation compiles its value and plain forms.
-    The same programs come back for the numpy and torch families (both float64) and in every later
-    check; JAX's cache, keyed by the program, the compile options and the versions, gives back the
-    executable XLA built for it the first time, so nothing that is tested changes. The settings are
-    put back afterwards (a check run inside another program leaves JAX as it found it)."""
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
-    folder = directory or tempfile.mkdtemp(prefix="diffinterface-check-jax-")
-    settings: dict[str, Any] = {
-        "jax_compilation_cache_dir": folder,
-        "jax_persistent_cache_min_compile_time_secs": 0.0,  # the eager programs compile in ~10 ms each
-        "jax_persistent_cache_min_entry_size_bytes": -1,
-    }
-    before = {name: getattr(jax.config, name) for name in settings}
-    for name, value in settings.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()  # a process that compiled before has already decided not to cache
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
-        if directory is None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
@@ -172,6 +137,18 @@ def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="array family of the inputs (numpy, jax, torch: those whose library is installed); repeatable; "
         "default: all installed",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        metavar="GLOB",
+        help="only the scenarios whose name matches GLOB (e.g. 'gradient/*'); repeatable; default: all",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every backend and family in this process; by default, with more than one, each runs in a "
+        "fresh process of its own, so that what an engine keeps (its compiled code) goes when its run ends",
     )
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument(
@@ -205,7 +182,7 @@ CHECK_HELP = (
 def check(argv: list[str] | argparse.Namespace) -> int:
     args = argv if isinstance(argv, argparse.Namespace) else _check_parser().parse_args(argv)
 
-    from .testing import available_families, default_scenarios, test_differentiation
+    from .testing import available_families, test_differentiation
 
     backends, skipped = _select(args.backend)
     families = args.family or available_families()
@@ -218,6 +195,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
         adapter_for(backend, "diffinterface check")  # as it loads (TensorFlow's log lines) comes first
     columns: list[tuple[str, str]] = []
     rows: list[dict[str, Any]] = []
+    counts: dict[tuple[str, str, str], int] = {}
     start = time.perf_counter()
     uses_jax = any(b.engine == "jax" for b in backends) or (
         "jax" in families and importlib.util.find_spec("jax") is not None
@@ -225,36 +203,48 @@ def check(argv: list[str] | argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")  # each is counted here and reported once, after the results
-        if uses_jax:
-            stack.enter_context(_jax_compilation_cache(args.jax_cache))
-        plan = [(b, fam, default_scenarios(fam)) for b in backends for fam in families]
+        plan = [(b, fam, chosen_scenarios(fam, args.scenario)) for b in backends for fam in families]
+        apart = len(plan) > 1 and not args.in_process
+        jax_cache = None
+        if uses_jax and apart:  # each process sets JAX's cache to the folder: what one compiled, the next finds
+            jax_cache = args.jax_cache or stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="diffinterface-check-jax-")
+            )
+        elif uses_jax:
+            stack.enter_context(jax_compilation_cache(args.jax_cache))
         total = sum(len(s) for _, _, s in plan)
+        if not total:
+            print(f"no scenario of the catalogue matches --scenario {' or '.join(args.scenario)}")
+            return 1
         show, done = _progress(sys.stderr), 0
         for backend, fam, scenarios in plan:
             columns.append((repr(backend), fam))
-
-            def progress(
-                i: int, n: int, outcome: Any, column: str = f"{backend!r} [{fam}]", offset: int = done
-            ) -> None:
-                show(offset + i, total, f"{column}  {outcome.scenario.name}")
-
-            for o in test_differentiation([backend], scenarios, raise_on_failure=False, progress=progress):
-                rows.append(
-                    {
-                        "scenario": o.scenario.name,
-                        "backend": repr(backend),
-                        "family": fam,
-                        "passed": o.error is None,
-                        "refused": o.refused,
-                        "error": o.error,
-                        "seconds": o.seconds,
-                    }
+            column = f"{backend!r} [{fam}]"
+            if apart:
+                got, theirs = run_apart(
+                    backend,
+                    fam,
+                    scenarios,
+                    args.scenario,
+                    jax_cache if backend.engine == "jax" or fam == "jax" else None,
+                    lambda i, name, column=column, offset=done: show(offset + i, total, f"{column}  {name}"),
                 )
+                rows.extend(got)
+                for key, n in theirs.items():
+                    counts[key] = counts.get(key, 0) + n
+            else:
+
+                def progress(i: int, n: int, outcome: Any, column: str = column, offset: int = done) -> None:
+                    show(offset + i, total, f"{column}  {outcome.scenario.name}")
+
+                for o in test_differentiation([backend], scenarios, raise_on_failure=False, progress=progress):
+                    rows.append(row(backend, fam, o))
+                # the scenarios live to the end of the check, and so would every preparation the unprepared
+                # calls kept for them (prep_cache, each holding its compiled programs: JAX's numpy column
+                # peaks at 3.46 GB with them, 2.24 without): none serves another column, so they go with it
+                prep_cache.clear()
             done += len(scenarios)
-            # the scenarios live to the end of the check, and so would every preparation the unprepared
-            # calls kept for them (prep_cache, each holding its compiled programs: JAX's numpy column
-            # peaks at 3.46 GB with them, 2.24 without): none serves another column, so they go with it
-            prep_cache.clear()
+        count_warnings(counts, caught)
     seconds = time.perf_counter() - start
     failures = [r for r in rows if not r["passed"]]
     refused = [r for r in rows if r["passed"] and r["refused"] is not None]
@@ -265,7 +255,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
         print(line)
     for r in failures:
         print(f"\nFAIL {r['scenario']} on {r['backend']} [{r['family']}]:\n  " + r["error"].replace("\n", "\n  "))
-    reported = _warnings(caught)
+    reported = [{"category": c, "message": m, "where": w, "count": n} for (c, m, w), n in counts.items()]
     if reported:
         print(f"\n{len(reported)} warning{'s' * (len(reported) > 1)} raised during the check (each once):")
         for w in reported:
@@ -294,17 +284,6 @@ def check(argv: list[str] | argparse.Namespace) -> int:
     )
     print(f"\n{len(rows) - len(failures) - len(refused)} passed, {refusals}{len(failures)} failed in {_clock(seconds)}")
     return 1 if failures else 0
-
-
-def _warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
-    """The warnings raised during a check, each distinct one once with how often it came."""
-    counts: dict[tuple[str, str, str], int] = {}
-    for w in caught:
-        if _known_warning(w):
-            continue
-        key = (w.category.__name__, str(w.message).splitlines()[0], f"{w.filename}:{w.lineno}")
-        counts[key] = counts.get(key, 0) + 1
-    return [{"category": c, "message": m, "where": where, "count": n} for (c, m, where), n in counts.items()]
 
 
 def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], failures_only: bool) -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import diffinterface as di
 import diffinterface.__main__ as cli
 import diffinterface.testing as testing
+import diffinterface.testing._check as column_run
 from conftest import installed
 from diffinterface.__main__ import main
 
@@ -130,7 +132,7 @@ def test_check_reports_a_warning_once_after_the_results(monkeypatch, capsys):
 
     def f(x):
         warnings.warn("a warning from the user's f", RuntimeWarning, stacklevel=1)
-        warnings.warn(f"The 2023.12 {cli.KNOWN_WARNINGS[0]} version 2025.12", UserWarning, stacklevel=1)
+        warnings.warn(f"The 2023.12 {column_run.KNOWN_WARNINGS[0]} version 2025.12", UserWarning, stacklevel=1)
         return good.f(x)
 
     noisy = dataclasses.replace(good, f=f, name="pushforward/noisy")
@@ -166,10 +168,66 @@ def test_check_drops_each_columns_kept_preparations_before_the_next(monkeypatch,
 
     monkeypatch.setattr(testing, "test_differentiation", counted)
     di.prep_cache.clear()
-    assert main(["check", "--backend", "finitediff", "--backend", "autograd", "--family", "numpy"]) == 0
+    argv = ["check", "--backend", "finitediff", "--backend", "autograd", "--family", "numpy", "--in-process"]
+    assert main(argv) == 0
     capsys.readouterr()
     assert held == [(3, 3), (3, 3)]  # one kept per scenario in each column, the first's gone before the second
     assert len(di.prep_cache) == 0
+
+
+@pytest.mark.skipif(
+    not installed("autograd"), reason='autograd is not installed: pip install "diffinterface[autograd]"'
+)
+def test_check_runs_each_column_in_a_process_of_its_own_with_the_same_results(monkeypatch, tmp_path, capsys):
+    """With more than one backend or family, each (backend, family) runs in a fresh process: what an
+    engine keeps of one column (its compiled code) goes when that process ends. Nothing runs in the
+    check's own process, and the results are those of the same check run there (``--in-process``)."""
+    argv = ["check", "--backend", "finitediff", "--backend", "autograd", "--family", "numpy"]
+    argv += ["--scenario", "gradient/*", "--scenario", "jacobian/vec_to_vec*"]
+    real, ran_here = testing.test_differentiation, []
+    monkeypatch.setattr(testing, "test_differentiation", lambda *a, **k: ran_here.append(1) or real(*a, **k))
+    records = {}
+    for how in ("apart", "in-process"):
+        path = tmp_path / f"{how}.json"
+        assert main(argv + ["--json", str(path)] + ["--in-process"] * (how == "in-process")) == 0
+        records[how] = json.loads(path.read_text())
+        assert len(ran_here) == (0 if how == "apart" else 2), how  # the columns ran in this process
+    capsys.readouterr()
+    apart, here = ({(r["backend"], r["scenario"]): r["passed"] for r in records[h]["results"]} for h in records)
+    assert apart == here
+    names = {name for _, name in apart}
+    assert all(n.startswith("gradient/") or n.startswith("jacobian/vec_to_vec") for n in names)
+    assert any(n.startswith("jacobian/") for n in names) and len(names) > 20
+    assert all(apart.values()) and records["apart"]["passed"] == len(apart) == 2 * len(names)
+
+
+def _exit_3() -> None:
+    import os
+
+    os._exit(3)  # as an engine that crashes its process does
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _DiesInItsProcess(di.AutoFiniteDiff):
+    def __repr__(self):
+        return "_DiesInItsProcess()"
+
+    def __reduce__(self):
+        return (_exit_3, ())  # the column's process dies as it receives the backend
+
+
+def test_a_column_whose_process_dies_is_a_failure_and_the_next_column_runs(monkeypatch, capsys):
+    monkeypatch.setattr(
+        cli, "registered_backends", lambda: {"dies": _DiesInItsProcess, "finitediff": di.AutoFiniteDiff}
+    )
+    argv = ["check", "--backend", "dies", "--backend", "finitediff", "--family", "numpy", "--scenario", "gradient/*"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    first = next(s.name for s in testing.default_scenarios() if s.name.startswith("gradient/"))
+    assert re.search(rf"^FAIL {re.escape(first)} on _DiesInItsProcess\(\) \[numpy\]:$", out, re.M)
+    assert "the process running this column ended (exit code 3) during this scenario, after 0 of" in out
+    assert re.search(r"^_DiesInItsProcess\(\)\s+numpy\s+0\s+0\s+1\s", out, re.M)
+    assert re.search(r"^AutoFiniteDiff\(\)\s+numpy\s+\d+\s+0\s+0\s", out, re.M)  # the next column ran
 
 
 def test_help_at_every_level_exits_0():
