@@ -70,6 +70,7 @@ from diffinterface.extend import (
     const_write_error,
     context_values,
     contract_all,
+    copy_leaf,
     duplicate,
     family,
     family_of_type,
@@ -313,7 +314,8 @@ class _Function:
                 if contexts
                 else ()
             )
-            fn = target.f if target.plain else target.instance(WritableArray, guard=_read_only if aliased else None)
+            leaf = _copied_stand_in if target.copy_state else WritableArray
+            fn = target.f if target.plain else target.instance(leaf, guard=_read_only if aliased else None)
             return unwrap(fn(x, *values))
 
         # f reads its captured arrays and constants as read-only numpy views (built once, see
@@ -438,6 +440,13 @@ def _leaked(error: BaseException) -> bool:
 
 
 _read_only = WritableArray._wrap  # a captured array as a read-only numpy view: a write raises
+
+
+def _copied_stand_in(value: Any) -> WritableArray:
+    """A stand-in over a copy of a captured array, for a call whose ``x`` or contexts are of a family
+    that writes through numpy's read-only flag (``Target.copy_state``: torch's ``asarray`` of a stand-in
+    shares the memory of the array it holds)."""
+    return WritableArray(copy_leaf(value))
 
 
 def _numpy_leaf(value: Array) -> Array:

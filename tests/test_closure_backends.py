@@ -1009,3 +1009,43 @@ def test_a_view_written_under_const_closure_is_the_calls_error(backend):
     backend = type(backend)(closure="const")
     with pytest.raises((TypeError, ValueError, di.LostDerivativeError), match=r"^jacobian\(.*closure='const'"):
         di.jacobian(backend, f, np.array([2.0, 3.0]))
+
+
+_SHARED_BY_TORCH = np.array([1.0, 2.0])  # a module global f converts with torch.asarray
+
+
+@pytest.mark.parametrize("operator", ["gradient", "jacobian"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_writing_into_a_captured_numpy_array_never_reaches_the_users(backend, operator):
+    """torch makes a writable tensor over a numpy array's memory whatever numpy's read-only flag says
+    (``torch.asarray``, ``torch.from_numpy``): a read-only view of the user's array, the guard against
+    writes of the finite differences' and autograd's adapters, guards nothing there. With torch
+    inputs, ``f`` gets copies: the derivative is right (or the engine's error), and neither the captured
+    array nor a ``Constant`` ever changes (finite differences gave -247707 and left the array at [6, 7])."""
+    torch = pytest.importorskip("torch")
+    constant = np.array([1.0, 2.0])
+
+    def captured(x):
+        c = torch.asarray(_SHARED_BY_TORCH)
+        c.add_(1.0)  # each call's f sees [1, 2] + 1: the derivative of sum(c * x) is [2, 3]
+        return c * x if operator == "jacobian" else (c * x).sum()
+
+    def given(x, k):
+        c = torch.asarray(k)
+        c.add_(1.0)
+        return c * x if operator == "jacobian" else (c * x).sum()
+
+    expected = np.array([2.0, 3.0]) if operator == "gradient" else np.diag([2.0, 3.0])
+    op = getattr(di, operator)
+    for f, contexts in ((captured, ()), (given, (di.Constant(constant),))):
+        _SHARED_BY_TORCH[:] = [1.0, 2.0]
+        x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        for _ in range(3):  # the third call without prep= prepares (and keeps) a preparation
+            try:
+                result = op(backend, f, x, *contexts)
+            except Exception:  # noqa: BLE001 - an engine that cannot run torch code in f says so
+                pass
+            else:
+                np.testing.assert_allclose(np.asarray(result), expected, rtol=_tol(backend) * 1e3, atol=1e-6)
+            np.testing.assert_array_equal(_SHARED_BY_TORCH, [1.0, 2.0])
+            np.testing.assert_array_equal(constant, [1.0, 2.0])

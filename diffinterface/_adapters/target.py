@@ -41,6 +41,7 @@ class Target:
         "operator",
         "tangents",
         "y_shape",
+        "copy_state",
     )
 
     def __init__(
@@ -76,6 +77,19 @@ class Target:
         self.f = self.over(f)  # adapters call it only without y (``plain``)
         # Constant contexts reach f as guarded aliases (like captured arrays) until f writes into one
         self.constant_aliases = True
+        # whether f must get copies of the captured numpy arrays, never views of the user's, however
+        # guarded (without_aliases): an adapter whose stand-ins read the user's memory copies it first
+        self.copy_state = False
+
+    def without_aliases(self) -> None:
+        """Copies of the captured arrays and ``Constant`` contexts for ``f`` from the start, never guarded
+        aliases of the user's: where ``x`` or a context is of a family that writes through numpy's
+        read-only flag (``ArrayFamily.ignores_numpy_read_only``: torch), a read-only view guards
+        nothing against ``torch.asarray(view).add_(1)`` in ``f``."""
+        if self.plan is not None:
+            self.plan.aliases = False
+        self.constant_aliases = False
+        self.copy_state = True
 
     @property
     def stateless(self) -> bool:

@@ -78,6 +78,12 @@ class ArrayFamily:
       for arrays alike, so the comparison is by identity; a JAX array's ``shape`` and ``dtype`` are
       Python properties, 0.13 us the pair against 0.02). The prepared fast path compares it in place
       of the pair; arrays whose attributes differ take the full check, which compares shape and dtype.
+    - ``ignores_numpy_read_only`` (optional, default False): the library makes writable arrays over a
+      numpy array's memory, which numpy's read-only flag does not stop (torch's ``asarray``,
+      ``as_tensor`` and ``from_numpy`` share it, with a warning once per process). Where ``x`` or a
+      context is of such a family, ``f`` gets copies of its captured numpy arrays and ``Constant``
+      contexts, not read-only views of the user's (``read_only_alias``, the eager adapters' guard
+      against writes): ``torch.asarray(C).add_(1)`` in ``f`` would write the user's ``C`` past it.
     """
 
     __slots__ = (
@@ -94,6 +100,7 @@ class ArrayFamily:
         "accuracy",
         "constant_types",
         "key_attribute",
+        "ignores_numpy_read_only",
         "_stateful_type",
     )
     name: str
@@ -109,6 +116,7 @@ class ArrayFamily:
     accuracy: Callable[[Any], float | None]
     constant_types: tuple[str, ...]
     key_attribute: str | None
+    ignores_numpy_read_only: bool
 
     def __init__(
         self,
@@ -125,6 +133,7 @@ class ArrayFamily:
         accuracy: Callable[[Any], float | None] | None = None,
         constant_types: tuple[str, ...] = (),
         key_attribute: str | None = None,
+        ignores_numpy_read_only: bool = False,
     ) -> None:
         if isinstance(constant_types, str):
             raise TypeError(
@@ -146,6 +155,7 @@ class ArrayFamily:
         self.accuracy = accuracy or _dtype_accuracy
         self.constant_types = tuple(constant_types)
         self.key_attribute = key_attribute
+        self.ignores_numpy_read_only = ignores_numpy_read_only
         self._stateful_type: Any = None  # module_type once resolved (a loaded module stays loaded)
 
     def type(self) -> Any:
@@ -262,6 +272,17 @@ def key_attribute(values: tuple[Any, ...]) -> str | None:
     return attr if attr is not None and all(hasattr(v, attr) for v in values) else None
 
 
+def ignores_numpy_read_only(values: tuple[Any, ...]) -> bool:
+    """Whether one of ``values`` (arrays, numbers) is of a family that writes through numpy's read-only
+    flag (:attr:`ArrayFamily.ignores_numpy_read_only`): its calls' ``f`` gets no read-only views."""
+    for value in values:
+        name = family_of_type(type(value))
+        record = None if name is None else _FAMILIES.get(name)
+        if record is not None and record.ignores_numpy_read_only:
+            return True
+    return False
+
+
 def family_accuracy(fam: str | None, dtype: Any) -> float | None:
     """The relative accuracy of family ``fam``'s arithmetic in ``dtype`` where it is coarser than
     ``dtype``'s epsilon (its record's :attr:`ArrayFamily.accuracy`), None where it is not or ``fam`` is
@@ -375,6 +396,7 @@ register_family(
         module_type="torch.nn.Module",
         children="_modules",
         constant_types=("torch.dtype", "torch.device"),
+        ignores_numpy_read_only=True,
     )
 )
 register_family(

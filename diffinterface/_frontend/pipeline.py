@@ -25,6 +25,7 @@ from .._core.arrays import (
     describe,
     families,
     family,
+    ignores_numpy_read_only,
     is_real_floating,
     output_like,
     private_copy,
@@ -289,6 +290,8 @@ def _prepare(
     first = tangents if oneshot and tangent_name == "tx" else None  # what a one-shot output_info may use
     try:
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=first)
+        if ignores_numpy_read_only((x_in, y, *[c.value for c in contexts])):
+            target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
         if layout is not None:
@@ -296,6 +299,8 @@ def _prepare(
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=None)
+        if ignores_numpy_read_only((x_in, y, *[c.value for c in contexts])):
+            target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
         _check_structured(operator, adapter, layout, call)
