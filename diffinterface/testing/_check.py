@@ -24,7 +24,13 @@ from .._core.configs import adapter_for
 # Warnings that say nothing about the derivatives being checked, left out of the report, each with
 # why: array-api-compat notes that a caller (SciPy) asked for an older version of the array API
 # standard than the namespace it returns implements; the newer one is a superset for what is used.
-KNOWN_WARNINGS = ("version of the array API specification was requested but the returned namespace is actually",)
+# torch's forward mode, at its first use in a process, loads its JVP decompositions with its own
+# ``torch.jit.script``, which torch 2.13 deprecates (torch/_decomp/decompositions_for_jvp.py): each
+# check process running torch's pushforwards got it 18 times.
+KNOWN_WARNINGS = (
+    "version of the array API specification was requested but the returned namespace is actually",
+    "`torch.jit.script` is deprecated. Please switch to `torch.compile` or `torch.export`.",
+)
 
 
 def _known_warning(message: warnings.WarningMessage) -> bool:
