@@ -281,6 +281,11 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise():
     assert "\r" not in plain.getvalue() and plain.getvalue().splitlines()[-1].startswith("  4/4 (100%)")
 
 
+def test_check_says_when_no_scenario_matches(capsys):
+    assert main(["check", "--backend", "finitediff", "--family", "numpy", "--scenario", "gradiant/*"]) == 1
+    assert capsys.readouterr().out == "no scenario of the catalogue matches --scenario gradiant/*\n"
+
+
 def test_check_rejects_an_unknown_backend():
     run = subprocess.run(
         [sys.executable, "-m", "diffinterface", "check", "--backend", "enzyme"], capture_output=True, text=True
