@@ -1,8 +1,9 @@
 """``python -m diffinterface check``'s run of one backend on one array family, in the process that
 runs the check (``--in-process``) or, by default with more than one, in a fresh process of its own:
 the engines keep what they compiled for as long as the process lives (PyTensor's numba code, XLA's
-executables), so seven engines' columns in one process took 40 minutes and 14 GB on a 2-core
-machine, most of it what earlier columns left behind.
+executables): the seven engines' check in one process was stopped at 80% after 40 minutes and 13.9 GB
+on a 2-core machine, and takes 27 minutes and 5.2 GB at most for all its processes a column at a
+time (docs/testing.md).
 """
 
 from __future__ import annotations
