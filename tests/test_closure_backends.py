@@ -1037,9 +1037,21 @@ def test_torch_writing_into_a_captured_numpy_array_never_reaches_the_users(backe
 
     expected = np.array([2.0, 3.0]) if operator == "gradient" else np.diag([2.0, 3.0])
     op = getattr(di, operator)
-    for f, contexts in ((captured, ()), (given, (di.Constant(constant),))):
+
+    def given_in_a_dict(x, k):  # x numpy, a torch tensor among the contexts: torch is in play as well
+        c = torch.asarray(k["c"])
+        c.add_(1.0)
+        y = c.numpy() * x + 0.0 * k["t"].numpy()
+        return y if operator == "jacobian" else y.sum()
+
+    cases = (
+        (captured, (), "torch"),
+        (given, (di.Constant(constant),), "torch"),
+        (given_in_a_dict, (di.Constant({"c": constant, "t": torch.zeros(1, dtype=torch.float64)}),), "numpy"),
+    )
+    for f, contexts, fam in cases:
         _SHARED_BY_TORCH[:] = [1.0, 2.0]
-        x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        x = torch.tensor([1.0, 2.0], dtype=torch.float64) if fam == "torch" else np.array([1.0, 2.0])
         for _ in range(3):  # the third call without prep= prepares (and keeps) a preparation
             try:
                 result = op(backend, f, x, *contexts)

@@ -272,15 +272,12 @@ def key_attribute(values: tuple[Any, ...]) -> str | None:
     return attr if attr is not None and all(hasattr(v, attr) for v in values) else None
 
 
-def ignores_numpy_read_only(values: tuple[Any, ...]) -> bool:
-    """Whether one of ``values`` (arrays, numbers) is of a family that writes through numpy's read-only
-    flag (:attr:`ArrayFamily.ignores_numpy_read_only`): its calls' ``f`` gets no read-only views."""
-    for value in values:
-        name = family_of_type(type(value))
-        record = None if name is None else _FAMILIES.get(name)
-        if record is not None and record.ignores_numpy_read_only:
-            return True
-    return False
+def ignores_numpy_read_only(value: Any) -> bool:
+    """Whether ``value`` is an array of a family that writes through numpy's read-only flag
+    (:attr:`ArrayFamily.ignores_numpy_read_only`): a call with one gives ``f`` no read-only views."""
+    name = family_of_type(type(value))
+    record = None if name is None else _FAMILIES.get(name)
+    return record is not None and record.ignores_numpy_read_only
 
 
 def family_accuracy(fam: str | None, dtype: Any) -> float | None:

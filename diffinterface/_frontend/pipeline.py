@@ -17,6 +17,7 @@ import numpy as np
 from .._adapters.contract import SecondOrderAdapter, Unserved
 from .._adapters.target import Target
 from .._closures.diagnose import const_trace_checked
+from .._closures.plan import any_leaf
 from .._closures.slots import slots_of
 from .._core.arrays import (
     NUMPY,
@@ -290,7 +291,7 @@ def _prepare(
     first = tangents if oneshot and tangent_name == "tx" else None  # what a one-shot output_info may use
     try:
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=first)
-        if ignores_numpy_read_only((x_in, y, *[c.value for c in contexts])):
+        if any_leaf((x_in, y, [c.value for c in contexts]), ignores_numpy_read_only):
             target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
@@ -299,7 +300,7 @@ def _prepare(
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=None)
-        if ignores_numpy_read_only((x_in, y, *[c.value for c in contexts])):
+        if any_leaf((x_in, y, [c.value for c in contexts]), ignores_numpy_read_only):
             target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
