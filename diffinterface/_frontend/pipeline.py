@@ -289,9 +289,15 @@ def _prepare(
     # f evaluated at x here may write into its input: never the user's x (an adapter that copies_x guards it itself)
     x_eval = x_in if adapter.copies_x else private_copy(x_in)
     first = tangents if oneshot and tangent_name == "tx" else None  # what a one-shot output_info may use
+    # torch's asarray writes through numpy's read-only views: with a torch x, y or context, f gets copies
+    unguarded = (
+        ignores_numpy_read_only(x_in)
+        or (y is not None and ignores_numpy_read_only(y))
+        or (bool(contexts) and any_leaf([c.value for c in contexts], ignores_numpy_read_only))
+    )
     try:
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=first)
-        if any_leaf((x_in, y, [c.value for c in contexts]), ignores_numpy_read_only):
+        if unguarded:
             target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     except StructuredOutputError:
@@ -300,7 +306,7 @@ def _prepare(
         layout = Layout(Structure.of(x_in, "x"), call)  # f(x) is a structure: the flat problem ravels it
         x_leaves, tangent_leaves = [x_in], tuple([t] for t in tangents)
         target = Target(f, y, closure, call, layout, aux=has_aux, operator=inner_operator, tangents=None)
-        if any_leaf((x_in, y, [c.value for c in contexts]), ignores_numpy_read_only):
+        if unguarded:
             target.without_aliases()
         info = _output_info(adapter, target, x_eval, contexts, oneshot)
     if layout is not None:
