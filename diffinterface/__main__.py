@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from typing import Any
 
 from ._core.configs import adapter_for, check_available, has_adapter, registered_backends
@@ -194,7 +195,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
         adapter_for(backend, "diffinterface check")  # as it loads (TensorFlow's log lines) comes first
     columns: list[tuple[str, str]] = []
     rows: list[dict[str, Any]] = []
-    counts: dict[tuple[str, str, str], int] = {}
+    counts: Counter[tuple[str, str, str]] = Counter()
     start = time.perf_counter()
     uses_jax = any(b.engine == "jax" for b in backends) or (
         "jax" in families and importlib.util.find_spec("jax") is not None
@@ -229,8 +230,7 @@ def check(argv: list[str] | argparse.Namespace) -> int:
                     lambda i, name, column=column, offset=done: show(offset + i, total, f"{column}  {name}"),
                 )
                 rows.extend(got)
-                for key, n in theirs.items():
-                    counts[key] = counts.get(key, 0) + n
+                counts.update(theirs)
             else:
 
                 def progress(i: int, n: int, outcome: Any, column: str = column, offset: int = done) -> None:

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,23 +82,29 @@ def chosen_scenarios(family: str, patterns: list[str] | None) -> list:
 
 
 def row(backend: Any, family: str, outcome: Any) -> dict[str, Any]:
+    """One scenario's result as ``check`` reports it (its JSON record)."""
+    return _row(backend, family, outcome.scenario.name, outcome.error, outcome.refused, outcome.seconds)
+
+
+def _row(backend: Any, family: str, scenario: str, error: str | None, refused: str | None, seconds: float) -> dict:
     return {
-        "scenario": outcome.scenario.name,
+        "scenario": scenario,
         "backend": repr(backend),
         "family": family,
-        "passed": outcome.error is None,
-        "refused": outcome.refused,
-        "error": outcome.error,
-        "seconds": outcome.seconds,
+        "passed": error is None,
+        "refused": refused,
+        "error": error,
+        "seconds": seconds,
     }
 
 
-def count_warnings(counts: dict[tuple[str, str, str], int], caught: list[warnings.WarningMessage]) -> None:
+def count_warnings(counts: Counter[tuple[str, str, str]], caught: list[warnings.WarningMessage]) -> None:
     """Add the warnings caught to ``counts``, each distinct one (category, first line, where) once."""
-    for w in caught:
-        if not _known_warning(w):
-            key = (w.category.__name__, str(w.message).splitlines()[0], f"{w.filename}:{w.lineno}")
-            counts[key] = counts.get(key, 0) + 1
+    counts.update(
+        (w.category.__name__, str(w.message).splitlines()[0], f"{w.filename}:{w.lineno}")
+        for w in caught
+        if not _known_warning(w)
+    )
 
 
 def _column_process(send: Any, backend: Any, family: str, patterns: list[str] | None, jax_cache: str | None) -> None:
@@ -112,7 +119,7 @@ def _column_process(send: Any, backend: Any, family: str, patterns: list[str] | 
                 adapter_for(backend, "diffinterface check")
                 if family != "numpy":
                     importlib.import_module(family)
-        counts: dict[tuple[str, str, str], int] = {}
+        counts: Counter[tuple[str, str, str]] = Counter()
         with contextlib.ExitStack() as stack:
             caught = stack.enter_context(warnings.catch_warnings(record=True))
             warnings.simplefilter("always")
@@ -148,7 +155,7 @@ def _fd_to(target: Any, fd: int) -> Iterator[None]:
 
 def run_apart(
     backend: Any, family: str, scenarios: list, patterns: list[str] | None, jax_cache: str | None, show: Any
-) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str], int]]:
+) -> tuple[list[dict[str, Any]], Counter[tuple[str, str, str]]]:
     """Run :func:`_column_process` in a fresh (spawned) process; its rows and warning counts. A
     process that ends without finishing (an engine that crashed, memory) is a failure of the scenario
     it was running, with its exit code, never a column that silently passed or a check that hangs."""
@@ -160,7 +167,7 @@ def run_apart(
     process.start()
     send.close()  # the child holds the only sending end: its end is the parent's EOFError
     rows: list[dict[str, Any]] = []
-    counts: dict[tuple[str, str, str], int] | None = None
+    counts: Counter[tuple[str, str, str]] | None = None
     failure = None
     try:
         while counts is None and failure is None:
@@ -183,17 +190,10 @@ def run_apart(
         receive.close()
     if counts is None:
         at = scenarios[len(rows)].name if len(rows) < len(scenarios) else "(after the last scenario)"
-        rows.append(
-            {
-                "scenario": at,
-                "backend": repr(backend),
-                "family": family,
-                "passed": False,
-                "refused": None,
-                "error": f"the process running this column ended (exit code {process.exitcode}) during this "
-                f"scenario, after {len(rows)} of {len(scenarios)}"
-                + (f":\n{failure}" if failure else "; run this column alone with --in-process to see more"),
-                "seconds": 0.0,
-            }
+        error = (
+            f"the process running this column ended (exit code {process.exitcode}) during this scenario, after "
+            f"{len(rows)} of {len(scenarios)}"
+            + (f":\n{failure}" if failure else "; run this column alone with --in-process to see more")
         )
-    return rows, counts or {}
+        rows.append(_row(backend, family, at, error, None, 0.0))
+    return rows, counts or Counter()
