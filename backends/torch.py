@@ -875,7 +875,10 @@ def _jvps(
     ``f``'s primal is ``x`` itself for one tangent of a large ``x`` (from :data:`_ALIAS_PRIMAL_FROM`
     elements: a detached alias that requires grad, whose in-place writes torch refuses; such a write
     runs ``f`` again on a copy), else a copy of ``x`` (a dual tensor shares its primal's memory, and
-    ``f`` may write into its input: the user's ``x`` is never modified). A batch is one vectorised pass, or a
+    ``f`` may write into its input: the user's ``x`` is never modified). The tangents are copies too, but
+    under the guarded alias (torch refuses the write before it reaches them): the dual tensor shares its
+    tangent's memory as well, and a write of ``f`` into its input writes into the tangent (the user's,
+    or a prep's own seeds: a forward Jacobian's basis, a derivative's one). A batch is one vectorised pass, or a
     loop of single passes with ``loop`` (complex outputs: torch's batched forward mode gets some of
     them wrong, e.g. ``stft``, where single passes are exact) and where ``f`` cannot be batched.
     Parameters ``f`` captures may require grad: the results are detached from any graph they record.
@@ -885,7 +888,7 @@ def _jvps(
         # objects): the single pass below, inline (its closure and checks were 1 us of a 40 us call at n = 10)
         primal_x = x.detach().clone() if x.requires_grad else x.clone()  # (a detach is a new tensor: 0.8 us)
         with _DUAL_LEVEL, _dual_level():
-            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(primal_x, tangents), contexts))
+            y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(primal_x, tangents.clone()), contexts))
         if dy is None:
             _lost(fn, x, contexts, forward=True)  # (returns where f is constant)
             dy = torch.zeros_like(y)
@@ -895,6 +898,7 @@ def _jvps(
     watch = _watch_for(fn, x) if fn.watch else None
 
     def one(t: torch.Tensor, primal_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # t and primal_x: the pass's own (a write of f into its input goes through the dual tensor into both)
         with _dual_level():
             dual = fwAD.make_dual(primal_x, t)
             # f alone under the watch: the mode costs a Python call per torch operation it sees
@@ -917,37 +921,41 @@ def _jvps(
             # one tangent of a large x: the primal is x itself, guarded (a detached alias that requires
             # grad, whose in-place writes torch refuses, as _record's), not a copy; an f that writes
             # into its input runs again on a copy, and on copies from then on (fn.writes_input)
-            try:
+            try:  # (torch refuses the write before it reaches the tangent: the caller's, uncopied)
                 y, out = one(tangents, x.detach().requires_grad_())
             except Exception as error:
                 if not raised_by(error, Adapter.refused_write):
                     raise  # f's own error, after one run of f
                 fn.writes_input = True
                 lost.clear()
-                y, out = one(tangents, x.detach().clone())
-        elif not batched:  # (the fast path's copy, above)
-            y, out = one(tangents, x.detach().clone() if x.requires_grad else x.clone())
+                y, out = one(tangents.clone(), x.detach().clone())
+        elif not batched:  # (the fast path's copies, above)
+            y, out = one(tangents.clone(), x.detach().clone() if x.requires_grad else x.clone())
         elif tangents.shape[0] == 0:  # no tangents (an empty x): f's value and an empty batch
             y = _no_graph(eager(x.detach().clone(), contexts))
             out = y.new_zeros((0,) + tuple(y.shape))
         else:
             primal: list[torch.Tensor] = []
+            # each pass on its own tangents and primal: the caller's may be kept between calls (a prepared
+            # Jacobian's basis, a derivative's one), and a write of f into its input reaches both through the
+            # dual tensor (before 2026-12-08 a forward Jacobian of such an f wrote into its prep's basis, which
+            # doubled the next call's result, and a loop of single passes ran its later passes at the written x)
             primal_x = x.detach().clone()
 
-            def tangent_only(t: torch.Tensor) -> torch.Tensor:
+            def tangent_only(t: torch.Tensor, primal_x: torch.Tensor = primal_x) -> torch.Tensor:
                 y, dy = one(t, primal_x)
                 primal[:] = [y]
                 return dy
 
-            def looped() -> torch.Tensor:
+            def looped() -> torch.Tensor:  # (after a vmap that failed, perhaps after a write: copies again)
                 lost.clear()
-                return torch.stack([tangent_only(t) for t in tangents])
+                return torch.stack([tangent_only(t.clone(), x.detach().clone()) for t in tangents])
 
             if loop:
                 out = looped()
             else:
                 try:
-                    out = _no_graph(_vmap(tangent_only)(tangents))
+                    out = _no_graph(_vmap(tangent_only)(tangents.clone()))
                 except Exception:  # noqa: BLE001 - f cannot be batched (it writes a batched value into an
                     out = looped()  # unbatched buffer; vmap's unfold of a 0-d x raises IndexError): single passes
             y = primal[0]
@@ -1087,10 +1095,20 @@ def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user:
         def forward_body(x: torch.Tensor, contexts: Contexts) -> Any:
             xt = x.detach().requires_grad_()
             watch = _watch_for(fn, x) if fn.watch else None
+
+            def dual() -> torch.Tensor:  # f's input: a view of xt, whose writes torch refuses; after one, of a
+                # copy of xt that autograd differentiates through (as _record's), from then on (fn.writes_input)
+                return fwAD.make_dual(xt.clone() if fn.writes_input else xt, torch.ones_like(xt))
+
             with _DUAL_LEVEL, torch.enable_grad(), _dual_level():
-                dual = fwAD.make_dual(xt, torch.ones_like(xt))
                 with _UNWATCHED if watch is None else watch:  # f alone (see _jvps)
-                    out = fn.eager(dual, contexts)
+                    try:
+                        out = fn.eager(dual(), contexts)
+                    except Exception as error:
+                        if fn.writes_input or not raised_by(error, Adapter.refused_write):
+                            raise
+                        fn.writes_input = True
+                        out = fn.eager(dual(), contexts)
                 y, der = fwAD.unpack_dual(out)
                 _after_watch(fn, watch, x, contexts, True)
                 if der is None:

@@ -32,10 +32,11 @@ class Bench(BenchEngine):
         "gradient": _LEAF,
         "hvp": _LEAF,
         "pullback": _LEAF,
-        "pushforward": "f's primal (a dual tensor shares its primal's memory, and f may write into its input, which "
-        "must not change the user's x): below 1e4 elements a copy of x, from 1e4 x itself as a detached alias that "
-        "requires grad (torch refuses its writes), which makes torch record a backward graph during the forward "
-        "pass; at n = 10, the Python layers of the prep check, the forward/reverse fallback and the dual-level lock",
+        "pushforward": "f's primal and tangent (a dual tensor shares their memory, and f may write into its input, "
+        "which writes into both and must not change the user's x or t): below 1e4 elements copies of x and t, from "
+        "1e4 x itself as a detached alias that requires grad (torch refuses its writes before they reach t), which "
+        "makes torch record a backward graph during the forward pass; at n = 10, the Python layers of the prep "
+        "check and the dual-level lock",
     }
 
     def array(self, a: np.ndarray) -> torch.Tensor:

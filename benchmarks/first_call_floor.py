@@ -35,9 +35,10 @@ Beside them, what a first call must do before it differentiates, measured on its
   it has one), and ``walk_new_us`` the walk of new code (``StatePlan``, contract section 7; less the
   making of the function, timed on its own): what a function captures is duplicated at each call, so
   it is found before the first evaluation;
-- ``copy_us`` (torch's pushforward): the native call over a copy of ``x`` made at the call, what the
-  adapter's primal is below 1e4 elements: a dual tensor shares its primal's memory and ``f`` may write
-  into its input, which must not change the user's ``x`` (the native passes ``x`` itself). Its cost,
+- ``copy_us`` (torch's pushforward): the native call over copies of ``x`` and ``t`` made at the call, what
+  the adapter's primal and tangent are below 1e4 elements: a dual tensor shares their memory and ``f``
+  may write into its input, which writes into both and must not change the user's ``x`` or ``t`` (the
+  native passes them as they are; the copy of ``t`` since 2026-12-08). Its cost,
   ``copy_us - native_us``, is part of both floors (3 to 4 us of a 31 us pushforward at n = 10,
   measured 2026-12-07: a clone of x in place costs 2.6 us there, and a guarded alias of x instead
   cost more, 1.55x the native where the copy's call took 1.42x).
@@ -161,14 +162,15 @@ def calls(
                 operator, _under_mode(_new_code(lambda *a: f(*a))), *case["arrays"]
             )()
     if name == "torch" and operator == "pushforward":
-        # the native over a copy of x, made at the call: the adapter's primal below 1e4 elements (a dual
-        # tensor shares its primal's memory and f may write into its input: the user's x is never modified)
+        # the native over copies of x and t, made at the call: the adapter's primal and tangent below 1e4
+        # elements (a dual tensor shares their memory and f may write into its input, which writes into both:
+        # the user's x and t are never modified; the copy of t since 2026-12-08, when the adapter's began)
         # (built as native_first builds it, at the call: before 2026-12-07 (evening) this called
         # native_first(...)() on x.detach().clone(), a wrapper more and a detach the adapter does not make
         # for an x without grad, which put 5.4 us for a copy that costs 2.6 in the floor, measured at n = 10)
         def on_copy() -> Any:
             arrays = eng.arrays(*case["arrays"]) if numpy_inputs else case["arrays"]
-            result = eng.native(operator, f, arrays[0].clone(), *arrays[1:])()
+            result = eng.native(operator, f, arrays[0].clone(), arrays[1].clone(), *arrays[2:])()
             return np.asarray(result) if numpy_inputs else result
 
         out["copy"] = on_copy
@@ -301,8 +303,9 @@ def main() -> None:
         "the native (of new code) with f evaluated under an empty TorchFunctionMode, the dispatch a watch for "
         "values read out of tensors needs; `walk_us` / `walk_new_us`: the walk of a new function's captured state "
         "(contract section 7), for a seen code (its summary checked) / a new one (less the making of the "
-        "function); `copy_us` (torch's pushforward): the native over a copy of x made at the call, the adapter's "
-        "primal below 1e4 elements (f may write into its input; the user's x is never modified), its cost "
+        "function); `copy_us` (torch's pushforward): the native over copies of x and t made at the call, the "
+        "adapter's primal and tangent below 1e4 elements (f may write into its input, which writes into both "
+        "through a dual tensor; the user's x and t are never modified), its cost "
         "(copy - native) in both floors; `floor_ratio`: new code's floor, (mode_new or native_new) + walk_new "
         "(+ the copy), over native_new; "
         "`rest_us`: what unshared adds beyond native + walk (+ the copy; mode + walk for the torch Jacobians, whose f holds "

@@ -596,3 +596,88 @@ def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_n
         torch.testing.assert_close(dy, 6 * x**2 * ty)
     with pytest.raises(NotImplementedError, match=r"gradient\(AutoTorch\(mode='reverse'\).*backward.*mode='forward'"):
         di.gradient(di.AutoTorch(mode="reverse"), lambda z: f(z), x)
+
+
+def _reverse_only_cube() -> type:
+    """``z**3`` as a ``torch.autograd.Function`` with a ``backward`` and no forward-mode rule."""
+    import torch
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(z):
+            return z**3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (z,) = ctx.saved_tensors
+            return 3 * z**2 * g
+
+    return Cube
+
+
+@pytest.mark.parametrize("n", [4, 12_000])
+def test_an_f_writing_into_its_input_leaves_the_callers_x_and_tangents_and_the_preps_own_seeds_as_they_were(n):
+    """A dual tensor shares its tangent's memory as well as its primal's: a write of f into its input
+    (``z.mul_(2)``) scales both. Every forward-mode pass runs on its own copies (a guarded alias of a large
+    x, whose write torch refuses before it reaches the tangent, then copies): the user's x and tangents
+    are unchanged, and a prep's own seeds (a forward Jacobian's basis, a derivative's one) too, so that
+    each call gives the derivative of f, sin(2 z) (before 2026-12-08 the user's tangent doubled at each
+    pushforward and a prepared forward Jacobian or derivative doubled at each call). Three prepared calls
+    and two unprepared ones of every operator, against the analytic derivatives."""
+    import torch
+
+    x = torch.linspace(-1.0, 2.0, n, dtype=torch.float64)
+    t, u = torch.cos(3 * x), torch.sin(5 * x)
+    kept = (x.clone(), t.clone(), u.clone())
+
+    def f(z):
+        return torch.sin(z.mul_(2.0))
+
+    def g(z):
+        return torch.sin(z.mul_(2.0)).sum()
+
+    d, dd = 2 * torch.cos(2 * x), -4 * torch.sin(2 * x)
+    cases = [
+        ("pushforward", f, (t,), d * t),
+        ("pushforward", f, ((t, u),), (d * t, d * u)),
+        ("pullback", f, (t,), d * t),
+        ("gradient", g, (), d),
+        ("hvp", g, (t,), dd * t),
+    ]
+    if n < 100:
+        cases += [
+            ("jacobian", f, (), torch.diag(d)),
+            ("hessian", g, (), torch.diag(dd)),
+        ]
+    s = torch.tensor(0.3, dtype=torch.float64)
+    scalar = [
+        ("derivative", lambda z: torch.sin(z.mul_(2.0)), 2 * torch.cos(2 * s)),
+        ("second_derivative", lambda z: torch.sin(z.mul_(2.0)), -4 * torch.sin(2 * s)),
+    ]
+    for backend in (di.AutoTorch(), di.AutoTorch(mode="forward"), di.AutoTorch(mode="reverse")):
+        for name, fn, args, expected in cases:
+            prep = getattr(di, f"prepare_{name}")(backend, fn, x, *args)
+            for call in [lambda: getattr(di, name)(backend, fn, x, *args, prep=prep)] * 3 + [
+                lambda: getattr(di, name)(backend, fn, x, *args)
+            ] * 2:
+                got = call()
+                for a, b in zip(
+                    got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+                ):
+                    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=lambda m: f"{name} {backend}: {m}")
+                for a, b in zip((x, t, u), kept):
+                    torch.testing.assert_close(
+                        a, b, rtol=0, atol=0, msg=lambda m: f"{name} {backend} changed an input: {m}"
+                    )
+        for name, fn, expected in scalar:
+            prep = getattr(di, f"prepare_{name}")(backend, fn, s)
+            for _ in range(3):
+                torch.testing.assert_close(
+                    getattr(di, name)(backend, fn, s, prep=prep), expected, rtol=1e-12, atol=1e-12
+                )
+                torch.testing.assert_close(getattr(di, name)(backend, fn, s), expected, rtol=1e-12, atol=1e-12)
+            assert float(s) == 0.3
