@@ -69,6 +69,7 @@ from diffinterface.extend import (
     Operator,
     Runner,
     Runners,
+    Unserved,
     complex_dtype,
     const_operand_error,
     const_write_error,
@@ -1023,6 +1024,42 @@ def _detached(value: torch.Tensor) -> torch.Tensor:
     return value.detach()
 
 
+def _one_pushforward(fn: _Function, plain: Runner) -> Callable[[Array, Array], torch.Tensor]:
+    """The ``fast`` runner of a forward-mode pushforward without contexts (``extend.Runners``): one
+    tangent, ``fast(x, t)`` -> ``J @ t``. For a small tensor ``x`` and a tangent of its dtype and device,
+    unwatched (the prepared call's common case), :func:`_jvps`' single pass inline, without the
+    runner's layers (the tuple of one tangent, the body, the direction fallback: 3.8 us over that pass
+    at n = 10, measured 2026-12-08 on a 2-core AMD EPYC VM); any other call is ``plain``'s. An operation
+    without a forward rule (or a forward-mode pass already open) raises :class:`Unserved`: ``plain``
+    then serves this call and the later ones, and its direction fallback decides."""
+
+    def fast(x: Array, t: Array) -> torch.Tensor:
+        if (
+            type(x) is not _Tensor
+            or type(t) is not _Tensor
+            or fn.watch
+            or t.requires_grad
+            or t.dtype != x.dtype
+            or t.device != x.device
+            or x.numel() >= _ALIAS_PRIMAL_FROM
+            or x.is_inference()
+            or torch.is_inference_mode_enabled()
+        ):
+            return cast("torch.Tensor", plain(x, (t,), ())[0])
+        primal_x = x.detach().clone() if x.requires_grad else x.clone()  # (see _jvps: t copied too)
+        try:
+            with _DUAL_LEVEL, _dual_level():
+                y, dy = fwAD.unpack_dual(fn.eager(fwAD.make_dual(primal_x, t.clone()), ()))
+        except NotImplementedError:
+            raise Unserved from None
+        if dy is None:
+            _lost(fn, x, (), forward=True)  # (returns where f is constant)
+            return torch.zeros_like(_no_graph(y))
+        return _no_graph(dy)
+
+    return fast
+
+
 def _build(operator: Operator, fn: _Function, forward: bool, info: Info, x_user: Array) -> tuple[Runner, Runner]:
     """The ``(plain, value)`` runners of ``operator``; the bodies below work on tensors and return
     ``(primal, result)`` (:data:`diffinterface.extend.Body`)."""
@@ -1279,7 +1316,8 @@ class Adapter(_Base):
             value(x, tangents, contexts)  # watched, so eager (see _Watch)
             if not fn.watch:
                 value(x, tangents, contexts)
-        return Runners(plain, value)
+        one = _one_pushforward(fn, plain) if operator is PUSHFORWARD and forward and not contexts else None
+        return Runners(plain, value, None, one)
 
 
 # -- the bench record: torch's own best calls ---------------------------------------------------------

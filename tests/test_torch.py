@@ -619,6 +619,52 @@ def _reverse_only_cube() -> type:
     return Cube
 
 
+def test_a_prepared_pushforward_of_one_tangent_is_right_on_every_path_of_its_fast_runner():
+    """torch's prepared pushforward without contexts serves one tangent by its ``fast`` runner
+    (``extend.Runners``): the single forward pass inline where x is a small tensor and t one of its
+    dtype, unwatched; the runner's ``plain`` path for anything else. Each case against the analytic
+    J @ t, three calls each (the first watched, the later ones on the inline pass), the user's x unchanged."""
+    import torch
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.tensor([0.5, -1.0, 2.0, 0.25], dtype=torch.float64)
+    t = torch.tensor([1.0, 0.5, -2.0, 3.0], dtype=torch.float64)
+    kept = x.clone()
+    backend = di.AutoTorch()
+
+    def check(f, expected, *, x=x, t=t, backend=backend):
+        prep = di.prepare_pushforward(backend, f, x, t)
+        for _ in range(3):
+            got = di.pushforward(backend, f, x, t, prep=prep)
+            assert type(got) is type(x)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(torch.as_tensor(x), torch.as_tensor(np.asarray(kept)), rtol=0, atol=0)
+
+    check(lambda z: torch.sin(z) * z.sum(), torch.cos(x) * x.sum() * t + torch.sin(x) * t.sum())
+    check(lambda z: torch.sin(z.mul_(2.0)), 2 * torch.cos(2 * x) * t)  # f writes into its input: x is not touched
+    check(lambda z: torch.zeros(2, dtype=z.dtype) * 0 + 1.0, torch.zeros(2, dtype=torch.float64))  # constant f
+    check(lambda z: z**2, 2 * x * t.float().double(), t=t.float())  # a float32 tangent of a float64 x
+    check(lambda z: z**2, (2 * x * t).numpy(), x=x.numpy(), t=t.numpy())  # numpy arrays
+    check(lambda z: z**2, 2 * x * t, t=t.clone().requires_grad_())  # a tangent that requires grad
+    Cube = _reverse_only_cube()
+    check(lambda z: Cube.apply(z), 3 * x**2 * t)  # no forward rule: mode=None goes in reverse
+    with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*mode='reverse'"):
+        check(lambda z: Cube.apply(z), 3 * x**2 * t, backend=di.AutoTorch(mode="forward"))
+
+    def cube(z):
+        return z**3
+
+    prep = di.prepare_pushforward(backend, cube, x, t)
+    for _ in range(2):
+        torch.testing.assert_close(di.pushforward(backend, cube, x, t, prep=prep), 3 * x**2 * t)
+        with fwAD.dual_level():  # the user's own forward-mode pass around the call: torch cannot nest one
+            torch.testing.assert_close(di.pushforward(backend, cube, x, t, prep=prep), 3 * x**2 * t)
+        with torch.inference_mode():
+            torch.testing.assert_close(di.pushforward(backend, cube, x, t, prep=prep), 3 * x**2 * t)
+    with pytest.raises(di.LostDerivativeError):  # a value read out of a tensor reaches f(x): never dropped
+        check(lambda z: z * float(z[0]), x[0] * t + t[0] * x)
+
+
 @pytest.mark.parametrize("n", [4, 12_000])
 def test_an_f_writing_into_its_input_leaves_the_callers_x_and_tangents_and_the_preps_own_seeds_as_they_were(n):
     """A dual tensor shares its tangent's memory as well as its primal's: a write of f into its input

@@ -212,9 +212,11 @@ class Runners:
     plain: Runner
     value: Runner
     data: Any
-    fast: Runner | None
+    fast: Runner | Callable[[Any, Any], Any] | None  # (x, tangents, contexts), or (x, t) for one tangent
 
-    def __init__(self, plain: Runner, value: Runner, data: Any = None, fast: Runner | None = None) -> None:
+    def __init__(
+        self, plain: Runner, value: Runner, data: Any = None, fast: Runner | Callable[[Any, Any], Any] | None = None
+    ) -> None:
         self.plain, self.value, self.data, self.fast = plain, value, data, fast
 
 
