@@ -608,7 +608,16 @@ def _output(y: Any, call: str) -> Any:
 class _Function:
     """``f`` over fresh MLX duplicates of its captured state, caches and output buffer, one set per
     evaluation: ``function(ctx, state)`` gives ``z -> f(z)``. ``ctx`` and ``state`` are the contexts'
-    values and the captured state as MLX arrays (:meth:`arguments`: read at every call)."""
+    values and the captured state as MLX arrays (:meth:`arguments`: read at every call).
+
+    ``f`` gets its own copy of ``z`` (``mx.array(z)``, a copy MLX differentiates through): an in-place
+    operator or an item assignment of ``f`` on its input replaces that array's node, which every other
+    holder of the array object sees. MLX's transforms pass ``f`` copies of their own, but the runners
+    also call ``f`` plainly for ``f(x)`` beside them, on the ``x`` the transforms then differentiate at
+    (and on the user's own array for an MLX ``x``): before 2026-12-08 an ``f`` that wrote into its input
+    (``z *= 2``) had its Jacobian taken at the written ``x`` (silently wrong) and the user's ``x``
+    written. Measured: no cost on a prepared (compiled) gradient at n = 10 and 1e6; a few us of a
+    170 us one-shot call at n = 10."""
 
     __slots__ = ("target", "kinds", "simple", "compilable")
 
@@ -635,7 +644,7 @@ class _Function:
 
             def plain(z: Any) -> Any:
                 try:
-                    y = f(z)
+                    y = f(mx.array(z))
                 except NumpyWriteError as error:
                     raise NumpyWriteError(f"{call}: f {error}") from None
                 return target.checked(_output(y, call))
@@ -653,7 +662,7 @@ class _Function:
                 leaf = _guarded if aliased else _standin
                 instance = target.instance(leaf, values=state if target.has_state else None)
                 try:
-                    y = instance(z, *values)
+                    y = instance(mx.array(z), *values)
                 except NumpyWriteError as error:
                     raise NumpyWriteError(f"{call}: f {error}") from None
                 return target.checked(_output(y, call))

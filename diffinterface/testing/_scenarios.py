@@ -300,6 +300,14 @@ def _reads_captured(f: Callable[..., Any], weights: NumericArray) -> Callable[..
     return reads
 
 
+def _writes_input(f: Callable[..., Any]) -> Callable[..., Any]:
+    def writes_input(x: NumericArray) -> Any:  # doubles its input in place (numpy, torch, MLX; a rebinding
+        x *= 2.0  # on immutable arrays), then reads it back halved: f's value and derivatives are f's
+        return f(x / 2.0)
+
+    return writes_input
+
+
 def _in_place(f: Callable[..., Any]) -> Callable[..., Any]:
     def in_place(y: Any, x: NumericArray) -> Any:
         y[...] = f(x)
@@ -322,7 +330,8 @@ def default_scenarios(
     Variants: a batch of two tangents, a ``Constant`` context, a ``Cache`` context, a closure writing
     into a captured buffer, and a two-argument ``f(y, x)``; for one reference function per operator,
     the closure variants of contract section 7 (a buffer written through ``functools.partial``, a callable
-    object and a nested closure, and a captured array only read). Arrays are of ``family`` ("numpy", "jax"
+    object and a nested closure, and a captured array only read) and an ``f`` that writes into its input
+    (contract section 4). Arrays are of ``family`` ("numpy", "jax"
     or "torch") and ``dtype``; references are numpy. jax arrays are float32 unless the user enabled
     ``jax_enable_x64``, so the jax family is float32 then, as a jax user's arrays would be.
     """
@@ -562,6 +571,18 @@ def _scenarios_of(
                         second=unbatch(second_w),
                         name=f"{tag}/closure_reads",
                         state=(weights,),
+                        **base,
+                    )
+                )
+                # f writes into its input (contract section 4: the user's x, tangents and a prep's own
+                # seeds stay as they were, where a dual tensor or an MLX array shares their memory)
+                out.append(
+                    Scenario(
+                        f=_writes_input(ref.f),
+                        value=value,
+                        first=unbatch(first),
+                        second=unbatch(second),
+                        name=f"{tag}/writes_input",
                         **base,
                     )
                 )
