@@ -294,6 +294,21 @@ def _computing_for(fam: str | None, dtype: DType) -> AbstractContextManager[Any]
     return record.computing(dtype)
 
 
+def _attempted(point: Array) -> Array:
+    """``f``'s input in a run over guarded aliases, which a refused write runs again over copies: a
+    read-only view of a numpy point (a write of ``f`` into its input is refused too, before it happens),
+    another family's a copy of its own. The run again then starts from the point as it was: before
+    2026-12-08 an ``f`` that wrote into its input (``z *= -1.5``) and then into a captured array ran
+    again at the written point (a value of 0.551 for 0.633 and a Hessian of 2.8e6, silently). An ``f``
+    that writes into its input runs over copies of its state from its first such write on, as one
+    that writes into its state does."""
+    if type(point) is np.ndarray:
+        view = point.view()
+        view.flags.writeable = False
+        return view
+    return private_copy(point)
+
+
 def _evaluator(
     target: Target, contexts: Contexts, x: Array, complex_step: bool = False, batched: bool = False
 ) -> Callable[[Array], Any]:
@@ -350,7 +365,7 @@ def _evaluator(
         fn = shared  # one read: a thread pool's threads evaluate one call's points with this evaluator
         if fn is not None:
             try:
-                return as_array(fn(point))
+                return as_array(fn(_attempted(point)))
             except Exception as error:
                 if not raised_by(error, Adapter.refused_write):
                     raise
@@ -362,7 +377,8 @@ def _evaluator(
                 if contexts
                 else ()
             )
-            return as_array(target.instance(leaf, guard=read_only_alias if aliased else None)(point, *values))
+            guard = read_only_alias if aliased else None
+            return as_array(target.instance(leaf, guard=guard)(_attempted(point) if aliased else point, *values))
 
         return target.guarded_with(run, bool(contexts), Adapter.refused_write)
 

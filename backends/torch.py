@@ -280,7 +280,7 @@ class _Function:
                 constant = constant_alias if aliased else fresh
                 values = context_values(contexts, lambda v: duplicate(v, fresh), lambda v: duplicate(v, constant))
                 y = (call if plain else target.instance(fresh, guard=alias if aliased else None, key=device))(
-                    x, *values
+                    _attempted(x) if aliased else x, *values
                 )
                 return target.checked(y if type(y) is _Tensor else _output(y, x, target))
 
@@ -307,7 +307,8 @@ class _Function:
             try:
                 aliased = plan.aliased(lambda v: _alias(v, device), lambda v: _fresh(v, device), device)
                 call = target.over(aliased)
-                y = _quietly(call, x) if quiet.on else call(x)
+                z = _attempted(x)
+                y = _quietly(call, z) if quiet.on else call(z)
             except Exception as error:
                 if not raised_by(error, Adapter.refused_write):
                     raise  # f's own error, after one run of f
@@ -316,6 +317,16 @@ class _Function:
             return target.checked(y if type(y) is _Tensor else _output(y, x, target))
 
         return run_aliased
+
+
+def _attempted(x: torch.Tensor) -> torch.Tensor:
+    """``f``'s input in a run over guarded aliases, which a refused write runs again over copies: ``x``
+    itself where torch refuses its writes (a leaf that requires grad, under grad mode: the reverse-mode
+    recording's alias), else a copy of its own (of a dual tensor: its primal's and its tangent's), so
+    that the run again starts from ``x`` as it was. Before 2026-12-08 an ``f`` that wrote into its
+    input (``z *= -1.5``) and then into a captured array ran again at the written input in forward
+    mode (a pushforward at -1.5 times x, silently)."""
+    return x if x.is_leaf and x.requires_grad and torch.is_grad_enabled() else x.clone()
 
 
 def _output(y: Any, x: torch.Tensor, target: Target) -> torch.Tensor:

@@ -1061,3 +1061,54 @@ def test_torch_writing_into_a_captured_numpy_array_never_reaches_the_users(backe
                 np.testing.assert_allclose(np.asarray(result), expected, rtol=_tol(backend) * 1e3, atol=1e-6)
             np.testing.assert_array_equal(_SHARED_BY_TORCH, [1.0, 2.0])
             np.testing.assert_array_equal(constant, [1.0, 2.0])
+
+
+_WRITTEN = np.array([0.25, 0.5])  # a module global f writes into, after writing into its own input
+
+
+@pytest.mark.parametrize(
+    "backend",
+    backend_params(modes=(None, "forward", "reverse"), finite_diff=True)
+    + [pytest.param(di.AutoFiniteDiff(method="forward"), id="AutoFiniteDiff-forward")],
+)
+def test_an_f_that_writes_into_its_input_and_then_into_a_captured_array_is_run_again_from_its_input(backend):
+    """A captured array reaches f as a guarded alias until f writes into it; f then runs again over
+    copies. Where f wrote into its own input first (``z *= -1.5``), the run again starts from the input
+    as it was: the attempt over aliases gets an input whose writes are refused (finite differences: a
+    read-only view) or a copy of its own (torch: the dual tensor or the copy f writes). Before
+    2026-12-08 the run again met the input already scaled, and finite differences and torch's forward
+    mode gave f at -1.5 times the point (value 0.551 for 0.633, a Hessian of 2.8e6). Analytic: with the
+    user's array left as [0.25, 0.5], y = (-2.25 z0, -1.5 z1 + 0.25), f = tanh(y), g = sum(f**2) / 2."""
+
+    def written(z):
+        xp = array_namespace(z)
+        z *= -1.5
+        _WRITTEN[0:1] = z[0:1]
+        return xp.tanh(z + 0.5 * xp.asarray(_WRITTEN, dtype=z.dtype))
+
+    def g(z):
+        y = written(z)
+        return array_namespace(y).sum(y * y) * 0.5
+
+    x, t = np.array([-0.9384, -0.2629]), np.array([1.0, -0.5])
+    c = np.array([-2.25, -1.5])
+    y = np.tanh(c * x + np.array([0.0, 0.25]))
+    s2 = 1 - y**2
+    J = np.diag(c * s2)
+    grad, H = y * s2 * c, np.diag(c**2 * (s2**2 - 2 * y**2 * s2))
+    tol = _tol(backend) * (1e3 if isinstance(backend, di.AutoFiniteDiff) else 10)
+    cases = [
+        ("value_and_gradient", g, (), (0.5 * np.sum(y**2), grad), "gradient"),
+        ("value_gradient_and_hessian", g, (), (0.5 * np.sum(y**2), grad, H), "hessian"),
+        ("value_and_jacobian", written, (), (y, J), "jacobian"),
+        ("value_and_pushforward", written, (t,), (y, J @ t), "pushforward"),
+        ("value_and_pullback", written, (t,), (y, t @ J), "pullback"),
+    ]
+    for name, fn, args, expected, prepared in cases:
+        prep = getattr(di, f"prepare_{prepared}")(backend, fn, x, *args)
+        for p in (prep, prep, prep, None, None):
+            got = getattr(di, name)(backend, fn, x, *args, prep=p)
+            for a, e in zip(got, expected):
+                np.testing.assert_allclose(np.asarray(a), e, rtol=tol, atol=tol, err_msg=f"{name} {backend}")
+            np.testing.assert_array_equal(_WRITTEN, [0.25, 0.5])
+            np.testing.assert_array_equal(x, [-0.9384, -0.2629])
