@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.signal
+from array_api_compat import array_namespace
 
 import diffinterface as di
 import diffinterface.scipy as dsp
@@ -221,7 +222,8 @@ def test_rule_and_tape_pickle_and_the_reverse_pass_runs_on_the_unpickled_tape():
     other.def_augmented_primal(ex.propagate_augmented)
     other.def_reverse(ex.propagate_reverse)
     copy = pickle.loads(pickle.dumps(other))
-    assert copy is not other and copy.reverse is ex.propagate_reverse
+    # (an opaque rule's bodies are called with their own copies of their arrays: the body itself is __wrapped__)
+    assert copy is not other and copy.reverse.__wrapped__ is ex.propagate_reverse
     np.testing.assert_allclose(copy(A0, B0), _plain_propagate(A0, B0))
     # and so do the library's rules
     assert pickle.loads(pickle.dumps(dsp.solve)) is dsp.solve
@@ -676,3 +678,49 @@ def _enable_x64():
     from diffinterface.backends.jax import enable_x64
 
     return enable_x64
+
+
+@pytest.mark.parametrize("backend", backend_params(modes=(None, "forward", "reverse"), finite_diff=True))
+def test_an_opaque_rule_whose_bodies_write_into_their_arguments_leaves_the_users_x_and_its_derivative_right(backend):
+    """An opaque rule's bodies get their own copies of the NumPy arrays they are handed: NumPy code may
+    write into its input, and the engines hand an opaque body arrays that are the user's own memory
+    (torch's recording aliases a numpy x) or read-only (JAX's host callbacks). Before 2026-12-08 such a
+    primal wrote the user's x under AutoTorch, AutoAutograd and AutoPyTensor, its reverse pass met the
+    written x (wrong Jacobians there and under AutoMLX), and JAX and TensorFlow raised numpy's bare
+    read-only error. The same through ``DifferentiateWith(f, AutoFiniteDiff())`` with an ``f`` that writes
+    into its input. Two calls each, against sin(x) and -1.5 cos(-1.5 x)."""
+    from diffinterface.rules import Rule
+
+    def primal(z):
+        z *= 2.0
+        return np.sin(z / 2.0)
+
+    def forward(z):
+        if not hasattr(z, "dval"):
+            return np.sin(z.val), None
+        z.dval *= 1.0  # a write into the tangent it was handed
+        return np.sin(z.val), np.cos(z.val) * z.dval
+
+    def reverse(tape, dy, z):
+        dy *= 1.0  # and into the cotangent
+        return (np.cos(z.val) * dy,)
+
+    rule = Rule(primal, opaque=True, forward=forward, reverse=reverse)
+
+    def scaled(z):
+        xp = array_namespace(z)
+        z *= -1.5
+        return xp.sin(z)
+
+    with_fd = di.DifferentiateWith(scaled, di.AutoFiniteDiff())
+    x = np.array([0.3, -0.2])
+    tol = 1e-5 if isinstance(backend, di.AutoFiniteDiff) else 1e-6
+    for f, value, derivative in (
+        (lambda z: rule(z), np.sin(x), np.cos(x)),
+        (lambda z: with_fd(z), np.sin(-1.5 * x), -1.5 * np.cos(-1.5 * x)),
+    ):
+        for _ in range(2):
+            y, J = di.value_and_jacobian(backend, f, x)
+            np.testing.assert_allclose(np.asarray(y), value, rtol=tol, atol=tol)
+            np.testing.assert_allclose(np.asarray(J), np.diag(derivative), rtol=tol, atol=tol)
+            np.testing.assert_array_equal(x, [0.3, -0.2])

@@ -110,6 +110,49 @@ class Duplicated:
         return f"Duplicated({_short(self.val)}, {_short(self.dval)})"
 
 
+class _OwnArguments:
+    """An opaque rule's body, called with its own copies of the NumPy arrays it gets (bare, or in a
+    ``Const``, ``Active`` or ``Duplicated``; a reverse pass's tape as it is): NumPy code may write into
+    its input (contract section 4), and the engines hand an opaque body arrays that are the user's
+    own memory (torch's recording aliases the user's numpy ``x``, autograd's values) or read-only
+    (JAX's host callbacks). Before 2026-12-08 such a primal wrote the user's ``x`` under AutoTorch,
+    AutoAutograd and AutoPyTensor, its reverse pass met the written ``x`` (wrong Jacobians there and
+    under AutoMLX), and JAX and TensorFlow raised numpy's bare ``output array is read-only``. A copy
+    per array, per call of a body: host code's price, beside a callback's. Pickled with its body."""
+
+    __slots__ = ("fn", "__dict__")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # (its name, module and qualname: pickling by reference reads them)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*map(_own, args), **kwargs)
+
+    def __reduce__(self) -> Any:
+        return (_OwnArguments, (self.fn,))
+
+
+def _own(value: Any) -> Any:
+    """An opaque body's argument with its NumPy arrays copied (see :class:`_OwnArguments`)."""
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.copy()
+    if kind is Const or kind is Active:
+        return kind(_own(value.val))
+    if kind is Duplicated:
+        return Duplicated(_own(value.val), _own(value.dval))
+    return value
+
+
+def _owning(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn if type(fn) is _OwnArguments else _OwnArguments(fn)
+
+
+def _unowned(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn.fn if isinstance(fn, _OwnArguments) else fn
+
+
 def _short(value: Any) -> str:
     shape = getattr(value, "shape", None)
     return f"<{type(value).__name__} shape={tuple(shape)}>" if shape is not None else repr(value)
@@ -170,10 +213,13 @@ class Rule:
     ) -> None:
         if not callable(primal):
             raise TypeError(f"custom_rule: expected a function, got {type(primal).__name__}")
-        functools.update_wrapper(self, primal)
-        self.primal = primal
+        functools.update_wrapper(self, _unowned(primal))
         self.opaque, self.vectorized, self.out_shape = bool(opaque), bool(vectorized), out_shape
-        self.forward, self.augmented_primal, self.reverse = forward, augmented_primal, reverse
+        own = _owning if self.opaque else _unowned
+        self.primal = own(primal)
+        self.forward, self.augmented_primal, self.reverse = (
+            None if fn is None else own(fn) for fn in (forward, augmented_primal, reverse)
+        )
         self._native: dict[Any, Any] = {}  # per engine and static keywords: the registration (never pickled)
         self._lock = threading.Lock()
 
@@ -182,7 +228,7 @@ class Rule:
     def _set(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
             raise TypeError(f"{self.__name__}.def_{name}: expected a function, got {type(fn).__name__}")
-        setattr(self, name, fn)
+        setattr(self, name, _owning(fn) if self.opaque else fn)
         self._native.clear()
         return fn
 
