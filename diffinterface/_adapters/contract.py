@@ -49,7 +49,7 @@ import numpy as np
 from array_api_compat import array_namespace, device
 
 from .._closures.plan import read_only_refused
-from .._core.arrays import NUMPY, complex_dtype, family, family_accuracy, shape_size, size, to_family
+from .._core.arrays import NUMPY, complex_dtype, family, family_accuracy, private_copy, shape_size, size, to_family
 from .._core.configs import adapter_for
 from .._core.contexts import context_values
 from .._core.errors import structured_output_error
@@ -314,8 +314,10 @@ class Adapter:
         return read_only_refused(error)
 
     def evaluate(self, target: Target, x: Array, contexts: tuple[Any, ...]) -> Any:
-        """``f(x, *contexts)`` once, over fresh duplicates of the state and caches."""
-        return target.instance()(x, *context_values(contexts, _copy_value))
+        """``f(x, *contexts)`` once, over fresh duplicates of the state and caches, on a copy of ``x``
+        that ``f`` may write into (contract section 4: an adapter's runner may pass the user's own ``x``;
+        before 2026-12-08 an outside backend's ``f(x)`` through here wrote it)."""
+        return target.instance()(private_copy(x), *context_values(contexts, _copy_value))
 
     def aux(self, target: Target, x: Any, contexts: tuple[Any, ...]) -> Any:
         """The auxiliary output of ``f(x) -> (y, aux)`` (``has_aux=True``): ``f`` run once at ``x`` in the
