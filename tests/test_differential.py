@@ -3,7 +3,8 @@ JAX in float64.
 
 A program is a short random sequence of steps on a vector (elementwise functions, reductions, a
 product with a captured matrix, indexing, a write into a captured work buffer, a slice of f's own
-array set to a constant), written once with the
+array set to a constant, an in-place update of the array at hand, f's input where it comes first),
+written once with the
 array API (``xp = array_namespace(y)``) so that every engine runs the same code. The reference is
 JAX's own ``jax.jacfwd``, ``jax.jacrev``, ``jax.grad`` and ``jax.hessian`` in float64 (inside
 ``jax.enable_x64``) of the same program, its buffer write done functionally (``concat``): nothing of
@@ -20,8 +21,8 @@ Each drawn program runs through
 - ``AutoSparse(backend)`` against the dense reference (jacobian and hessian);
 - a structured ``x`` (a dict of two blocks) against the flat reference's blocks;
 
-and after every call ``x``, the captured matrix and the captured buffer are compared with their
-values before. Each call either agrees with the reference or raises an error (counted by type and
+and after every call ``x``, the tangent and the cotangent, the captured matrix and the captured buffer
+are compared with their values before. Each call either agrees with the reference or raises an error (counted by type and
 printed at the end of the run, as the catalogues' outcomes are); a different number without an error
 fails the test, listing every such call.
 
@@ -130,6 +131,12 @@ def run_program(steps, x, matrix, buf, functional: bool):
             else:
                 y = y * 1.0  # f's own array (never x itself)
                 y[a:b] = 0.25
+        elif op == "inplace":  # in place on the array at hand: f's input itself where it comes first
+            if functional:
+                y = step[1] * y + step[2]
+            else:
+                y *= step[1]  # (a rebinding on immutable arrays: JAX's, TensorFlow's, autograd's boxes)
+                y += step[2]
         elif op == "write":  # into the captured work buffer, then read back
             a, b = step[1], step[2]
             if functional:
@@ -148,6 +155,7 @@ def _step(n: int):
     steps = [
         simple.map(lambda op: (op,)),
         st.tuples(st.just("scale"), st.sampled_from([-1.5, 0.5, 2.0]), st.sampled_from([0.0, 0.25])),
+        st.tuples(st.just("inplace"), st.sampled_from([-1.5, 0.5, 2.0]), st.sampled_from([0.0, 0.25])),
         st.permutations(list(range(n))).map(lambda p: ("take", tuple(p))),
         st.tuples(st.integers(0, n - 1), st.integers(1, n)).map(lambda ab: ("write", min(ab), max(ab[1], min(ab) + 1))),
         st.tuples(st.integers(0, n - 1), st.integers(1, n)).map(
@@ -180,7 +188,7 @@ class Case:
         self.t = np.linspace(-1.0, 1.0, self.n) if self.n > 1 else np.array([0.7])  # a tangent
         self.c = np.linspace(0.5, -0.25, self.n) if self.n > 1 else np.array([-0.6])  # a cotangent
         self.x2 = x + 0.125  # where the preps are made
-        self.saved = (x.copy(), matrix.copy(), buf.copy())
+        self.saved = (x.copy(), matrix.copy(), buf.copy(), self.t.copy(), self.c.copy())
         self._higher: dict[int, float] = {}  # higher()'s, by order
         # the user's functions: the matrix and the buffer are captured as they would be in user code
         mat, wbuf, program = matrix, buf, steps
@@ -250,8 +258,14 @@ class Case:
         return top
 
     def unchanged(self) -> bool:
-        x, m, b = self.saved
-        return np.array_equal(self.x, x) and np.array_equal(self.matrix, m) and np.array_equal(self.buf, b)
+        x, m, b, t, c = self.saved
+        return (
+            np.array_equal(self.x, x)
+            and np.array_equal(self.matrix, m)
+            and np.array_equal(self.buf, b)
+            and np.array_equal(self.t, t)  # the tangent and the cotangent: a dual tensor shares the tangent's memory
+            and np.array_equal(self.c, c)
+        )
 
     def __repr__(self) -> str:
         return f"program {self.steps} at x={self.x.tolist()}"
@@ -372,8 +386,11 @@ class Checker:
 
     def _state(self, label: str) -> None:
         if not self.case.unchanged():
-            self.wrong.append(f"{label}: changed x, the captured matrix or the captured buffer ({self.case})")
-            self.case.x[...], self.case.matrix[...], self.case.buf[...] = self.case.saved
+            self.wrong.append(
+                f"{label}: changed x, the tangent or the cotangent, the captured matrix or the captured buffer ({self.case})"
+            )
+            case = self.case
+            case.x[...], case.matrix[...], case.buf[...], case.t[...], case.c[...] = case.saved
 
     def done(self) -> None:
         assert not self.wrong, "\n".join(self.wrong)
