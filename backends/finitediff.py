@@ -301,7 +301,8 @@ def _attempted(point: Array) -> Array:
     2026-12-08 an ``f`` that wrote into its input (``z *= -1.5``) and then into a captured array ran
     again at the written point (a value of 0.551 for 0.633 and a Hessian of 2.8e6, silently). An ``f``
     that writes into its input runs over copies of its state from its first such write on, as one
-    that writes into its state does."""
+    that writes into its state does. (A plain read-only ndarray, not ``read_only_alias``'s
+    ``ReadOnlyView``: a slice of its input that ``f`` returns would come back as that subclass.)"""
     if type(point) is np.ndarray:
         view = point.view()
         view.flags.writeable = False

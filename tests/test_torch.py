@@ -519,9 +519,12 @@ def test_the_asarray_warning_is_silenced_only_around_an_f_that_calls_torch_asarr
         assert runs == 3 if silenced else runs <= 1, (f.__name__, runs)  # plain: its watched first run alone
 
 
-def _forward_only_cube() -> type:
-    """``z**3`` as a ``torch.autograd.Function`` with a forward-mode rule (``jvp``) and no ``backward``."""
+def _one_direction_cube(direction: str) -> type:
+    """``z**3`` as a ``torch.autograd.Function`` with the rule of one direction only: a forward-mode rule
+    (``jvp``) and no ``backward`` for ``"forward"``, a ``backward`` and no forward-mode rule for ``"reverse"``."""
     import torch
+
+    forward = direction == "forward"
 
     class Cube(torch.autograd.Function):
         @staticmethod
@@ -530,14 +533,23 @@ def _forward_only_cube() -> type:
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            ctx.save_for_forward(inputs[0])
+            (ctx.save_for_forward if forward else ctx.save_for_backward)(inputs[0])
 
-        @staticmethod
-        def jvp(ctx, t):
-            (z,) = ctx.saved_tensors
-            return 3 * z**2 * t
+    def derivative(ctx, t):  # J t, or (the same for this elementwise cube) g J
+        (z,) = ctx.saved_tensors
+        return 3 * z**2 * t
 
-    return Cube
+    if forward:
+
+        class ForwardOnly(Cube):
+            jvp = staticmethod(derivative)
+
+        return ForwardOnly
+
+    class ReverseOnly(Cube):
+        backward = staticmethod(derivative)
+
+    return ReverseOnly
 
 
 def test_a_one_shot_square_jacobian_goes_in_reverse_on_the_recording_of_its_first_evaluation():
@@ -566,7 +578,7 @@ def test_a_one_shot_square_jacobian_goes_in_reverse_on_the_recording_of_its_firs
         torch.testing.assert_close(J, torch.cos(B @ x)[:, None] * B)
         assert count.sins == evaluations, (B.shape, count.sins)
 
-    cube = _forward_only_cube()
+    cube = _one_direction_cube("forward")
     torch.testing.assert_close(di.jacobian(unshared, lambda z: cube.apply(z), x), torch.diag(3 * x**2))
 
 
@@ -577,7 +589,7 @@ def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_n
     mode="reverse" raises, naming the fix."""
     import torch
 
-    Cube = _forward_only_cube()
+    Cube = _one_direction_cube("forward")
     x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
     ty = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     backend = di.AutoTorch()
@@ -596,27 +608,6 @@ def test_a_one_shot_gradient_falls_back_to_forward_mode_where_an_operation_has_n
         torch.testing.assert_close(dy, 6 * x**2 * ty)
     with pytest.raises(NotImplementedError, match=r"gradient\(AutoTorch\(mode='reverse'\).*backward.*mode='forward'"):
         di.gradient(di.AutoTorch(mode="reverse"), lambda z: f(z), x)
-
-
-def _reverse_only_cube() -> type:
-    """``z**3`` as a ``torch.autograd.Function`` with a ``backward`` and no forward-mode rule."""
-    import torch
-
-    class Cube(torch.autograd.Function):
-        @staticmethod
-        def forward(z):
-            return z**3
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, g):
-            (z,) = ctx.saved_tensors
-            return 3 * z**2 * g
-
-    return Cube
 
 
 def test_a_prepared_pushforward_of_one_tangent_is_right_on_every_path_of_its_fast_runner():
@@ -646,7 +637,7 @@ def test_a_prepared_pushforward_of_one_tangent_is_right_on_every_path_of_its_fas
     check(lambda z: z**2, 2 * x * t.float().double(), t=t.float())  # a float32 tangent of a float64 x
     check(lambda z: z**2, (2 * x * t).numpy(), x=x.numpy(), t=t.numpy())  # numpy arrays
     check(lambda z: z**2, 2 * x * t, t=t.clone().requires_grad_())  # a tangent that requires grad
-    Cube = _reverse_only_cube()
+    Cube = _one_direction_cube("reverse")
     check(lambda z: Cube.apply(z), 3 * x**2 * t)  # no forward rule: mode=None goes in reverse
     with pytest.raises(NotImplementedError, match=r"pushforward\(AutoTorch\(mode='forward'\).*mode='reverse'"):
         check(lambda z: Cube.apply(z), 3 * x**2 * t, backend=di.AutoTorch(mode="forward"))
